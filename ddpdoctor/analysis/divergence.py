@@ -1,0 +1,128 @@
+"""Align the ranks' collective sequences and find the first point where they part. Pure.
+
+Each rank's sequence for a process group is rebuilt from its ledger (Python-level collectives, with
+their call sites) and its sequence counter (which also counts the collectives DDP issues from C++):
+a position the counter passed but no ledger entry covers is an *internal* collective (DDP's bucket
+all-reduce or buffer broadcast).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.analysis.state import SHAPED, RankState
+from ddpdoctor.record.reader import RunRecord
+
+INTERNAL = "<ddp/internal>"
+ABSENT = "<never issued>"
+
+
+@dataclass(frozen=True)
+class Slot:
+    op: str
+    site: tuple | None = None
+    shapes: Any = None
+
+    def key(self) -> tuple:
+        return (self.op, tuple(map(tuple, self.shapes)) if self.op in SHAPED and self.shapes else None)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    group: str
+    seq: int
+    slots: dict[int, Slot]
+    diverged: tuple[int, ...]   # ranks that left the common path here
+    kind: str                   # extra-call | op-mismatch | shape-mismatch | exited
+    exclusive: bool = False     # the diverged ranks' line here is one no other rank ever reaches
+
+
+def sequence(record: RunRecord, rank: int, group: str, final_seq: int) -> dict[int, Slot]:
+    out: dict[int, Slot] = {}
+    for e in record.ranks[rank].ledger:
+        rng = e.get("seq")
+        if e.get("group") != group or not rng:
+            continue
+        for s in range(rng[0], rng[1] + 1):
+            out[s] = Slot(e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"))
+    for s in range(1, final_seq + 1):
+        out.setdefault(s, Slot(INTERNAL))
+    return out
+
+
+def main_group(record: RunRecord, states: dict[int, RankState]) -> str | None:
+    counts: Counter = Counter()
+    for st in states.values():
+        for g in (st.seq or {}):
+            counts[g] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def first_divergence(record: RunRecord, states: dict[int, RankState], group: str | None = None
+                     ) -> Divergence | None:
+    group = group or main_group(record, states)
+    if group is None:
+        return None
+    ranks = [r for r, st in states.items() if st.seq and group in st.seq]
+    if len(ranks) < 2:
+        return None
+    final = {r: int(states[r].seq[group]) for r in ranks}
+    # a pending collective counts as issued; a rank still computing has not issued further ones
+    seqs = {r: sequence(record, r, group, final[r]) for r in ranks}
+    for r in ranks:
+        p = states[r].pending
+        if p and p.get("group") == group and p.get("seq"):
+            seqs[r][int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None,
+                                          p.get("shapes"))
+    sites_of = {r: {sl.site for sl in seqs[r].values() if sl.site} for r in ranks}
+    top = max(final.values())
+    for s in range(1, top + 1):
+        slots = {r: seqs[r].get(s, Slot(ABSENT)) for r in ranks}
+        keys = {r: sl.key() for r, sl in slots.items()}
+        absent = [r for r, sl in slots.items() if sl.op == ABSENT]
+        if absent and len(absent) < len(ranks):
+            ended = [r for r in absent if states[r].ended]
+            if ended:
+                return Divergence(group, s, slots, tuple(ended), "exited")
+            continue  # a rank that is merely behind
+        if absent:
+            break
+        if len(set(keys.values())) > 1:
+            odd = _odd_ones(slots, sites_of, keys)
+            return Divergence(group, s, slots, odd, _mismatch_kind(slots), _exclusive(odd, slots, sites_of))
+        sites = {r: sl.site for r, sl in slots.items()}
+        if len(set(sites.values())) > 1:
+            # the same op from different lines: an extra call when one rank's line is its own alone
+            # while the other ranks' line is one it also uses (a shifted sequence); a symmetric
+            # if/else (each rank its own line) is a common, correct pattern.
+            extra = [r for r in ranks if sites[r] and all(sites[r] not in sites_of[o] for o in ranks if o != r)
+                     and all(sites[o] in sites_of[r] for o in ranks if o != r)]
+            if extra and len(extra) < len(ranks):
+                return Divergence(group, s, slots, tuple(extra), "extra-call", True)
+    return None
+
+
+def _exclusive(odd: tuple[int, ...], slots: dict[int, Slot], sites_of: dict[int, set]) -> bool:
+    if not odd or len(odd) == len(slots):
+        return False
+    return all(slots[r].site and all(slots[r].site not in sites_of[o] for o in slots if o != r) for r in odd)
+
+
+def _mismatch_kind(slots: dict[int, Slot]) -> str:
+    ops = {sl.op for sl in slots.values()}
+    return "shape-mismatch" if len(ops) == 1 else "op-mismatch"
+
+
+def _odd_ones(slots: dict[int, Slot], sites_of: dict[int, set], keys: dict[int, tuple]) -> tuple[int, ...]:
+    counts = Counter(keys.values())
+    if len(slots) > 2:
+        common, n = counts.most_common(1)[0]
+        if n > len(slots) / 2:
+            return tuple(r for r, k in keys.items() if k != common)
+    # two ranks (or no majority): the rank whose line here no other rank ever reaches
+    own = [r for r, sl in slots.items() if sl.site and all(sl.site not in sites_of[o] for o in slots if o != r)]
+    if own and len(own) < len(slots):
+        return tuple(own)
+    return tuple(sorted(slots))

@@ -1,0 +1,43 @@
+"""Runs that never became a distributed job: the script ended before init_process_group. Pure."""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.state import loc
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunRecord
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
+        return []
+    if record.monitor_event(schema.K_VERDICT) or record.monitor_event(schema.K_KILL):
+        return []
+    ends = [(r, rec.event(schema.K_FINISH), rec.error) for r, rec in record.ranks.items()]
+    if record.manifest.get("mode") == "spawn" and not record.ranks:
+        fin = next((e for e in reversed(record.launcher) if e.get("kind") == schema.K_FINISH), None)
+        ends = [(0, fin, (fin or {}).get("error"))] if fin else []
+    if not ends:
+        ex = record.monitor_event(schema.K_EXIT)
+        code = ex.get("returncode") if ex else None
+        return [Finding("run.not-started", "error", f"no rank started (torchrun exit code {code}); see its "
+                        "output above", "Check the torchrun options and that the Python environment can run "
+                        "the script.", ())]
+    for r, fin, err in ends:
+        if err:
+            where = loc(r, err.get("user_frame"), "raised")
+            at = f" at {where.file}:{where.line}" if where else ""
+            first = (str(err.get("message", "")).strip().splitlines() or [""])[0][:200]
+            return [Finding("run.failed-before-init", "error",
+                            f"the script raised {err.get('type')}{at} before init_process_group: {first}",
+                            "Fix the error above; ddpdoctor diagnoses the job once the ranks initialise.",
+                            (r,), (where,) if where else (), {"code": 1})]
+        if fin and fin.get("code") not in (0, None):
+            return [Finding("run.failed-before-init", "error",
+                            f"the script exited with code {fin.get('code')} before init_process_group",
+                            "Fix what made it exit; ddpdoctor diagnoses the job once the ranks initialise.",
+                            (r,), (), {"code": fin.get("code")})]
+    return [Finding("run.no-distributed", "error",
+                    "the script finished without calling torch.distributed.init_process_group: nothing "
+                    "distributed to diagnose", "Run a DDP script (or omit --script for the built-in probe).",
+                    ())]

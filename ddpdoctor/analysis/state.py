@@ -1,0 +1,157 @@
+"""Per-rank state derived from a run record at a moment ``now``. Pure."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.analysis.model import Config, Location
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RankRecord, RunRecord
+
+# Messages gloo gives a rank whose peer went away or sent something else: the rank is a victim.
+TRANSPORT_PATTERNS = (
+    re.compile(r"Connection closed by peer"),
+    re.compile(r"Connection reset by peer"),
+    re.compile(r"Broken pipe"),
+    re.compile(r"Received data size doesn't match"),
+    re.compile(r"[Tt]imed out"),
+    re.compile(r"Socket Timeout"),
+    re.compile(r"NCCL communicator was aborted|NCCL error|ncclRemoteError"),
+    re.compile(r"DistBackendError"),
+)
+SIZE_MISMATCH = re.compile(r"Received data size doesn't match|size mismatch|Mismatch between collective")
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
+SHAPED = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+          "reduce_scatter_tensor", "all_to_all_single"}
+
+
+def loc(rank: int, site: Any, role: str = "") -> Location | None:
+    if isinstance(site, (list, tuple)) and len(site) >= 2 and isinstance(site[1], int):
+        return Location(rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "",
+                        role=role)
+    return None
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+_WHAT = re.compile(r"what\(\):\s*(.+)")
+
+
+def is_user_path(path: str, record: RunRecord) -> bool:
+    """The user's code: the script's folder, or anything outside installed packages and the stdlib."""
+    script = str(record.manifest.get("script") or "")
+    home = os.path.dirname(os.path.abspath(script)) + os.sep if script else None
+    if home and os.path.abspath(path).startswith(home):
+        return True
+    return not (path.startswith("<") or "site-packages" in path or "/lib/python3" in path
+                or f"{os.sep}ddpdoctor{os.sep}" in path)
+
+
+def user_frame_in(text: str, record: RunRecord) -> list | None:
+    """The innermost user frame in a traceback or a faulthandler dump (which lists innermost first)."""
+    frames = [[f, int(n), fn] for f, n, fn in _FRAME.findall(text)]
+    if "most recent call first" in text:
+        blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text)
+        for b in blocks:
+            user = [[f, int(n), fn] for f, n, fn in _FRAME.findall(b) if is_user_path(f, record)]
+            if user:
+                return user[0]
+        return None
+    user = [f for f in frames if is_user_path(f[0], record)]
+    return user[-1] if user else None
+
+
+def complete_errors(record: RunRecord) -> None:
+    """A rank killed by a fatal signal (gloo aborts on a size mismatch) wrote no error.json: build one
+    from its stderr (``what(): ...``) and faulthandler's stacks."""
+    for rec in record.ranks.values():
+        if rec.error is not None or rec.event(schema.K_FINISH) is not None or not rec.fatal.strip():
+            continue
+        what = _WHAT.findall(rec.stderr_tail)
+        head = rec.fatal.strip().splitlines()[0]
+        rec.error = {"type": "FatalSignal", "message": what[-1].strip() if what else head,
+                     "user_frame": user_frame_in(rec.fatal, record), "frames": [], "fatal": head}
+
+
+def is_transport_error(err: dict[str, Any] | None) -> bool:
+    if not err:
+        return False
+    text = f"{err.get('type', '')}: {err.get('message', '')}"
+    return any(p.search(text) for p in TRANSPORT_PATTERNS)
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: int
+    state: str                 # not-started | busy | waiting | ddp-wait | finished | crashed | gone
+    since: float | None = None  # waiting since
+    pending: dict[str, Any] | None = None
+    where: Location | None = None
+    seq: dict[str, int] | None = None
+    seq_stable_for: float = 0.0
+    ddp_fwd: int = 0
+    exit_code: Any = None
+    stale: bool = False
+
+    @property
+    def proof_waiting(self) -> bool:
+        return self.state == "waiting"
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("finished", "crashed", "gone")
+
+
+def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
+    hb = rec.last_hb or {}
+    fin = rec.event(schema.K_FINISH)
+    where = loc(rec.rank, hb.get("where"), "")
+    seq = hb.get("seq") or (fin or {}).get("seq") or {}
+    ddp_fwd = int(hb.get("step") or (fin or {}).get("ddp_fwd") or 0)
+    stable = now - rec.seq_changed_t if rec.seq_changed_t else 0.0
+    if fin is not None:
+        state = "crashed" if fin.get("exception") or rec.error else "finished"
+        return RankState(rec.rank, state, where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=fin.get("code"),
+                         seq_stable_for=stable)
+    if rec.error is not None:
+        return RankState(rec.rank, "crashed", where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=1)
+    if not hb:
+        return RankState(rec.rank, "not-started")
+    stale = now - float(hb.get("t", now)) > cfg.stale
+    pending = hb.get("pending")
+    if pending:
+        return RankState(rec.rank, "waiting", since=pending.get("since"), pending=pending,
+                         where=loc(rec.rank, pending.get("site"), "waiting") or where, seq=seq,
+                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale)
+    if hb.get("in_backward") or hb.get("in_ddp_forward"):
+        since = rec.seq_changed_t
+        return RankState(rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable,
+                         ddp_fwd=ddp_fwd, stale=stale)
+    return RankState(rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale)
+
+
+def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:
+    return {r: rank_state(rec, now, cfg) for r, rec in record.ranks.items()}
+
+
+def ledger_entry_at(rec: RankRecord, group: str, seq: int) -> dict[str, Any] | None:
+    """The Python-level collective of ``rec`` that covers sequence number ``seq`` of ``group``."""
+    for e in reversed(rec.ledger):
+        rng = e.get("seq")
+        if e.get("group") == group and rng and rng[0] <= seq <= rng[1]:
+            return e
+        if e.get("group") == group and rng and rng[1] < seq:
+            return None
+    return None
+
+
+def describe_op(op: str | None, shapes: Any = None) -> str:
+    if not op:
+        return "?"
+    if op in SHAPED and shapes:
+        return f"{op}({', '.join('x'.join(map(str, s)) or 'scalar' for s in shapes[:2])})"
+    return op

@@ -1,0 +1,224 @@
+"""The ``ddpdoctor`` command line. Thin: options -> frozen config -> library calls.
+
+``ddpdoctor --help`` and ``ddpdoctor analyze`` never import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from ddpdoctor import __version__
+from ddpdoctor.analysis.model import Config, ExitCode, Report
+from ddpdoctor.errors import DdpdoctorError
+
+TORCHRUN_OPTIONS = [
+    ("--nproc-per-node", str, "Workers per node (torchrun). Default: the number of GPUs, else 2."),
+    ("--nnodes", str, "Number of nodes, or MIN:MAX (torchrun)."),
+    ("--node-rank", int, "This node's rank (torchrun, static rendezvous)."),
+    ("--rdzv-backend", str, "Rendezvous backend (torchrun), e.g. c10d."),
+    ("--rdzv-endpoint", str, "Rendezvous endpoint host:port (torchrun)."),
+    ("--rdzv-id", str, "Rendezvous job id (torchrun)."),
+    ("--master-addr", str, "Master address (torchrun, static rendezvous)."),
+    ("--master-port", int, "Master port (torchrun, static rendezvous)."),
+]
+
+
+def torchrun_options(f: Callable) -> Callable:
+    for name, typ, help_ in reversed(TORCHRUN_OPTIONS):
+        f = click.option(name, type=typ, default=None, help=help_)(f)
+    return f
+
+
+def output_options(f: Callable) -> Callable:
+    f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")(f)
+    f = click.option("--json", "json_path", type=click.Path(dir_okay=False),
+                     help="Write the JSON report (docs/json-schema.md); '-' for stdout.")(f)
+    f = click.option("--fail-on", type=click.Choice(["error", "warning", "note"]), default="error",
+                     show_default=True, help="Lowest finding severity that gives a non-zero exit code.")(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ddpdoctor")
+def cli() -> None:
+    """Run a PyTorch DDP script under torchrun with probes in every rank, and say what is wrong:
+    on which rank, at which line, and what to do.
+
+    \b
+    Exit codes: 0 healthy, 1 findings, 2 usage or bad input, 3 hang or divergence,
+                4 could not run, 5 internal error, 130 interrupted.
+    """
+
+
+def _default_nproc() -> str:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() not in ("", "-1"):
+        return str(len([d for d in cvd.split(",") if d.strip()]))
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        if n > 0:
+            return str(n)
+    except Exception:
+        pass
+    return "2"
+
+
+def _torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
+    nproc = opts.get("nproc_per_node")
+    if nproc is not None:
+        if nproc.isdigit() and int(nproc) < 1:
+            raise DdpdoctorError(f"--nproc-per-node must be at least 1 (got {nproc})")
+    args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
+    multi = any(opts.get(k) is not None for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr",
+                                                   "master_port", "rdzv_backend"))
+    for name, _t, _h in TORCHRUN_OPTIONS[1:]:
+        v = opts.get(name.lstrip("-").replace("-", "_"))
+        if v is not None:
+            args += [name, str(v)]
+    if not multi:
+        args.append("--standalone")  # a free port on this host: parallel runs do not collide
+    return args
+
+
+def _probe_path(name: str) -> str:
+    from importlib.resources import files
+
+    return str(files("ddpdoctor.probes") / name)
+
+
+def _check_writable(path: str | None) -> None:
+    if path and path != "-":
+        d = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(d) or not os.access(d, os.W_OK):
+            raise DdpdoctorError(f"cannot write {path}: folder missing or not writable")
+
+
+def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_text: bool = False) -> None:
+    from ddpdoctor.render import RENDERERS
+
+    if not quiet_text:
+        click.echo(RENDERERS["text"](report), err=json_path == "-", nl=False)
+    for path, fmt in ((json_path, "json"), (junit_path, "junit")):
+        if not path:
+            continue
+        data = RENDERERS[fmt](report)
+        if path == "-":
+            click.echo(data, nl=False)
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(data)
+        except OSError as e:
+            raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--script", type=click.Path(dir_okay=False), help="The training script. Default: the built-in healthy probe.")
+@torchrun_options
+@click.option("--timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
+              help="Seconds a rank may wait in a collective while another is still busy before it is called a hang. "
+                   "Certain deadlocks are reported within seconds whatever this is.")
+@click.option("--launch", type=click.Choice(["auto", "torchrun", "spawn"]), default="auto", show_default=True,
+              help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to keep the records (default ./ddpdoctor-runs/...).")
+@click.option("--max-time", type=click.FloatRange(min=1), default=None, help="End the run after this many seconds.")
+@output_options
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def hang(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
+         json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
+         **torchrun: Any) -> None:
+    """Run a DDP script and report deadlocks, divergent collectives and crashes per rank and line.
+
+    \b
+    ddpdoctor hang --script train.py --nproc-per-node 2 -- --epochs 3
+    """
+    cfg = Config(timeout=timeout, fail_on=fail_on)
+    report = run_command("hang", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path, junit_path)
+    sys.exit(report.exit_code)
+
+
+def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
+                launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
+                json_path: str | None, junit_path: str | None) -> Report:
+    from ddpdoctor.analysis import diagnose
+    from ddpdoctor.launch import rundir as rd
+    from ddpdoctor.launch.monitor import LaunchSpec, Monitor
+    from ddpdoctor.launch.script import check_script, uses_mp_spawn
+    from ddpdoctor.record.reader import load_run
+
+    _check_writable(json_path)
+    _check_writable(junit_path)
+    script = script or _probe_path("healthy.py")
+    tree = check_script(script)
+    mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
+    targs = _torchrun_args(torchrun, mode == "spawn")
+    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time)
+    path = rd.create(run_dir or rd.default_run_dir(command), {
+        "command": command, "mode": mode, "script": script, "script_args": list(script_args),
+        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat})
+    click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
+               err=True)
+    outcome = Monitor(spec, path, cfg).run()
+    report = diagnose(load_run(path), cfg, command)
+    if outcome.interrupted:
+        report = Report(report.command, report.verdict, ExitCode.INTERRUPTED, report.run_dir, report.findings,
+                        report.ranks, "interrupted", report.notes + ("interrupted: the run was ended early",))
+    emit(report, json_path, junit_path)
+    return report
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--timeout", type=float, default=None, help="Re-judge with another --timeout (default: the run's own).")
+@output_options
+def analyze(run_dir: str, timeout: float | None, json_path: str | None, junit_path: str | None, fail_on: str) -> None:
+    """Re-diagnose a saved run directory without re-running it (no torch needed)."""
+    from ddpdoctor.analysis import diagnose
+    from ddpdoctor.record.reader import RunDirError, load_run
+
+    try:
+        record = load_run(run_dir)
+    except RunDirError as e:
+        raise DdpdoctorError(str(e)) from None
+    t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
+    report = diagnose(record, Config(timeout=t, fail_on=fail_on), str(record.manifest.get("command", "analyze")))
+    emit(report, json_path, junit_path)
+    sys.exit(report.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one line and an exit code for every user error."""
+    try:
+        cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
+    except DdpdoctorError as e:
+        click.echo(f"ddpdoctor: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("ddpdoctor: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.ClickException as e:
+        click.echo(f"ddpdoctor: error: {e.format_message()} (see --help)", err=True)
+        sys.exit(ExitCode.USAGE)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        click.echo("ddpdoctor: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        click.echo("ddpdoctor: internal error (a bug in ddpdoctor; please report the traceback above)", err=True)
+        sys.exit(ExitCode.INTERNAL)

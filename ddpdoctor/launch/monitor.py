@@ -1,0 +1,194 @@
+"""Start torchrun, watch the ranks' heartbeats, stop the run on a verdict, end the whole process tree.
+
+torchrun starts each worker in a session of its own, so ending torchrun's process group does not end
+the workers: the monitor ends every process of the tree it started, by pid (TERM, grace, KILL).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from ddpdoctor.analysis import hang
+from ddpdoctor.analysis.model import Config
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunReader
+from ddpdoctor.record.writer import JsonlWriter
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    script: str
+    script_args: tuple[str, ...]
+    torchrun_args: tuple[str, ...]
+    mode: str                    # "torchrun" | "spawn"
+    max_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int | None
+    interrupted: bool
+    verdict: tuple[str, str] | None
+
+
+def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *spec.torchrun_args,
+            "--log-dir", os.path.join(run_dir, schema.LOGS_DIR), "--tee", "3",
+            "-m", "ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
+
+
+def _say(msg: str) -> None:
+    print(f"ddpdoctor: {msg}", file=sys.stderr, flush=True)
+
+
+class Monitor:
+    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.cfg = cfg
+        self.live = live
+        self.log = JsonlWriter(os.path.join(run_dir, schema.MONITOR))
+        self.seen: dict[int, psutil.Process] = {}
+        self._signal: int | None = None
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._signal = signum
+
+    def run(self) -> Outcome:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            return self._run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> Outcome:
+        cmd = torchrun_cmd(self.spec, self.run_dir)
+        try:
+            proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            self.log.write(schema.K_EXIT, None, returncode=None, error=str(e))
+            return Outcome(None, False, None)
+        self.log.write(schema.K_SPAWNED, None, pid=proc.pid, cmd=cmd)
+        reader = RunReader(self.run_dir)
+        t_start = time.time()
+        last_status, last_text = 0.0, None
+        verdict = None
+        try:
+            while proc.poll() is None:
+                now = time.time()
+                record = reader.refresh()
+                self._remember(record)
+                if self._signal is not None:
+                    self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
+                    self.end_tree(proc)
+                    break
+                verdict = hang.live_verdict(record, self.cfg, now)
+                if verdict:
+                    self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
+                    if self.live:
+                        _say(f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
+                             "collecting stacks and stopping the run")
+                    self._collect_dumps(reader)
+                    self.log.write(schema.K_KILL, None, reason="verdict")
+                    self.end_tree(proc)
+                    break
+                if self.spec.max_time and now - t_start > self.spec.max_time:
+                    self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
+                    self.end_tree(proc)
+                    break
+                text = hang.status_line(record, self.cfg, now)
+                if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
+                    _say(text)
+                    last_status, last_text = now, text
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                self.end_tree(proc)
+            self._sweep()
+        self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
+        return Outcome(proc.returncode, self._signal is not None, verdict)
+
+    def _remember(self, record: Any) -> None:
+        for rec in record.ranks.values():
+            pid = rec.pid
+            if pid and pid not in self.seen:
+                try:
+                    self.seen[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    pass
+
+    def _collect_dumps(self, reader: RunReader) -> None:
+        path = os.path.join(self.run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
+        with open(path + ".tmp", "w") as f:
+            f.write("1")
+        os.replace(path + ".tmp", path)
+        deadline = time.time() + self.cfg.dump_wait
+        while time.time() < deadline:
+            record = reader.refresh()
+            pending = [r for r, rec in record.ranks.items()
+                       if rec.event(schema.K_FINISH) is None and not (rec.stacks and rec.stacks.get("request", 0) >= 1)
+                       and self._alive(rec.pid)]
+            if not pending:
+                return
+            time.sleep(0.05)
+
+    def _alive(self, pid: int | None) -> bool:
+        p = self.seen.get(pid or -1)
+        return bool(p and p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+
+    def end_tree(self, proc: subprocess.Popen) -> None:
+        """TERM every process of the tree we started, wait ``grace``, KILL what is left."""
+        procs: list[psutil.Process] = []
+        try:
+            root = psutil.Process(proc.pid)
+            procs = [root] + root.children(recursive=True)
+        except psutil.Error:
+            pass
+        procs += [p for p in self.seen.values() if p not in procs]
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        _gone, alive = psutil.wait_procs(procs, timeout=self.cfg.grace)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=self.cfg.grace)
+        try:
+            proc.wait(timeout=self.cfg.grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=self.cfg.grace)
+
+    def _sweep(self) -> None:
+        """Ranks (and their children) that outlived torchrun are ended too."""
+        left = []
+        for p in self.seen.values():
+            try:
+                if p.is_running():
+                    left += [p] + p.children(recursive=True)
+            except psutil.Error:
+                pass
+        for p in left:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        _g, alive = psutil.wait_procs(left, timeout=self.cfg.grace)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass

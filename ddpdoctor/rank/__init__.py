@@ -1,0 +1,1 @@
+"""Everything that runs inside a user's rank. Imports torch lazily."""

@@ -1,0 +1,126 @@
+"""Run the user's script inside a rank exactly as ``python script.py`` would, with probes installed.
+
+The script sees the same ``sys.argv``, ``sys.path[0]``, ``__name__ == "__main__"``, environment and
+output; the only trace of ddpdoctor is its probes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import socket
+import sys
+import traceback
+from types import TracebackType
+from typing import Any
+
+from ddpdoctor.record import schema
+from ddpdoctor.record.writer import JsonlWriter, write_json_atomic
+
+# What torchrun adds to a worker's environment; removed again when the script starts its own ranks.
+TORCHRUN_ENV_PREFIXES = ("TORCHELASTIC_",)
+TORCHRUN_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "CUDA_MODULE_LOADING"}
+
+
+def read_manifest(run_dir: str) -> dict[str, Any]:
+    with open(os.path.join(run_dir, schema.MANIFEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def scrub_torchrun_env(user_keys: list[str]) -> None:
+    keep = set(user_keys)
+    for k in list(os.environ):
+        if k not in keep and (k in TORCHRUN_ENV or k.startswith(TORCHRUN_ENV_PREFIXES)):
+            del os.environ[k]
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """The exception as JSON: type, message, frames (outermost first) and the user's line."""
+    from ddpdoctor.rank import sites
+
+    frames = [[fs.filename, fs.lineno, fs.name] for fs in traceback.extract_tb(exc.__traceback__)]
+    user = [f for f in frames if sites.is_user_file(f[0])]
+    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000],
+            "frames": frames[-40:], "user_frame": user[-1] if user else None, "pid": os.getpid()}
+
+
+def _trim(tb: TracebackType | None, script: str) -> TracebackType | None:
+    """Drop ddpdoctor's and runpy's frames so the printed traceback is what plain python prints."""
+    t = tb
+    while t is not None and os.path.abspath(t.tb_frame.f_code.co_filename) != script:
+        t = t.tb_next
+    return t or tb
+
+
+def run_script(script: str, args: list[str], on_exit: Any) -> int:
+    """Run ``script`` as ``__main__``. ``on_exit(code, exc)`` records how it ended. Returns the exit code."""
+    abs_script = os.path.abspath(script)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(abs_script)
+    try:
+        runpy.run_path(abs_script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        on_exit(code if isinstance(code, int) or code is None else 1, None)
+        raise
+    except BaseException as e:
+        on_exit(1, e)
+        tb = _trim(e.__traceback__, abs_script)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        return 1
+    on_exit(0, None)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: python -m ddpdoctor.rank RUN_DIR SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    run_dir, script, args = argv[0], argv[1], argv[2:]
+    manifest = read_manifest(run_dir)
+    if manifest.get("mode") == "spawn":
+        return _main_spawn(run_dir, manifest, script, args)
+    from ddpdoctor.rank import probe
+
+    rank = int(os.environ.get("RANK", "0"))
+    p = probe.Probe(run_dir, rank, manifest)
+    _enable_faulthandler(p.dir)
+    p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    probe.install(p)
+
+    def on_exit(code: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            write_json_atomic(os.path.join(p.dir, schema.ERROR), error_record(exc))
+        p.finish(code, exception=exc is not None)
+
+    return run_script(script, args, on_exit)
+
+
+def _main_spawn(run_dir: str, manifest: dict[str, Any], script: str, args: list[str]) -> int:
+    """The script starts its own ranks (torch.multiprocessing.spawn): probe the children instead."""
+    scrub_torchrun_env(manifest.get("user_env_keys", []))
+    from ddpdoctor.rank import spawn
+
+    spawn.install(run_dir)
+    log = JsonlWriter(os.path.join(run_dir, schema.LAUNCHER))
+    log.write(schema.K_START, None, pid=os.getpid(), script=script)
+
+    def on_exit(code: Any, exc: BaseException | None) -> None:
+        log.write(schema.K_FINISH, None, code=code, error=error_record(exc) if exc is not None else None)
+
+    return run_script(script, args, on_exit)
+
+
+def _enable_faulthandler(rank_dir: str) -> None:
+    """Fatal signals (SIGSEGV, SIGABRT) leave the Python stack in the run directory, not on stderr."""
+    import faulthandler
+
+    try:
+        f = open(os.path.join(rank_dir, schema.FATAL), "w")  # kept open for the life of the process
+        faulthandler.enable(file=f, all_threads=True)
+    except OSError:
+        pass

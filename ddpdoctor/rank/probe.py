@@ -1,0 +1,308 @@
+"""Probes inside one rank: a collective ledger, DDP counters and a heartbeat thread.
+
+The training thread keeps a few ints and the collective it is in, and writes one ledger line per
+collective (one ``os.write``: a rank that aborts a moment later keeps its ledger); the heartbeat thread
+writes the rest. The heartbeat thread was started before any collective, so it
+can still read the main thread's stack (``sys._current_frames``) while that thread sits inside a
+C++ collective with the GIL released.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from ddpdoctor.record import schema
+from ddpdoctor.record.writer import JsonlWriter
+from ddpdoctor.rank import sites
+
+# Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
+SHAPED = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+          "reduce_scatter_tensor", "all_to_all_single"}
+P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
+OTHER = {"gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "all_gather_object",
+         "broadcast_object_list", "gather_object", "scatter_object_list"}
+WRAPPED = sorted(SHAPED | P2P | OTHER)
+
+_probe: "Probe | None" = None
+
+
+def current() -> "Probe | None":
+    return _probe
+
+
+class Probe:
+    def __init__(self, run_dir: str, rank: int, manifest: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        d = os.path.join(run_dir, schema.RANKS_DIR, str(rank))
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        self.dir = d
+        self.events = JsonlWriter(os.path.join(d, schema.EVENTS))
+        self.hb = JsonlWriter(os.path.join(d, schema.HEARTBEAT))
+        self.ledger = JsonlWriter(os.path.join(d, schema.LEDGER))
+        self.stacks = JsonlWriter(os.path.join(d, schema.STACKS))
+        self.interval = float(manifest.get("heartbeat_s", 0.25))
+        self.monitor_pid = manifest.get("monitor_pid")
+        self.monitor_ctime = manifest.get("monitor_create_time")
+        self.control = os.path.join(run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
+        self.main_ident = threading.get_ident()
+        self.pending: list | None = None
+        self.ncoll = 0
+        self.ddp_fwd = 0
+        self.in_ddp_fwd = False
+        self.groups: dict[str, Any] = {}
+        self.depth = 0
+        self.dump_id = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self, **fields: Any) -> None:
+        self.events.write(schema.K_START, self.rank, pid=os.getpid(), **fields)
+        self._thread = threading.Thread(target=self._run, name="ddpdoctor-heartbeat", daemon=True)
+        self._thread.start()
+
+    def finish(self, code: int | str | None, **fields: Any) -> None:
+        self.tick(final=True)
+        self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
+                          seq=self.seqs(), **fields)
+
+    # -- the heartbeat thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        last_check = 0.0
+        while not self._stop.wait(self.interval):
+            try:
+                self.tick()
+                now = time.monotonic()
+                if now - last_check > 1.0:
+                    last_check = now
+                    self._check_monitor()
+            except Exception:  # never let a probe bug reach the user's job
+                pass
+
+    def seqs(self) -> dict[str, int]:
+        out = {}
+        for name, pg in list(self.groups.items()):
+            try:
+                out[name] = int(pg._get_sequence_number_for_group())
+            except Exception:
+                pass
+        return out
+
+    def tick(self, final: bool = False) -> None:
+        frame = sys._current_frames().get(self.main_ident)
+        pend = self.pending
+        seq = self.seqs()
+        pending = None
+        if pend is not None:
+            op, gname, _s0, shapes, dtypes, site, t0 = pend
+            pending = {"op": op, "group": gname, "seq": seq.get(gname), "shapes": shapes, "dtypes": dtypes,
+                       "site": site, "since": t0}
+        self.hb.write(schema.K_HB, self.rank, step=self.ddp_fwd, ncoll=self.ncoll, seq=seq, pending=pending,
+                      where=sites.user_site(frame), in_backward=sites.in_backward(frame) if frame else False,
+                      in_ddp_forward=self.in_ddp_fwd, final=final or None)
+        if not final:
+            self._maybe_dump(frame)
+
+    def _maybe_dump(self, frame: Any) -> None:
+        try:
+            with open(self.control, encoding="utf-8") as f:
+                req = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return
+        if req > self.dump_id:
+            self.dump_id = req
+            self.dump(req)
+
+    def dump(self, req: int) -> None:
+        frames = sys._current_frames()
+        names = {t.ident: t.name for t in threading.enumerate()}
+        threads = [{"ident": ident, "name": names.get(ident, "?"), "main": ident == self.main_ident,
+                    "stack": sites.stack_of(f)} for ident, f in frames.items()
+                   if names.get(ident) != "ddpdoctor-heartbeat"]
+        self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads, fr=_flight_recorder_tail())
+
+    def _check_monitor(self) -> None:
+        """If ddpdoctor itself was killed, end this rank rather than leave an orphan."""
+        if not self.monitor_pid:
+            return
+        try:
+            import psutil
+
+            p = psutil.Process(self.monitor_pid)
+            alive = abs(p.create_time() - float(self.monitor_ctime or 0)) < 1.0 and p.status() != "zombie"
+        except Exception:
+            alive = False
+        if not alive:
+            self.events.write("orphaned", self.rank, monitor_pid=self.monitor_pid)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _flight_recorder_tail(n: int = 64) -> list[dict[str, Any]] | None:
+    """The last collectives torch's own flight recorder saw (it includes DDP's C++ all-reduces)."""
+    try:
+        import json
+
+        import torch._C._distributed_c10d as c10d
+
+        data = json.loads(c10d._dump_fr_trace_json(True, False))
+    except Exception:
+        return None
+    out = []
+    for e in data.get("entries", [])[-n:]:
+        out.append({"op": str(e.get("profiling_name", "")).split(":")[-1], "pg": (e.get("process_group") or [""])[-1],
+                    "seq": e.get("collective_seq_id"), "p2p": e.get("is_p2p"), "sizes": e.get("input_sizes"),
+                    "dtypes": e.get("input_dtypes"), "state": e.get("state")})
+    return out
+
+
+# -- wrappers ---------------------------------------------------------------------------------------
+
+def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
+    import torch
+
+    shapes: list = []
+    dtypes: list = []
+    for a in list(args) + list(kwargs.values()):
+        items = a if isinstance(a, (list, tuple)) else (a,)
+        for t in items:
+            if isinstance(t, torch.Tensor):
+                shapes.append(list(t.shape))
+                dtypes.append(str(t.dtype).replace("torch.", ""))
+                if len(shapes) >= 4:
+                    return shapes, dtypes
+    return shapes, dtypes
+
+
+def _group_of(probe: Probe, kwargs: dict, args: tuple, op: str) -> tuple[str, Any]:
+    import torch.distributed as dist
+
+    pg = kwargs.get("group")
+    if pg is None:
+        for a in args:
+            if isinstance(a, dist.ProcessGroup):
+                pg = a
+                break
+    if pg is None:
+        try:
+            pg = dist.distributed_c10d._get_default_group()
+        except Exception:
+            return "?", None
+    name = getattr(pg, "group_name", None) or f"pg{id(pg)}"
+    if name not in probe.groups:
+        probe.groups[name] = pg
+    return name, pg
+
+
+def _wrap(op: str, orig: Callable) -> Callable:
+    @functools.wraps(orig)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        p = _probe
+        if p is None or p.depth or threading.get_ident() != p.main_ident:
+            return orig(*args, **kwargs)
+        try:
+            gname, pg = _group_of(p, kwargs, args, op)
+            s0 = int(pg._get_sequence_number_for_group()) if pg is not None else 0
+            shapes, dtypes = _describe(args, kwargs)
+            site = sites.user_site(sys._getframe(1))
+        except Exception:
+            return orig(*args, **kwargs)
+        t0 = time.time()
+        p.pending = [op, gname, s0, shapes, dtypes, site, t0]
+        p.depth += 1
+        err = None
+        try:
+            return orig(*args, **kwargs)
+        except BaseException as e:
+            err = f"{type(e).__name__}: {str(e)[:300]}"
+            raise
+        finally:
+            p.depth -= 1
+            p.pending = None
+            try:
+                s1 = int(pg._get_sequence_number_for_group()) if pg is not None else None
+            except Exception:
+                s1 = None
+            p.ncoll += 1
+            # written now, from this thread: a rank that aborts a moment later keeps its ledger
+            p.ledger.write(schema.K_COLL, p.rank, op=op, group=gname, seq=[s0 + 1, s1] if s1 is not None else None,
+                           shapes=shapes, dtypes=dtypes, site=site, t0=t0, t1=time.time(), err=err)
+
+    wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(probe: Probe) -> None:
+    """Wrap the public collectives, init_process_group and DDP.forward. Idempotent."""
+    global _probe
+    _probe = probe
+    import torch.distributed as dist
+
+    sites.reset_prefixes()
+    for op in WRAPPED:
+        fn = getattr(dist, op, None)
+        if fn is None or hasattr(fn, "__ddpdoctor_wrapped__"):
+            continue
+        setattr(dist, op, _wrap(op, fn))
+
+    init = dist.init_process_group
+    if not hasattr(init, "__ddpdoctor_wrapped__"):
+        @functools.wraps(init)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            out = init(*args, **kwargs)
+            p = _probe
+            if p is not None:
+                try:
+                    pg = dist.distributed_c10d._get_default_group()
+                    p.groups[getattr(pg, "group_name", None) or "default"] = pg
+                    p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
+                                   backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)))
+                except Exception:
+                    pass
+            return out
+
+        init_process_group.__ddpdoctor_wrapped__ = init  # type: ignore[attr-defined]
+        dist.init_process_group = init_process_group
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    fwd = DDP.forward
+    if not hasattr(fwd, "__ddpdoctor_wrapped__"):
+        @functools.wraps(fwd)
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            p = _probe
+            if p is None:
+                return fwd(self, *args, **kwargs)
+            p.ddp_fwd += 1
+            p.in_ddp_fwd = True
+            try:
+                return fwd(self, *args, **kwargs)
+            finally:
+                p.in_ddp_fwd = False
+
+        forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
+        DDP.forward = forward
+
+    from torch.utils.data import DataLoader
+
+    it = DataLoader.__iter__
+    if not hasattr(it, "__ddpdoctor_wrapped__"):
+        @functools.wraps(it)
+        def __iter__(self: Any) -> Any:
+            p = _probe
+            if p is not None and threading.get_ident() == p.main_ident:
+                try:
+                    n = len(self)
+                except Exception:
+                    n = None
+                p.events.write("dataloader", p.rank, len=n, site=sites.user_site(sys._getframe(1)))
+            return it(self)
+
+        __iter__.__ddpdoctor_wrapped__ = it  # type: ignore[attr-defined]
+        DataLoader.__iter__ = __iter__

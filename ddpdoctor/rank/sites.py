@@ -1,0 +1,83 @@
+"""Find the user's line in a Python stack: the innermost frame that is not torch, ddpdoctor or
+the standard library. Cached per file name so the hot path pays one dict lookup per frame."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from types import FrameType
+
+_LIB_PREFIXES: tuple[str, ...] = ()
+_USER_PREFIXES: tuple[str, ...] = ()   # ddpdoctor's own probes are user scripts
+_cache: dict[str, bool] = {}
+
+
+def _init_prefixes() -> tuple[str, ...]:
+    global _USER_PREFIXES
+    import ddpdoctor
+    import ddpdoctor.probes
+
+    _USER_PREFIXES = (os.path.dirname(os.path.abspath(ddpdoctor.probes.__file__)) + os.sep,)
+    prefixes = {os.path.dirname(os.path.abspath(ddpdoctor.__file__)) + os.sep}
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            prefixes.add(os.path.abspath(p) + os.sep)
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and getattr(torch_mod, "__file__", None):
+        prefixes.add(os.path.dirname(os.path.abspath(torch_mod.__file__)) + os.sep)
+    return tuple(prefixes)
+
+
+def is_user_file(filename: str) -> bool:
+    global _LIB_PREFIXES
+    hit = _cache.get(filename)
+    if hit is not None:
+        return hit
+    if not _LIB_PREFIXES:
+        _LIB_PREFIXES = _init_prefixes()
+    path = os.path.abspath(filename)
+    user = path.startswith(_USER_PREFIXES) or not (filename.startswith("<") or path.startswith(_LIB_PREFIXES))
+    _cache[filename] = user
+    return user
+
+
+def reset_prefixes() -> None:
+    """Call once torch is imported so its files count as library files."""
+    global _LIB_PREFIXES
+    _LIB_PREFIXES = ()
+    _cache.clear()
+
+
+def user_site(frame: FrameType | None) -> list | None:
+    """``[file, line, func]`` of the innermost user frame at or above ``frame``."""
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if is_user_file(code.co_filename):
+            return [code.co_filename, f.f_lineno, code.co_name]
+        f = f.f_back
+    return None
+
+
+def stack_of(frame: FrameType | None, limit: int = 64) -> list[list]:
+    """Outermost-first list of ``[file, line, func]``."""
+    out = []
+    f = frame
+    while f is not None and len(out) < limit:
+        out.append([f.f_code.co_filename, f.f_lineno, f.f_code.co_name])
+        f = f.f_back
+    out.reverse()
+    return out
+
+
+def in_backward(frame: FrameType | None) -> bool:
+    """Is this thread inside ``torch.autograd.backward`` (where DDP's all-reduces are waited on)?"""
+    f = frame
+    while f is not None:
+        name = f.f_code.co_name
+        if name in ("_engine_run_backward", "backward") and "autograd" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False

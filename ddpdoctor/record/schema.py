@@ -1,0 +1,49 @@
+"""The run-directory contract: names and versions shared by the rank side and the analysis side.
+
+Stdlib only. A run directory looks like::
+
+    manifest.json                 {"schema": "ddpdoctor.run", "version": 1, ...}
+    monitor.jsonl                 what the monitor observed and decided (verdicts, kills)
+    control/dump                  written by the monitor: "please dump stacks" (request id)
+    logs/                         torchrun --log-dir (per-rank stdout.log / stderr.log)
+    ranks/<r>/events.jsonl        start, init, finish, exit records of rank r
+    ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
+    ranks/<r>/ledger.jsonl        one line per completed collective
+    ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
+    ranks/<r>/error.json          the exception that ended rank r, if any
+    ranks/<r>/fatal.txt           faulthandler's stacks if rank r died of a fatal signal
+
+Every line of a .jsonl file is one JSON object with ``v``, ``kind``, ``rank`` and ``t``.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "ddpdoctor.run"
+VERSION = 1
+
+MANIFEST = "manifest.json"
+MONITOR = "monitor.jsonl"
+LAUNCHER = "launcher.jsonl"          # the parent process of mp.spawn-style scripts
+RANKS_DIR = "ranks"
+CONTROL_DIR = "control"
+DUMP_REQUEST = "dump"
+LOGS_DIR = "logs"
+
+EVENTS = "events.jsonl"
+HEARTBEAT = "heartbeat.jsonl"
+LEDGER = "ledger.jsonl"
+STACKS = "stacks.jsonl"
+ERROR = "error.json"
+FATAL = "fatal.txt"          # faulthandler output on a fatal signal
+
+# kinds of lines
+K_START = "start"          # bootstrap started (pid, argv, host)
+K_INIT = "init"            # init_process_group returned (rank, world_size, backend)
+K_FINISH = "finish"        # the script returned or called sys.exit (code)
+K_HB = "hb"                # heartbeat
+K_COLL = "coll"            # a collective (ledger)
+K_STACKS = "stacks"        # a stack/ledger dump
+K_VERDICT = "verdict"      # monitor: a verdict reached while running
+K_EXIT = "exit"            # monitor: torchrun ended (returncode)
+K_KILL = "kill"            # monitor: the process tree was ended (reason)
+K_SPAWNED = "spawned"      # monitor: torchrun started (pid)

@@ -1,0 +1,34 @@
+"""The versioned JSON report (docs/json-schema.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from ddpdoctor.analysis.model import REPORT_SCHEMA, REPORT_VERSION, Report
+
+
+def to_dict(report: Report) -> dict:
+    return {
+        "schema": REPORT_SCHEMA,
+        "version": REPORT_VERSION,
+        "command": report.command,
+        "verdict": report.verdict,
+        "exit_code": report.exit_code,
+        "run_dir": report.run_dir,
+        "summary": report.summary,
+        "findings": [
+            {"id": f.id, "severity": f.severity, "ranks": list(f.ranks),
+             "locations": [{"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
+                           for l in f.locations],
+             "message": f.message, "hint": f.hint, "evidence": f.evidence}
+            for f in report.findings
+        ],
+        "ranks": [{"rank": r.rank, "state": r.state, "detail": r.detail,
+                   "location": asdict(r.location) if r.location else None} for r in report.ranks],
+        "notes": list(report.notes),
+    }
+
+
+def render(report: Report) -> str:
+    return json.dumps(to_dict(report), indent=2, default=str) + "\n"
