@@ -132,11 +132,27 @@ HINTS = {
 }
 
 
-def _slot_loc(rank: int, slot: Any, states: dict[int, RankState], role: str) -> Location | None:
+def _slot_loc(record: RunRecord, rank: int, slot: Any, states: dict[int, RankState], role: str
+              ) -> Location | None:
     if slot is not None and slot.site:
         return loc(rank, list(slot.site), role)
-    where = states[rank].where
-    return Location(rank, where.file, where.line, where.func, role) if where else None
+    if slot is not None and slot.op == ABSENT:
+        last = next((e for e in reversed(record.ranks[rank].ledger) if e.get("site")), None)
+        if last:
+            return loc(rank, last["site"], "exited after its last collective here")
+    return best_where(record, states[rank], role)
+
+
+def best_where(record: RunRecord, st: RankState, role: str) -> Location | None:
+    """Where a rank stands: its pending collective, else the user line of its error, else its last line."""
+    site = (st.pending or {}).get("site")
+    err = record.ranks[st.rank].error
+    if not site and err:
+        site = err.get("user_frame")
+    l = loc(st.rank, site, role)
+    if l is None and st.where:
+        l = Location(st.rank, st.where.file, st.where.line, st.where.func, role)
+    return l
 
 
 def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, int], dict[int, Any]] | None:
@@ -166,24 +182,18 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
 
     if div is not None and div.exclusive:
-        return [_from_div("hang.rank-conditional-collective", div, states, ev,
+        return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
                           "a collective is called on some ranks only")]
     if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
-        return [_from_div("hang.shape-mismatch", div, states, ev,
+        return [_from_div(record, "hang.shape-mismatch", div, states, ev,
                           "ranks passed different shapes/dtypes to the same collective")]
     lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
     if lens_differ or (uneven and not uneven[1] and (div is None or div.kind not in ("extra-call", "exited"))):
         fwd, lens = uneven  # type: ignore[misc]
         more = [r for r, n in fwd.items() if n == max(fwd.values())]
         fewer = [r for r in fwd if r not in more]
-        locs = [Location(r, s.where.file, s.where.line, s.where.func, "extra step")
-                for r in more if (s := states[r]).where]
-        for r in fewer:
-            s = states[r]
-            w = loc(r, (s.pending or {}).get("site"), "waiting") or (
-                Location(r, s.where.file, s.where.line, s.where.func, s.state) if s.where else None)
-            if w:
-                locs.append(w)
+        locs = [l for r in more if (l := best_where(record, states[r], "extra step"))]
+        locs += [l for r in fewer if (l := best_where(record, states[r], "ran out of batches"))]
         batch = f"; DataLoader lengths {lens}" if lens else ""
         msg = (f"uneven number of DDP steps: rank(s) {more} ran {max(fwd.values())} forward passes, "
                f"rank(s) {fewer} ran {min(fwd.values())}{batch}")
@@ -191,13 +201,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return [Finding("hang.uneven-batches", "error", msg, HINTS["hang.uneven-batches"],
                         tuple(sorted(fwd)), tuple(locs), ev)]
     if div is not None and div.kind == "exited":
-        return [_from_div("hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
+        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
     if div is not None:
-        return [_from_div("hang.divergent-collective", div, states, ev, "ranks issued different collectives")]
+        return [_from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")]
     ended = [s for s in states.values() if s.state == "finished"]
     others = [s for s in states.values() if not s.ended or s.state == "crashed"]
     if ended and others:
-        locs = [l for s in others if (l := loc(s.rank, (s.pending or {}).get("site"), "waiting") or s.where)]
+        locs = [l for s in others if (l := best_where(record, s, "waiting"))]
         return [Finding("hang.early-exit", "error",
                         f"rank(s) {[s.rank for s in ended]} finished while rank(s) {[s.rank for s in others]} "
                         "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
@@ -206,12 +216,12 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     return []
 
 
-def _from_div(fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
+def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
     locs = []
     for r in sorted(div.slots):
         role = "diverged" if r in div.diverged else "waiting"
         slot = div.slots[r]
-        l = _slot_loc(r, slot if slot.op not in (INTERNAL, ABSENT) else None, states, role)
+        l = _slot_loc(record, r, slot, states, role)
         if l:
             locs.append(l)
     desc = ", ".join(f"rank {r}: {_slot_text(sl)}" for r, sl in sorted(div.slots.items()))

@@ -55,12 +55,20 @@ def user_frame_in(text: str, record: RunRecord) -> list | None:
     """The innermost user frame in a traceback or a faulthandler dump (which lists innermost first)."""
     frames = [[f, int(n), fn] for f, n, fn in _FRAME.findall(text)]
     if "most recent call first" in text:
-        blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text)
-        for b in blocks:
-            user = [[f, int(n), fn] for f, n, fn in _FRAME.findall(b) if is_user_path(f, record)]
-            if user:
-                return user[0]
-        return None
+        return fatal_frame(text, record)[0]
+    user = [f for f in frames if is_user_path(f[0], record)]
+    return user[-1] if user else None
+
+
+def fatal_frame(text: str, record: RunRecord) -> tuple[list | None, str | None]:
+    """From a faulthandler dump: the innermost user frame and the torch.distributed call it was in."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text):
+        frames = [[f, int(n), fn] for f, n, fn in _FRAME.findall(block)]
+        for i, fr in enumerate(frames):
+            if is_user_path(fr[0], record):
+                op = next((g[2] for g in reversed(frames[:i]) if g[0].endswith("distributed_c10d.py")), None)
+                return fr, op
+    return None, None
     user = [f for f in frames if is_user_path(f[0], record)]
     return user[-1] if user else None
 
@@ -73,8 +81,9 @@ def complete_errors(record: RunRecord) -> None:
             continue
         what = _WHAT.findall(rec.stderr_tail)
         head = rec.fatal.strip().splitlines()[0]
+        frame, op = fatal_frame(rec.fatal, record)
         rec.error = {"type": "FatalSignal", "message": what[-1].strip() if what else head,
-                     "user_frame": user_frame_in(rec.fatal, record), "frames": [], "fatal": head}
+                     "user_frame": frame, "op": op, "frames": [], "fatal": head}
 
 
 def is_transport_error(err: dict[str, Any] | None) -> bool:
@@ -111,7 +120,8 @@ def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
     fin = rec.event(schema.K_FINISH)
     where = loc(rec.rank, hb.get("where"), "")
     seq = hb.get("seq") or (fin or {}).get("seq") or {}
-    ddp_fwd = int(hb.get("step") or (fin or {}).get("ddp_fwd") or 0)
+    ddp_fwd = max(int(hb.get("step") or 0), int((fin or {}).get("ddp_fwd") or 0),
+                  int(rec.counters.get("ddp_fwd") or 0))
     stable = now - rec.seq_changed_t if rec.seq_changed_t else 0.0
     if fin is not None:
         state = "crashed" if fin.get("exception") or rec.error else "finished"

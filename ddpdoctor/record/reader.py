@@ -30,6 +30,7 @@ class RankRecord:
     stacks: dict[str, Any] | None = None  # the latest dump
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
+    counters: dict[str, Any] = field(default_factory=dict)
     fatal: str = ""   # faulthandler's dump when the rank died of a fatal signal (SIGABRT, SIGSEGV)
 
     def event(self, kind: str) -> dict[str, Any] | None:
@@ -165,6 +166,12 @@ class RunReader:
             dumps = self._tail(os.path.join(d, schema.STACKS)).new_records()
             if dumps:
                 rec.stacks = dumps[-1]
+            try:
+                with open(os.path.join(d, schema.COUNTERS), encoding="utf-8") as f:
+                    c = json.load(f)
+                rec.counters = c if isinstance(c, dict) else {}
+            except (OSError, ValueError):
+                pass
             if not rec.fatal:
                 try:
                     with open(os.path.join(d, schema.FATAL), encoding="utf-8", errors="replace") as f:

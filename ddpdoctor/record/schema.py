@@ -10,6 +10,7 @@ Stdlib only. A run directory looks like::
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
     ranks/<r>/ledger.jsonl        one line per completed collective
     ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
+    ranks/<r>/counters.json       DDP forward and collective counts, updated in place
     ranks/<r>/error.json          the exception that ended rank r, if any
     ranks/<r>/fatal.txt           faulthandler's stacks if rank r died of a fatal signal
 
@@ -34,6 +35,7 @@ HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
 STACKS = "stacks.jsonl"
 ERROR = "error.json"
+COUNTERS = "counters.json"    # live counters (memory-mapped, one JSON object)
 FATAL = "fatal.txt"          # faulthandler output on a fatal signal
 
 # kinds of lines

@@ -1,0 +1,30 @@
+"""Healthy-but-slow probe: one step takes longer than --timeout on every rank with no collective in
+flight (a long data preparation). Nobody waits for anybody: not a hang.
+
+Expected findings: none (run it with --timeout shorter than --sleep).
+"""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sleep", type=float, default=4.0)
+    args = ap.parse_args()
+    dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(8, 1))
+    for step in range(3):
+        if step == 1:
+            time.sleep(args.sleep)  # a long step, no collective in flight
+        model(torch.randn(4, 8)).sum().backward()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
