@@ -39,7 +39,10 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
             if b.rank == a.rank or not b.seq or g not in b.seq:
                 continue  # not (known to be) a member of that group
             if b.ended:
-                return f"{what}; rank {b.rank} has exited"
+                # still waiting, as seen by a heartbeat written well after the peer ended
+                if b.ended_t is None or (a.hb_t or 0) - b.ended_t >= cfg.settle:
+                    return f"{what}; rank {b.rank} has exited"
+                continue
             if b.stale or b.state == "not-started":
                 continue
             if b.proof_waiting:

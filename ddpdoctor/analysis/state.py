@@ -105,6 +105,8 @@ class RankState:
     ddp_fwd: int = 0
     exit_code: Any = None
     stale: bool = False
+    ended_t: float | None = None
+    hb_t: float | None = None
 
     @property
     def proof_waiting(self) -> bool:
@@ -126,7 +128,7 @@ def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
     if fin is not None:
         state = "crashed" if fin.get("exception") or rec.error else "finished"
         return RankState(rec.rank, state, where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=fin.get("code"),
-                         seq_stable_for=stable)
+                         seq_stable_for=stable, ended_t=fin.get("t"))
     if rec.error is not None:
         return RankState(rec.rank, "crashed", where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=1)
     if not hb:
@@ -136,7 +138,7 @@ def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
     if pending:
         return RankState(rec.rank, "waiting", since=pending.get("since"), pending=pending,
                          where=loc(rec.rank, pending.get("site"), "waiting") or where, seq=seq,
-                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale)
+                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale, hb_t=hb.get("t"))
     if hb.get("in_backward") or hb.get("in_ddp_forward"):
         since = rec.seq_changed_t
         return RankState(rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable,

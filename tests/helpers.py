@@ -1,0 +1,108 @@
+"""Run ddpdoctor for real (a subprocess, real torchrun ranks on gloo) and prove nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBES = ROOT / "probes"
+TOKEN_VAR = "DDPDOCTOR_TEST_TOKEN"  # set by the tests on ddpdoctor's own process, inherited by its tree
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+    run_dir: Path
+    report: dict | None
+
+
+def marker_line(path: Path, marker: str) -> int:
+    """The line number of the probe line that carries ``# MARKER``."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if re.search(rf"#\s*{re.escape(marker)}\b", line):
+            return i
+    raise AssertionError(f"no marker {marker} in {path}")
+
+
+def processes_with_token(token: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid == os.getpid():
+                continue
+            if f"{TOKEN_VAR}={token}" in "\0".join(f"{k}={v}" for k, v in p.environ().items()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_no_orphans(token: str, wait: float = 10.0) -> None:
+    deadline = time.time() + wait
+    left = processes_with_token(token)
+    while left and time.time() < deadline:
+        time.sleep(0.2)
+        left = processes_with_token(token)
+    if left:
+        desc = [(p.pid, " ".join(p.cmdline())[:120]) for p in left if p.is_running()]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        raise AssertionError(f"processes left behind: {desc}")
+
+
+def ddpdoctor(args: list[str], tmp: Path, timeout: float = 120, json_report: bool = True,
+              run_dir: Path | None = None, cwd: Path | None = None) -> Result:
+    """Run ``python -m ddpdoctor ARGS`` to completion (bounded), then prove no process survived."""
+    token = uuid.uuid4().hex
+    run_dir = run_dir or tmp / f"run-{token[:8]}"
+    cmd = [sys.executable, "-m", "ddpdoctor", *args]
+    jpath = tmp / f"report-{token[:8]}.json"
+    if args and args[0] in ("hang",):
+        cmd[4:4] = ["--run-dir", str(run_dir)]
+    if json_report and args and args[0] in ("hang", "analyze"):
+        cmd[4:4] = ["--json", str(jpath)]
+    env = dict(os.environ, **{TOKEN_VAR: token})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, cwd=cwd or tmp)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        assert_no_orphans(token)
+        raise AssertionError(f"ddpdoctor did not finish in {timeout} s\n{err[-3000:]}")
+    assert_no_orphans(token)
+    report = json.loads(jpath.read_text()) if jpath.exists() else None
+    return Result(proc.returncode, out, err, run_dir, report)
+
+
+def finding(report: dict, fid: str) -> dict:
+    ids = [f["id"] for f in report["findings"]]
+    assert fid in ids, f"expected {fid}, got {ids}: {[f['message'] for f in report['findings']]}"
+    return next(f for f in report["findings"] if f["id"] == fid)
+
+
+def loc_of(f: dict, rank: int) -> tuple[str, int]:
+    locs = [(l["file"], l["line"]) for l in f["locations"] if l["rank"] == rank]
+    assert locs, f"no location for rank {rank} in {f['locations']}"
+    return locs[0]
+
+
+def lines_of(f: dict, rank: int) -> set[int]:
+    return {l["line"] for l in f["locations"] if l["rank"] == rank}
