@@ -75,9 +75,8 @@ def _default_nproc() -> str:
 
 def _torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
     nproc = opts.get("nproc_per_node")
-    if nproc is not None:
-        if nproc.isdigit() and int(nproc) < 1:
-            raise DdpdoctorError(f"--nproc-per-node must be at least 1 (got {nproc})")
+    if nproc is not None and not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("auto", "cpu", "gpu"):
+        raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
     multi = any(opts.get(k) is not None for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr",
                                                    "master_port", "rdzv_backend"))
@@ -149,7 +148,7 @@ def hang(script: str | None, timeout: float, launch: str, run_dir: str | None, m
 
 def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
                 launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
-                json_path: str | None, junit_path: str | None) -> Report:
+                json_path: str | None, junit_path: str | None, quiet: bool = False) -> Report:
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -166,15 +165,29 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
     path = rd.create(run_dir or rd.default_run_dir(command), {
         "command": command, "mode": mode, "script": script, "script_args": list(script_args),
         "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat})
-    click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
-               err=True)
-    outcome = Monitor(spec, path, cfg).run()
+    if not quiet:
+        click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
+                   f"records in {path}", err=True)
+    outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet).run()
     report = diagnose(load_run(path), cfg, command)
     if outcome.interrupted:
         report = Report(report.command, report.verdict, ExitCode.INTERRUPTED, report.run_dir, report.findings,
                         report.ranks, "interrupted", report.notes + ("interrupted: the run was ended early",))
-    emit(report, json_path, junit_path)
+    emit(report, json_path, junit_path, quiet_text=quiet)
     return report
+
+
+@cli.command()
+@click.option("--only", multiple=True, help="Run only these probes (file names, e.g. crash.py).")
+@click.option("--run-dir", "runs_root", type=click.Path(file_okay=False),
+              help="Folder for the probes' run directories (default ./ddpdoctor-runs/doctor-...).")
+@output_options
+def doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, junit_path: str | None,
+           fail_on: str) -> None:
+    """Self-test: run every built-in probe and check each gives the finding its docstring names."""
+    from ddpdoctor.selftest import run_selftest
+
+    sys.exit(run_selftest(only, runs_root, json_path, junit_path))
 
 
 @cli.command()
@@ -199,7 +212,8 @@ def analyze(run_dir: str, timeout: float | None, json_path: str | None, junit_pa
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one line and an exit code for every user error."""
     try:
-        cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
+        sys.exit(rv if isinstance(rv, int) else 0)
     except DdpdoctorError as e:
         click.echo(f"ddpdoctor: error: {e}", err=True)
         sys.exit(e.exit_code)

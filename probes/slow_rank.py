@@ -3,6 +3,7 @@ Not provably a deadlock (rank 0 may still arrive): an uncertain wait, a hang onl
 
 Run with a short --timeout (the tests use 3 s); rank 0 would need --sleep seconds.
 Expected finding: hang.timeout, rank 1 waiting at BARRIER, rank 0 busy at EVAL.
+Self-test: --timeout 3
 """
 
 import argparse

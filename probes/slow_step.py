@@ -2,6 +2,7 @@
 flight (a long data preparation). Nobody waits for anybody: not a hang.
 
 Expected findings: none (run it with --timeout shorter than --sleep).
+Self-test: --timeout 2 -- --sleep 4
 """
 
 import argparse

@@ -31,6 +31,9 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     findings: list[Finding] = []
     for det in REGISTRY.values():
         findings += det(record, config)
+    if any(f.id.startswith("run.") for f in findings):
+        # the job never became distributed: crash/hang findings would only repeat it
+        findings = [f for f in findings if f.id.startswith(("run.", "teardown."))]
     findings.sort(key=lambda f: _ORDER.get(f.severity, 3))
     errors = [f for f in findings if f.severity == "error"]
     fam = {f.id.split(".", 1)[0] for f in errors}

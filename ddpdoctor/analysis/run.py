@@ -8,6 +8,18 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
+def _torchrun_tail(record: RunRecord) -> str:
+    import os
+
+    try:
+        with open(os.path.join(record.run_dir, schema.TORCHRUN_LOG), encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f.read()[-4000:].splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    errs = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errs or lines or [""])[-1][:300]
+
+
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
         return []
@@ -20,9 +32,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if not ends:
         ex = record.monitor_event(schema.K_EXIT)
         code = ex.get("returncode") if ex else None
-        return [Finding("run.not-started", "error", f"no rank started (torchrun exit code {code}); see its "
-                        "output above", "Check the torchrun options and that the Python environment can run "
-                        "the script.", ())]
+        tail = _torchrun_tail(record)
+        return [Finding("run.not-started", "error", f"no rank started (torchrun exit code {code})"
+                        + (f": {tail}" if tail else ""), "Check the torchrun options (see torchrun.log in the run "
+                        "directory) and that this Python environment can run the script.", ())]
     for r, fin, err in ends:
         if err:
             where = loc(r, err.get("user_frame"), "raised")

@@ -7,9 +7,11 @@ the workers: the monitor ends every process of the tree it started, by pid (TERM
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,12 +47,30 @@ def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
             "-m", "ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
 
 
+# torchrun --tee prefixes each worker line with "[<role><local_rank>]:"; its own log lines have none.
+_WORKER_LINE = re.compile(rb"^\[[A-Za-z_]+\d+\]:")
+
+
+def _forward(pipe: Any, out: Any | None, log: Any) -> None:
+    """Workers' lines go to the user's terminal as torchrun prints them; torchrun's own agent log
+    (its SIGTERM notices and the ChildFailedError traceback) goes to the run directory."""
+    for line in iter(pipe.readline, b""):
+        if out is not None and _WORKER_LINE.match(line):
+            out.write(line)
+            out.flush()
+        else:
+            log.write(line)
+            log.flush()
+    pipe.close()
+
+
 def _say(msg: str) -> None:
     print(f"ddpdoctor: {msg}", file=sys.stderr, flush=True)
 
 
 class Monitor:
-    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True) -> None:
+    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True, echo: bool = True) -> None:
+        self.echo = echo
         self.spec = spec
         self.run_dir = run_dir
         self.cfg = cfg
@@ -72,12 +92,21 @@ class Monitor:
 
     def _run(self) -> Outcome:
         cmd = torchrun_cmd(self.spec, self.run_dir)
+        tlog = os.fdopen(os.open(os.path.join(self.run_dir, schema.TORCHRUN_LOG),
+                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         try:
-            proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
+            tlog.close()
             self.log.write(schema.K_EXIT, None, returncode=None, error=str(e))
             return Outcome(None, False, None)
         self.log.write(schema.K_SPAWNED, None, pid=proc.pid, cmd=cmd)
+        out, err = (sys.stdout.buffer, sys.stderr.buffer) if self.echo else (None, None)
+        pumps = [threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
+                 threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True)]
+        for t in pumps:
+            t.start()
         reader = RunReader(self.run_dir)
         t_start = time.time()
         last_status, last_text = 0.0, None
@@ -114,6 +143,9 @@ class Monitor:
             if proc.poll() is None:
                 self.end_tree(proc)
             self._sweep()
+            for t in pumps:
+                t.join(timeout=self.cfg.grace)
+            tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
         return Outcome(proc.returncode, self._signal is not None, verdict)
 
@@ -128,7 +160,7 @@ class Monitor:
 
     def _collect_dumps(self, reader: RunReader) -> None:
         path = os.path.join(self.run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
-        with open(path + ".tmp", "w") as f:
+        with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("1")
         os.replace(path + ".tmp", path)
         deadline = time.time() + self.cfg.dump_wait

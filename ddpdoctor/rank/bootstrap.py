@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import socket
 import sys
 import traceback
+import types
 from types import TracebackType
 from typing import Any
 
@@ -55,13 +55,28 @@ def _trim(tb: TracebackType | None, script: str) -> TracebackType | None:
     return t or tb
 
 
+def _exec_as_main(abs_script: str) -> None:
+    """What ``python script.py`` does (runpy.run_path would rewrite sys.argv[0] to the absolute path)."""
+    import builtins
+    from importlib.machinery import SourceFileLoader
+
+    with open(abs_script, "rb") as f:
+        source = f.read()
+    code = compile(source, abs_script, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=abs_script, __builtins__=builtins, __cached__=None, __spec__=None,
+                         __loader__=SourceFileLoader("__main__", abs_script))
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def run_script(script: str, args: list[str], on_exit: Any) -> int:
     """Run ``script`` as ``__main__``. ``on_exit(code, exc)`` records how it ended. Returns the exit code."""
     abs_script = os.path.abspath(script)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(abs_script)
     try:
-        runpy.run_path(abs_script, run_name="__main__")
+        _exec_as_main(abs_script)
     except SystemExit as e:
         code = e.code
         on_exit(code if isinstance(code, int) or code is None else 1, None)
@@ -120,7 +135,8 @@ def _enable_faulthandler(rank_dir: str) -> None:
     import faulthandler
 
     try:
-        f = open(os.path.join(rank_dir, schema.FATAL), "w")  # kept open for the life of the process
+        # kept open for the life of the process
+        f = os.fdopen(os.open(os.path.join(rank_dir, schema.FATAL), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
         faulthandler.enable(file=f, all_threads=True)
     except OSError:
         pass

@@ -6,6 +6,7 @@ Stdlib only. A run directory looks like::
     monitor.jsonl                 what the monitor observed and decided (verdicts, kills)
     control/dump                  written by the monitor: "please dump stacks" (request id)
     logs/                         torchrun --log-dir (per-rank stdout.log / stderr.log)
+    torchrun.log                  torchrun's own messages (agent log, failure summary)
     ranks/<r>/events.jsonl        start, init, finish, exit records of rank r
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
     ranks/<r>/ledger.jsonl        one line per completed collective
@@ -29,6 +30,7 @@ RANKS_DIR = "ranks"
 CONTROL_DIR = "control"
 DUMP_REQUEST = "dump"
 LOGS_DIR = "logs"
+TORCHRUN_LOG = "torchrun.log"       # torchrun's own agent output (not the workers')
 
 EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"

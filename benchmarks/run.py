@@ -1,0 +1,117 @@
+"""ddpdoctor benchmarks: probe overhead vs bare torchrun, verdict latency, --help time.
+
+    python benchmarks/run.py [--reps 5] [--steps 600] [--out benchmarks/results.json]
+
+Every ratio compares runs made in this same invocation, alternating bare torchrun and ddpdoctor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+def bare(script: Path, *args: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *args],
+                       capture_output=True, text=True, timeout=600)
+    return time.perf_counter() - t0, r.stdout + r.stderr
+
+
+def doctor(script: Path, tmp: str, *args: str, extra: tuple[str, ...] = ()) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run([PY, "-m", "ddpdoctor", "hang", "--script", str(script), "--nproc-per-node", "2",
+                        "--run-dir", tempfile.mkdtemp(dir=tmp), *extra, "--", *args],
+                       capture_output=True, text=True, timeout=600)
+    return time.perf_counter() - t0, r.stdout + r.stderr
+
+
+def steps_per_s(text: str) -> float:
+    m = re.search(r"STEPS_PER_S ([\d.]+)", text)
+    if not m:
+        raise RuntimeError(text[-3000:])
+    return float(m.group(1))
+
+
+def overhead(reps: int, steps: int, tmp: str) -> dict:
+    script = HERE / "comm_loop.py"
+    rows = {"bare": [], "ddpdoctor": []}
+    for i in range(reps):
+        order = ("bare", "ddpdoctor") if i % 2 == 0 else ("ddpdoctor", "bare")
+        for kind in order:
+            wall, out = bare(script, "--steps", str(steps)) if kind == "bare" else \
+                doctor(script, tmp, "--steps", str(steps))
+            rows[kind].append({"wall_s": wall, "steps_per_s": steps_per_s(out)})
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "steps_per_s")} for k, v in rows.items()}
+    return {"runs": rows, "median": med,
+            "throughput_ratio": med["bare"]["steps_per_s"] / med["ddpdoctor"]["steps_per_s"],
+            "wall_ratio": med["ddpdoctor"]["wall_s"] / med["bare"]["wall_s"],
+            "step_ms_bare": 1000 / med["bare"]["steps_per_s"]}
+
+
+def latency(mode: str, tmp: str, timeout: float) -> float:
+    """Seconds from the last rank's ONSET line to ddpdoctor's verdict line on stderr."""
+    cmd = [PY, "-m", "ddpdoctor", "hang", "--script", str(HERE / "onset.py"), "--nproc-per-node", "2",
+           "--timeout", str(timeout), "--run-dir", tempfile.mkdtemp(dir=tmp), "--", "--mode", mode]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    onsets, verdict_t = [], None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = re.search(r"ONSET ([\d.]+)", line)
+        if m:
+            onsets.append(float(m.group(1)))
+        if verdict_t is None and re.match(r"ddpdoctor: (deadlock|hang):", line):
+            verdict_t = time.time()
+    proc.wait(timeout=120)
+    if verdict_t is None or not onsets:
+        raise RuntimeError(f"no verdict/onset for {mode}")
+    return verdict_t - max(onsets)
+
+
+def help_time(reps: int = 10) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run([PY, "-m", "ddpdoctor", "--help"], capture_output=True, check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--latency-reps", type=int, default=3)
+    ap.add_argument("--out", default=str(HERE / "results.json"))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+        res["help_s"] = help_time()
+        print(f"ddpdoctor --help: {res['help_s']:.3f} s (median of 10)", flush=True)
+        certain = [latency("certain", tmp, 60) for _ in range(args.latency_reps)]
+        res["certain_latency_s"] = certain
+        print(f"certain deadlock onset -> verdict: {', '.join(f'{x:.2f}' for x in certain)} s", flush=True)
+        unc = [latency("uncertain", tmp, 5) for _ in range(args.latency_reps)]
+        res["uncertain_latency_s"] = unc
+        print(f"uncertain wait (--timeout 5) onset -> verdict: {', '.join(f'{x:.2f}' for x in unc)} s", flush=True)
+        ov = overhead(args.reps, args.steps, tmp)
+        res["overhead"] = ov
+        print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop throughput "
+              f"ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, whole-process wall ratio {ov['wall_ratio']:.3f}",
+              flush=True)
+    Path(args.out).write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

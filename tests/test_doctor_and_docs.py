@@ -1,0 +1,25 @@
+"""`ddpdoctor doctor` checks the probes against their docstrings; every finding id has a docs page."""
+
+from __future__ import annotations
+
+import re
+
+from helpers import ROOT, ddpdoctor
+
+
+def test_doctor_runs_probes_and_reports_each(tmp_path):
+    r = ddpdoctor(["doctor", "--only", "healthy.py", "--only", "shape_mismatch.py", "--run-dir", str(tmp_path / "d")],
+                  tmp_path, json_report=False)
+    assert r.code == 0, r.out + r.err[-2000:]
+    assert re.search(r"^ok\s+healthy.py\s+expected no findings", r.out, re.M)
+    assert re.search(r"^ok\s+shape_mismatch.py\s+expected hang.shape-mismatch\s+got hang.shape-mismatch", r.out, re.M)
+    assert "2/2 probes" in r.out
+
+
+def test_every_finding_id_has_a_docs_page():
+    ids = set()
+    for path in (ROOT / "ddpdoctor" / "analysis").glob("*.py"):
+        ids |= set(re.findall(r'"((?:hang|crash|run|teardown|memleak|data|check|profile)\.[a-z-]+)"', path.read_text()))
+    assert len(ids) >= 10
+    missing = [i for i in sorted(ids) if not (ROOT / "docs" / "findings" / f"{i}.md").is_file()]
+    assert not missing, missing

@@ -1,0 +1,55 @@
+"""The script under ddpdoctor cannot tell: same argv, sys.path[0], __name__, __file__ and environment
+as under plain torchrun, and its output reaches the user."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers import TOKEN_VAR, ddpdoctor
+
+SCRIPT = '''
+import json, os, sys
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
+      "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}))
+dist.destroy_process_group()
+'''
+
+# set per launch by torchrun itself (a fresh id, port or temp file each time)
+PER_LAUNCH = set()
+
+
+def seen(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if "SEEN " in line:
+            d = json.loads(line.split("SEEN ", 1)[1])
+            out[d["rank"]] = d
+    return out
+
+
+def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    script = tmp_path / "pkg" / "show.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_VAR}
+    bare = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "pkg/show.py", "a", "--flag", "x y"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    r = ddpdoctor(["hang", "--script", "pkg/show.py", "--", "a", "--flag", "x y"], tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    plain, ours = seen(bare.stdout), seen(r.out)
+    assert set(plain) == set(ours) == {"0", "1"}
+    for rank in plain:
+        p, o = plain[rank], ours[rank]
+        assert o["argv"] == p["argv"] == ["pkg/show.py", "a", "--flag", "x y"]
+        assert o["path0"] == p["path0"] == str(tmp_path / "pkg")
+        assert o["name"] == p["name"] == "__main__"
+        assert o["file"] == p["file"]
+        assert set(o["env"]) - {TOKEN_VAR} == set(p["env"]), set(o["env"]) ^ set(p["env"])
+        assert o["world"] == p["world"] == "2"
