@@ -71,7 +71,7 @@ def latency(mode: str, tmp: str, timeout: float) -> float:
         m = re.search(r"ONSET ([\d.]+)", line)
         if m:
             onsets.append(float(m.group(1)))
-        if verdict_t is None and re.match(r"ddpdoctor: (deadlock|hang):", line):
+        if verdict_t is None and line.startswith("ddpdoctor: ") and "collecting stacks" in line:
             verdict_t = time.time()
     proc.wait(timeout=120)
     if verdict_t is None or not onsets:

@@ -121,18 +121,27 @@ def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_te
             raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--script", type=click.Path(dir_okay=False), help="The training script. Default: the built-in healthy probe.")
-@torchrun_options
-@click.option("--timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
-              help="Seconds a rank may wait in a collective while another is still busy before it is called a hang. "
-                   "Certain deadlocks are reported within seconds whatever this is.")
-@click.option("--launch", type=click.Choice(["auto", "torchrun", "spawn"]), default="auto", show_default=True,
-              help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to keep the records (default ./ddpdoctor-runs/...).")
-@click.option("--max-time", type=click.FloatRange(min=1), default=None, help="End the run after this many seconds.")
-@output_options
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run_options(f: Callable) -> Callable:
+    """The options every command that runs a script shares."""
+    f = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(f)
+    f = output_options(f)
+    f = click.option("--max-time", type=click.FloatRange(min=1), default=None,
+                     help="End the run after this many seconds.")(f)
+    f = click.option("--run-dir", type=click.Path(file_okay=False),
+                     help="Where to keep the records (default ./ddpdoctor-runs/...).")(f)
+    f = click.option("--launch", type=click.Choice(["auto", "torchrun", "spawn"]), default="auto", show_default=True,
+                     help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.")(f)
+    f = click.option("--timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
+                     help="Seconds a rank may wait in a collective while another is still busy before it is called "
+                          "a hang. Certain deadlocks are reported within seconds whatever this is.")(f)
+    f = torchrun_options(f)
+    f = click.option("--script", type=click.Path(dir_okay=False),
+                     help="The training script. Default: the built-in healthy probe.")(f)
+    return f
+
+
+@cli.command()
+@run_options
 def hang(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
          json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
          **torchrun: Any) -> None:
@@ -146,9 +155,35 @@ def hang(script: str | None, timeout: float, launch: str, run_dir: str | None, m
     sys.exit(report.exit_code)
 
 
+@cli.command()
+@run_options
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="End the run once every rank has made this many DDP steps.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="End the run once every rank has iterated its DataLoader this many times.")
+@click.option("--fingerprint-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Fingerprint parameters and buffers every K DDP forwards (and at construction).")
+def check(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
+          json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
+          steps: int | None, epochs: int | None, fingerprint_every: int, **torchrun: Any) -> None:
+    """Check set_epoch, shard overlap, seeds, parameter/buffer drift, checkpoint races, no_sync.
+
+    \b
+    ddpdoctor check --script train.py --epochs 2
+    """
+    if steps and epochs:
+        raise DdpdoctorError("give --steps or --epochs, not both")
+    cfg = Config(timeout=timeout, fail_on=fail_on)
+    report = run_command("check", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
+                         junit_path, extra={"checks": {"every": fingerprint_every},
+                                            "stop": {"steps": steps, "epochs": epochs}})
+    sys.exit(report.exit_code)
+
+
 def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
                 launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
-                json_path: str | None, junit_path: str | None, quiet: bool = False) -> Report:
+                json_path: str | None, junit_path: str | None, quiet: bool = False,
+                extra: dict[str, Any] | None = None) -> Report:
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -161,10 +196,11 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     targs = _torchrun_args(torchrun, mode == "spawn")
-    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time)
+    stop = (extra or {}).get("stop") or {}
+    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.get("steps"), stop.get("epochs"))
     path = rd.create(run_dir or rd.default_run_dir(command), {
         "command": command, "mode": mode, "script": script, "script_args": list(script_args),
-        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat})
+        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat, **(extra or {})})
     if not quiet:
         click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)

@@ -17,6 +17,7 @@ from ddpdoctor.analysis.model import Config, ExitCode
 
 _EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z-]+)", re.M)
 _OPTS = re.compile(r"^Self-test: (.+)$", re.M)
+_COMMAND = re.compile(r"^Command: (\w+)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Probe:
     path: str
     expected: str | None     # a finding id, or None for "no error findings"
     options: tuple[str, ...]
+    command: str = "hang"
 
 
 def probes() -> list[Probe]:
@@ -38,8 +40,9 @@ def probes() -> list[Probe]:
         if not m:
             continue
         o = _OPTS.search(text)
+        c = _COMMAND.search(text)
         out.append(Probe(entry.name, str(entry), None if m.group(1) == "none" else m.group(1),
-                         tuple(shlex.split(o.group(1))) if o else ()))
+                         tuple(shlex.split(o.group(1))) if o else (), c.group(1) if c else "hang"))
     return out
 
 
@@ -65,10 +68,11 @@ def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | 
             continue
         timeout, args = _split(p.options)
         t0 = time.time()
-        report = run_command("hang", p.path, args, {}, "auto", os.path.join(root, p.name[:-3]), None,
-                             Config(timeout=timeout), None, None, quiet=True)
-        got = [f.id for f in report.findings if f.severity == "error"]
-        ok = (p.expected in got) if p.expected else not got
+        extra = {"checks": {"every": 10}, "stop": {}} if p.command == "check" else None
+        report = run_command(p.command, p.path, args, {}, "auto", os.path.join(root, p.name[:-3]), None,
+                             Config(timeout=timeout), None, None, quiet=True, extra=extra)
+        got = [f.id for f in report.findings if f.severity in ("error", "warning")]
+        ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
         results.append({"probe": p.name, "expected": p.expected or "none", "got": got, "ok": ok,
                         "seconds": round(time.time() - t0, 1), "run_dir": report.run_dir})
         mark = "ok  " if ok else "FAIL"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import crash, hang, run, teardown
+from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, perf, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -21,6 +21,10 @@ REGISTRY: dict[str, Detector] = {
     "crash": crash.detect,
     "hang": hang.detect,
     "teardown": teardown.detect,
+    "data": data.detect,
+    "drift": drift.detect,
+    "checkpoint": checkpoint.detect,
+    "perf": perf.detect,
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}
@@ -34,6 +38,9 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     if any(f.id.startswith("run.") for f in findings):
         # the job never became distributed: crash/hang findings would only repeat it
         findings = [f for f in findings if f.id.startswith(("run.", "teardown."))]
+    ids = {f.id for f in findings}
+    if "hang.uneven-batches" in ids:
+        findings = [f for f in findings if f.id != "data.uneven-batches"]
     findings.sort(key=lambda f: _ORDER.get(f.severity, 3))
     errors = [f for f in findings if f.severity == "error"]
     fam = {f.id.split(".", 1)[0] for f in errors}
@@ -45,7 +52,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     elif "crash" in fam:
         verdict, code = "crash", ExitCode.FINDINGS
     elif errors:
-        verdict, code = "ok", ExitCode.FINDINGS
+        verdict, code = "findings", ExitCode.FINDINGS
     else:
         verdict, code = "ok", ExitCode.OK
         if config.fail_on in ("warning", "note") and any(

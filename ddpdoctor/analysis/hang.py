@@ -66,6 +66,18 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
     return None
 
 
+def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
+    """Has some rank sat in a collective (or DDP backward) long enough that a verdict may be near?"""
+    for s in all_states(record, now, cfg).values():
+        if s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2:
+            return True
+        if s.state == "ddp-wait" and s.seq_stable_for >= cfg.settle / 2:
+            return True
+        if s.ended:
+            return True
+    return False
+
+
 def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
     """("certain", reason) or ("timeout", reason) when the monitor should stop the run."""
     states = all_states(record, now, cfg)

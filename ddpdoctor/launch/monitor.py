@@ -32,6 +32,8 @@ class LaunchSpec:
     torchrun_args: tuple[str, ...]
     mode: str                    # "torchrun" | "spawn"
     max_time: float | None = None
+    stop_steps: int | None = None    # end the run once every rank made this many DDP steps
+    stop_epochs: int | None = None   # ... or iterated its DataLoader this many times
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ def _forward(pipe: Any, out: Any | None, log: Any) -> None:
             log.write(line)
             log.flush()
     pipe.close()
+
+
+POLL_S = 0.2  # the heartbeat period is 0.25 s: polling faster only costs the ranks CPU
 
 
 def _say(msg: str) -> None:
@@ -114,7 +119,9 @@ class Monitor:
         try:
             while proc.poll() is None:
                 now = time.time()
-                record = reader.refresh()
+                record = reader.refresh(full=False)
+                if hang.anyone_waiting(record, self.cfg, now):
+                    record = reader.refresh(full=True)  # the deadlock proof needs the ledgers
                 self._remember(record)
                 if self._signal is not None:
                     self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
@@ -130,6 +137,13 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
                     break
+                done = self._enough(record)
+                if done:
+                    self.log.write(schema.K_KILL, None, reason=done)
+                    if self.live:
+                        _say(f"{done}: ending the run")
+                    self.end_tree(proc)
+                    break
                 if self.spec.max_time and now - t_start > self.spec.max_time:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
@@ -138,7 +152,7 @@ class Monitor:
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
                     last_status, last_text = now, text
-                time.sleep(0.1)
+                time.sleep(POLL_S)
         finally:
             if proc.poll() is None:
                 self.end_tree(proc)
@@ -148,6 +162,22 @@ class Monitor:
             tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
         return Outcome(proc.returncode, self._signal is not None, verdict)
+
+    def _enough(self, record: Any) -> str | None:
+        """The --steps / --epochs the user asked for, reached on every rank."""
+        ranks = list(record.ranks.values())
+        world = record.world_size
+        if not ranks or (world and len(ranks) < world):
+            return None
+        if self.spec.stop_steps:
+            steps = [max(int((r.last_hb or {}).get("step") or 0), int(r.counters.get("ddp_fwd") or 0)) for r in ranks]
+            if min(steps) >= self.spec.stop_steps:
+                return f"--steps {self.spec.stop_steps} reached"
+        if self.spec.stop_epochs:
+            iters = [sum(1 for e in r.events if e.get("kind") == "dataloader") for r in ranks]
+            if min(iters) > self.spec.stop_epochs:
+                return f"--epochs {self.spec.stop_epochs} reached"
+        return None
 
     def _remember(self, record: Any) -> None:
         for rec in record.ranks.values():

@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
     _enable_faulthandler(p.dir)
     p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
             world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    probe.install(p)
+    probe.install(p, manifest)
 
     def on_exit(code: Any, exc: BaseException | None) -> None:
         if exc is not None:

@@ -10,6 +10,7 @@ C++ collective with the GIL released.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import sys
@@ -59,6 +60,7 @@ class Probe:
         self.in_ddp_fwd = False
         self.groups: dict[str, Any] = {}
         self.depth = 0
+        self.checks: Any = None       # ddpdoctor.rank.checks.Checks when the run checks data/state
         self.dump_id = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,6 +72,8 @@ class Probe:
         self._thread.start()
 
     def finish(self, code: int | str | None, **fields: Any) -> None:
+        if self.checks is not None:
+            self.checks.finish()
         self.tick(final=True)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
                           seq=self.seqs(), **fields)
@@ -167,20 +171,19 @@ class Counters:
     """Counts kept in a shared memory map of a small JSON file: the training thread updates them in
     well under a microsecond, and they survive a rank that aborts (the page cache keeps them)."""
 
-    _TEMPLATE = b'{"v":1,"kind":"counters","ddp_fwd":%12d,"ncoll":%12d}\n'
+    _TEMPLATE = b'{"v":1,"kind":"counters","ddp_fwd":%12d}\n'
 
     def __init__(self, path: str) -> None:
         import mmap
 
         self.mm = None
         try:
-            data = self._TEMPLATE % (0, 0)
+            data = self._TEMPLATE % 0
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, data)
             self.mm = mmap.mmap(fd, len(data))
             os.close(fd)
             self._fwd_at = data.index(b'"ddp_fwd":') + len(b'"ddp_fwd":')
-            self._ncoll_at = data.index(b'"ncoll":') + len(b'"ncoll":')
         except (OSError, ValueError):
             self.mm = None
 
@@ -188,47 +191,70 @@ class Counters:
         if self.mm is not None:
             self.mm[self._fwd_at:self._fwd_at + 12] = b"%12d" % n
 
-    def set_ncoll(self, n: int) -> None:
-        if self.mm is not None:
-            self.mm[self._ncoll_at:self._ncoll_at + 12] = b"%12d" % n
-
 
 # -- wrappers ---------------------------------------------------------------------------------------
 
-def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
-    import torch
+_Tensor: Any = None        # torch.Tensor, set by install()
+_ProcessGroup: Any = None  # torch.distributed.ProcessGroup
+_default_pg: Any = None    # cached once init_process_group has run
+_json_cache: dict[Any, str] = {}
 
+
+def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
     shapes: list = []
     dtypes: list = []
-    for a in list(args) + list(kwargs.values()):
+    for a in (*args, *kwargs.values()):
         items = a if isinstance(a, (list, tuple)) else (a,)
         for t in items:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, _Tensor):
                 shapes.append(list(t.shape))
-                dtypes.append(str(t.dtype).replace("torch.", ""))
+                dtypes.append(str(t.dtype)[6:])
                 if len(shapes) >= 4:
                     return shapes, dtypes
     return shapes, dtypes
 
 
-def _group_of(probe: Probe, kwargs: dict, args: tuple, op: str) -> tuple[str, Any]:
-    import torch.distributed as dist
-
+def _group_of(probe: Probe, kwargs: dict, args: tuple) -> tuple[str, Any]:
+    global _default_pg
     pg = kwargs.get("group")
     if pg is None:
         for a in args:
-            if isinstance(a, dist.ProcessGroup):
+            if isinstance(a, _ProcessGroup):
                 pg = a
                 break
     if pg is None:
-        try:
-            pg = dist.distributed_c10d._get_default_group()
-        except Exception:
-            return "?", None
+        if _default_pg is None:
+            import torch.distributed as dist
+
+            try:
+                _default_pg = dist.distributed_c10d._get_default_group()
+            except Exception:
+                return "?", None
+        pg = _default_pg
     name = getattr(pg, "group_name", None) or f"pg{id(pg)}"
     if name not in probe.groups:
         probe.groups[name] = pg
     return name, pg
+
+
+def _js(value: Any) -> str:
+    """JSON text of a string that recurs (file names, ops, groups), encoded once."""
+    out = _json_cache.get(value)
+    if out is None:
+        out = _json_cache[value] = json.dumps(value)
+    return out
+
+
+def _ledger_line(rank: int, op: str, gname: str, s0: int, s1: int | None, shapes: list, dtypes: list,
+                 site: list | None, t0: float, t1: float) -> bytes:
+    """One ledger line, formatted by hand: json.dumps costs more than the collective's own Python."""
+    seq = f"[{s0 + 1},{s1}]" if s1 is not None else "null"
+    shp = "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
+    dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
+    st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
+    return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t1!r},"op":{_js(op)},"group":{_js(gname)},'
+            f'"seq":{seq},"shapes":{shp},"dtypes":{dts},"site":{st},"t0":{t0!r},"t1":{t1!r},"err":null}}\n'
+            ).encode()
 
 
 def _wrap(op: str, orig: Callable) -> Callable:
@@ -238,8 +264,8 @@ def _wrap(op: str, orig: Callable) -> Callable:
         if p is None or p.depth or threading.get_ident() != p.main_ident:
             return orig(*args, **kwargs)
         try:
-            gname, pg = _group_of(p, kwargs, args, op)
-            s0 = int(pg._get_sequence_number_for_group()) if pg is not None else 0
+            gname, pg = _group_of(p, kwargs, args)
+            s0 = pg._get_sequence_number_for_group() if pg is not None else 0
             shapes, dtypes = _describe(args, kwargs)
             site = sites.user_site(sys._getframe(1))
         except Exception:
@@ -257,24 +283,36 @@ def _wrap(op: str, orig: Callable) -> Callable:
             p.depth -= 1
             p.pending = None
             try:
-                s1 = int(pg._get_sequence_number_for_group()) if pg is not None else None
+                s1 = pg._get_sequence_number_for_group() if pg is not None else None
             except Exception:
                 s1 = None
             p.ncoll += 1
-            p.counters.set_ncoll(p.ncoll)
             # written now, from this thread: a rank that aborts a moment later keeps its ledger
-            p.ledger.write(schema.K_COLL, p.rank, op=op, group=gname, seq=[s0 + 1, s1] if s1 is not None else None,
-                           shapes=shapes, dtypes=dtypes, site=site, t0=t0, t1=time.time(), err=err)
+            if err is None:
+                p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, s1, shapes, dtypes, site, t0, time.time()))
+            else:
+                p.ledger.write(schema.K_COLL, p.rank, op=op, group=gname, seq=[s0 + 1, s1] if s1 is not None
+                               else None, shapes=shapes, dtypes=dtypes, site=site, t0=t0, t1=time.time(), err=err)
 
     wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
 
 
-def install(probe: Probe) -> None:
-    """Wrap the public collectives, init_process_group and DDP.forward. Idempotent."""
-    global _probe
+def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
+    """Wrap the public collectives, init_process_group, DDP.forward and DataLoader.__iter__; add the
+    probes the run asked for in its manifest. Idempotent."""
+    global _probe, _Tensor, _ProcessGroup, _default_pg
     _probe = probe
+    import torch
     import torch.distributed as dist
+
+    _Tensor, _ProcessGroup, _default_pg = torch.Tensor, dist.ProcessGroup, None
+
+    checks = (manifest or {}).get("checks")
+    if checks:
+        from ddpdoctor.rank import checks as checks_mod
+
+        checks_mod.install(probe, int(checks.get("every", 10)))
 
     sites.reset_prefixes()
     for op in WRAPPED:
@@ -313,6 +351,12 @@ def install(probe: Probe) -> None:
                 return fwd(self, *args, **kwargs)
             p.ddp_fwd += 1
             p.counters.set_ddp_fwd(p.ddp_fwd)
+            c = p.checks
+            if c is not None and torch.is_grad_enabled():
+                if self.require_backward_grad_sync:
+                    c.synced += 1
+                else:
+                    c.unsynced += 1
             p.in_ddp_fwd = True
             try:
                 return fwd(self, *args, **kwargs)

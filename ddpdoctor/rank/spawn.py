@@ -30,7 +30,7 @@ class ProbedEntry:
         p = probe.Probe(self.run_dir, i, manifest)
         bootstrap._enable_faulthandler(p.dir)
         p.start(local_rank=i, host=socket.gethostname(), script=sys.argv[0], spawned=True)
-        probe.install(p)
+        probe.install(p, manifest)
         try:
             out = self.fn(i, *args)
         except SystemExit as e:

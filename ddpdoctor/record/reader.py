@@ -28,6 +28,8 @@ class RankRecord:
     seq_changed_t: float | None = None   # when this rank's collective sequence numbers last moved
     ledger: list[dict[str, Any]] = field(default_factory=list)
     stacks: dict[str, Any] | None = None  # the latest dump
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    fingerprints: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
@@ -141,7 +143,9 @@ class RunReader:
             t = self._tails[path] = _Tail(path)
         return t
 
-    def refresh(self) -> RunRecord:
+    def refresh(self, full: bool = True) -> RunRecord:
+        """Read what was appended since the last call. ``full=False`` skips the ledgers, check records
+        and fingerprints (the monitor's cheap poll); a later full refresh catches up on them."""
         self._monitor += self._tail(os.path.join(self.run_dir, schema.MONITOR)).new_records()
         self._launcher += self._tail(os.path.join(self.run_dir, schema.LAUNCHER)).new_records()
         ranks_dir = os.path.join(self.run_dir, schema.RANKS_DIR)
@@ -162,7 +166,10 @@ class RunReader:
                     rec.seq_changed_t = hb.get("t")
                 rec.last_hb = hb
                 rec.n_hb += 1
-            rec.ledger += self._tail(os.path.join(d, schema.LEDGER)).new_records()
+            if full:
+                rec.ledger += self._tail(os.path.join(d, schema.LEDGER)).new_records()
+                rec.checks += self._tail(os.path.join(d, schema.CHECKS)).new_records()
+                rec.fingerprints += self._tail(os.path.join(d, schema.FINGERPRINTS)).new_records()
             dumps = self._tail(os.path.join(d, schema.STACKS)).new_records()
             if dumps:
                 rec.stacks = dumps[-1]

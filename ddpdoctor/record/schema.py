@@ -10,6 +10,8 @@ Stdlib only. A run directory looks like::
     ranks/<r>/events.jsonl        start, init, finish, exit records of rank r
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
     ranks/<r>/ledger.jsonl        one line per completed collective
+    ranks/<r>/checks.jsonl        check probes: sampler epochs and indices, loaders, seeds, DDP, saves
+    ranks/<r>/fingerprints.jsonl  parameter and buffer fingerprints
     ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
     ranks/<r>/counters.json       DDP forward and collective counts, updated in place
     ranks/<r>/error.json          the exception that ended rank r, if any
@@ -36,6 +38,8 @@ EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
 STACKS = "stacks.jsonl"
+CHECKS = "checks.jsonl"          # check probes: samplers, loaders, seeds, DDP flags, saves, steps
+FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
 COUNTERS = "counters.json"    # live counters (memory-mapped, one JSON object)
 FATAL = "fatal.txt"          # faulthandler output on a fatal signal
@@ -46,6 +50,7 @@ K_INIT = "init"            # init_process_group returned (rank, world_size, back
 K_FINISH = "finish"        # the script returned or called sys.exit (code)
 K_HB = "hb"                # heartbeat
 K_COLL = "coll"            # a collective (ledger)
+K_FP = "fp"                # parameter/buffer fingerprints
 K_STACKS = "stacks"        # a stack/ledger dump
 K_VERDICT = "verdict"      # monitor: a verdict reached while running
 K_EXIT = "exit"            # monitor: torchrun ended (returncode)

@@ -1,0 +1,28 @@
+"""Several ranks writing the same checkpoint file. Pure."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.state import loc
+from ddpdoctor.record.reader import RunRecord
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    writers: dict[str, dict[int, dict]] = defaultdict(dict)
+    for r, rec in record.ranks.items():
+        for e in rec.checks:
+            if e.get("kind") == "save" and e.get("path"):
+                writers[e["path"]].setdefault(r, e)
+    out = []
+    for path, by_rank in sorted(writers.items()):
+        if len(by_rank) < 2:
+            continue
+        ranks = tuple(sorted(by_rank))
+        locs = tuple(l for r, e in sorted(by_rank.items()) if (l := loc(r, e.get("site"), "torch.save")))
+        out.append(Finding("checkpoint.multiple-writers", "error",
+                           f"ranks {list(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
+                           "Save from one rank only (`if dist.get_rank() == 0: torch.save(...)`), then "
+                           "dist.barrier() before anyone reads it.", ranks, locs, {"path": path}))
+    return out

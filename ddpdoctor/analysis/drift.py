@@ -1,0 +1,103 @@
+"""Parameters and buffers that differ across ranks, and seeds. Pure.
+
+Fingerprints (two float64 sums per tensor) are taken right after DDP construction and every K DDP
+forwards, after DDP's own buffer sync, so on a correct job they are bitwise equal on every rank.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.state import loc
+from ddpdoctor.record.reader import RunRecord
+
+
+def _ddp(record: RunRecord) -> dict[int, dict[str, Any]]:
+    out = {}
+    for r, rec in record.ranks.items():
+        e = next((e for e in rec.checks if e.get("kind") == "ddp"), None)
+        if e:
+            out[r] = e
+    return out
+
+
+def _first_diff(record: RunRecord, part: str) -> tuple[int, str, list[str], dict[int, Any]] | None:
+    """(step, where, differing tensor names, per-rank fingerprints) at the first step they differ."""
+    by_step: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r, rec in record.ranks.items():
+        for e in rec.fingerprints:
+            by_step[(e.get("step", 0), e.get("where", ""))][r] = e.get(part) or {}
+    for (step, where), fps in sorted(by_step.items(), key=lambda kv: (kv[0][0], kv[0][1] != "ddp-init")):
+        if len(fps) < max(2, len(record.ranks)):
+            continue
+        names = sorted(set().union(*fps.values()))
+        diff = [n for n in names if len({tuple(f.get(n) or ()) for f in fps.values()}) > 1]
+        if diff:
+            return step, where, diff, fps
+    return None
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    ddp = _ddp(record)
+    if len(ddp) < 2:
+        return []
+    out: list[Finding] = []
+    ranks = tuple(sorted(ddp))
+    site = {r: loc(r, e.get("site"), "DDP constructed") for r, e in ddp.items()}
+    pdiff = _first_diff(record, "params")
+    if pdiff:
+        step, where, names, _fps = pdiff
+        init_sync_off = any(e.get("init_sync") is False for e in ddp.values())
+        shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
+        if where == "ddp-init":
+            seeds = _seed_sites(record)
+            why = ("init_sync=False, so DDP did not broadcast rank 0's initial weights" if init_sync_off else
+                   "parameters differ right after DDP construction")
+            locs = tuple(l for l in site.values() if l) + tuple(l for l in seeds.values() if l)
+            out.append(Finding("drift.init-mismatch", "error",
+                               f"model initialisation differs across ranks ({why}): {shown}",
+                               "Seed every rank the same before building the model, or keep init_sync=True (the "
+                               "default) so DDP broadcasts rank 0's weights.", ranks, locs,
+                               {"tensors": names, "init_sync": not init_sync_off}))
+        else:
+            out.append(Finding("drift.parameters", "error",
+                               f"parameters diverged across ranks by DDP forward {step}: {shown}",
+                               "A parameter was changed on some ranks only (an in-place edit under `if rank == 0`, "
+                               "a rank-local update outside DDP, or a backward run inside no_sync() and never "
+                               "synced): change parameters only through the optimizer, identically on every rank.",
+                               ranks, tuple(l for l in site.values() if l), {"tensors": names, "since_forward": step}))
+    bdiff = _first_diff(record, "buffers")
+    if bdiff:
+        step, where, names, _fps = bdiff
+        no_sync = [r for r, e in ddp.items() if not e.get("forward_sync_buffers", True)]
+        bn = any(e.get("batchnorm") for e in ddp.values())
+        cause = ("forward_sync_buffers/broadcast_buffers is off" + (" and the model has BatchNorm running stats"
+                                                                     if bn else "")) if no_sync else \
+            "buffers changed on some ranks only"
+        shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
+        out.append(Finding("drift.buffers", "error",
+                           f"buffers differ across ranks by DDP forward {step} ({cause}): {shown}",
+                           "Keep broadcast_buffers / forward_sync_buffers on, or convert BatchNorm with "
+                           "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model); evaluation then uses the same "
+                           "statistics on every rank.", ranks, tuple(l for l in site.values() if l),
+                           {"tensors": names, "since_forward": step, "forward_sync_buffers": not no_sync,
+                            "batchnorm": bn}))
+    rng = {r: (e.get("rng") or {}).get("torch") for r, e in ddp.items()}
+    if not pdiff and len(set(rng.values())) == 1 and None not in rng.values():
+        out.append(Finding("seed.identical-streams", "note",
+                           "every rank has the same torch RNG state at DDP construction: dropout and random "
+                           "augmentation draw identical streams on all ranks",
+                           "Usual and harmless; to decorrelate augmentation, seed each rank with seed + rank after "
+                           "building the model.", ranks, (), {"torch_rng": next(iter(rng.values()))}))
+    return out
+
+
+def _seed_sites(record: RunRecord) -> dict[int, Any]:
+    out = {}
+    for r, rec in record.ranks.items():
+        e = next((e for e in rec.checks if e.get("kind") == "seed"), None)
+        if e:
+            out[r] = loc(r, e.get("site"), f"manual_seed({e.get('seed')})")
+    return out
