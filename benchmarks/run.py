@@ -29,9 +29,10 @@ def bare(script: Path, *args: str) -> tuple[float, str]:
     return time.perf_counter() - t0, r.stdout + r.stderr
 
 
-def doctor(script: Path, tmp: str, *args: str, extra: tuple[str, ...] = ()) -> tuple[float, str]:
+def doctor(script: Path, tmp: str, *args: str, extra: tuple[str, ...] = (), command: str = "hang"
+           ) -> tuple[float, str]:
     t0 = time.perf_counter()
-    r = subprocess.run([PY, "-m", "ddpdoctor", "hang", "--script", str(script), "--nproc-per-node", "2",
+    r = subprocess.run([PY, "-m", "ddpdoctor", command, "--script", str(script), "--nproc-per-node", "2",
                         "--run-dir", tempfile.mkdtemp(dir=tmp), *extra, "--", *args],
                        capture_output=True, text=True, timeout=600)
     return time.perf_counter() - t0, r.stdout + r.stderr
@@ -58,6 +59,20 @@ def overhead(reps: int, steps: int, tmp: str) -> dict:
             "throughput_ratio": med["bare"]["steps_per_s"] / med["ddpdoctor"]["steps_per_s"],
             "wall_ratio": med["ddpdoctor"]["wall_s"] / med["bare"]["wall_s"],
             "step_ms_bare": 1000 / med["bare"]["steps_per_s"]}
+
+
+def command_overhead(command: str, reps: int, tmp: str, extra: tuple[str, ...] = ()) -> dict:
+    """Whole-process wall time of the healthy probe (longer than its default) under `command` vs bare."""
+    script = HERE.parent / "probes" / "healthy.py"
+    args = ("--epochs", "12", "--samples", "2048")
+    rows = {"bare": [], command: []}
+    for i in range(reps):
+        order = ("bare", command) if i % 2 == 0 else (command, "bare")
+        for kind in order:
+            wall, _ = bare(script, *args) if kind == "bare" else doctor(script, tmp, *args, extra=extra, command=command)
+            rows[kind].append(wall)
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    return {"runs": rows, "median_wall_s": med, "wall_ratio": med[command] / med["bare"]}
 
 
 def latency(mode: str, tmp: str, timeout: float) -> float:
@@ -110,6 +125,11 @@ def main() -> None:
         print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop throughput "
               f"ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, whole-process wall ratio {ov['wall_ratio']:.3f}",
               flush=True)
+        for command, extra in (("check", ()),):
+            co = command_overhead(command, args.reps, tmp, extra)
+            res[f"{command}_overhead"] = co
+            print(f"healthy probe, 12 epochs: wall ratio ddpdoctor {command}/bare {co['wall_ratio']:.3f} "
+                  f"(medians {co['median_wall_s']['bare']:.2f} s vs {co['median_wall_s'][command]:.2f} s)", flush=True)
     Path(args.out).write_text(json.dumps(res, indent=2))
 
 

@@ -180,6 +180,28 @@ def check(script: str | None, timeout: float, launch: str, run_dir: str | None, 
     sys.exit(report.exit_code)
 
 
+def _attach_pictures(report: Report, record: Any, command: str) -> Report:
+    """memleak: write the memory picture into the run directory and say where it is."""
+    import dataclasses
+
+    if command != "memleak" or not any(r.memory for r in record.ranks.values()):
+        return report
+    from ddpdoctor.render.svg import memory_svg
+
+    notes = list(report.notes)
+    path = os.path.join(record.run_dir, "memory.svg")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(memory_svg(record))
+        notes.append(f"memory per rank per step: {path}")
+    except OSError as e:
+        notes.append(f"could not write {path}: {e.strerror}")
+    if not any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
+        notes.append("no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)")
+    return dataclasses.replace(report, notes=tuple(notes))
+
+
 def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
                 launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
                 json_path: str | None, junit_path: str | None, quiet: bool = False,
@@ -205,12 +227,35 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
         click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)
     outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet).run()
-    report = diagnose(load_run(path), cfg, command)
+    record = load_run(path)
+    report = diagnose(record, cfg, command)
+    report = _attach_pictures(report, record, command)
     if outcome.interrupted:
         report = Report(report.command, report.verdict, ExitCode.INTERRUPTED, report.run_dir, report.findings,
                         report.ranks, "interrupted", report.notes + ("interrupted: the run was ended early",))
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report
+
+
+@cli.command()
+@run_options
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="End the run once every rank has made this many steps (optimizer steps, else DDP forwards).")
+@click.option("--census-every", type=click.IntRange(min=1), default=None,
+              help="Census live tensors and autograd graphs every K steps (default: as often as 2% of the "
+                   "run's time allows, and at the first and last step).")
+def memleak(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
+            json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
+            steps: int | None, census_every: int | None, **torchrun: Any) -> None:
+    """Find memory that grows step after step: on which rank, in which layer, and why.
+
+    \b
+    ddpdoctor memleak --script train.py --steps 200
+    """
+    cfg = Config(timeout=timeout, fail_on=fail_on)
+    report = run_command("memleak", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
+                         junit_path, extra={"memory": {"census_every": census_every}, "stop": {"steps": steps}})
+    sys.exit(report.exit_code)
 
 
 @cli.command()
@@ -240,7 +285,8 @@ def analyze(run_dir: str, timeout: float | None, json_path: str | None, junit_pa
     except RunDirError as e:
         raise DdpdoctorError(str(e)) from None
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
-    report = diagnose(record, Config(timeout=t, fail_on=fail_on), str(record.manifest.get("command", "analyze")))
+    command = str(record.manifest.get("command", "analyze"))
+    report = _attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record, command)
     emit(report, json_path, junit_path)
     sys.exit(report.exit_code)
 

@@ -46,14 +46,23 @@ def probes() -> list[Probe]:
     return out
 
 
-def _split(options: tuple[str, ...]) -> tuple[float, tuple[str, ...]]:
-    timeout, args = 60.0, ()
+def _split(options: tuple[str, ...]) -> tuple[float, tuple[str, ...], dict[str, str]]:
+    """``--timeout S --census-every K -- script args`` -> (timeout, script args, other options)."""
+    args: tuple[str, ...] = ()
     if "--" in options:
         i = options.index("--")
         options, args = options[:i], options[i + 1:]
-    if "--timeout" in options:
-        timeout = float(options[options.index("--timeout") + 1])
-    return timeout, tuple(args)
+    opts = dict(zip(options[::2], options[1::2]))
+    return float(opts.pop("--timeout", 60.0)), tuple(args), opts
+
+
+def _extra(command: str, opts: dict[str, str]) -> dict | None:
+    if command == "check":
+        return {"checks": {"every": int(opts.get("--fingerprint-every", 10))}, "stop": {}}
+    if command == "memleak":
+        ce = opts.get("--census-every")
+        return {"memory": {"census_every": int(ce) if ce else None}, "stop": {}}
+    return None
 
 
 def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | None,
@@ -66,9 +75,9 @@ def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | 
     for p in probes():
         if only and p.name not in only:
             continue
-        timeout, args = _split(p.options)
+        timeout, args, opts = _split(p.options)
         t0 = time.time()
-        extra = {"checks": {"every": 10}, "stop": {}} if p.command == "check" else None
+        extra = _extra(p.command, opts)
         report = run_command(p.command, p.path, args, {}, "auto", os.path.join(root, p.name[:-3]), None,
                              Config(timeout=timeout), None, None, quiet=True, extra=extra)
         got = [f.id for f in report.findings if f.severity in ("error", "warning")]

@@ -14,8 +14,9 @@ SCRIPT = '''
 import json, os, sys
 import torch.distributed as dist
 dist.init_process_group("gloo")
-print("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
-      "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}))
+# one write() per line: two ranks share plain torchrun's stdout
+sys.stdout.write("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
+                 "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\n")
 dist.destroy_process_group()
 '''
 
@@ -25,10 +26,10 @@ PER_LAUNCH = set()
 
 def seen(text: str) -> dict:
     out = {}
-    for line in text.splitlines():
-        if "SEEN " in line:
-            d = json.loads(line.split("SEEN ", 1)[1])
-            out[d["rank"]] = d
+    dec = json.JSONDecoder()
+    for chunk in text.split("SEEN ")[1:]:
+        d, _end = dec.raw_decode(chunk)
+        out[d["rank"]] = d
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, perf, run, teardown
+from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, memory, perf, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -25,6 +25,7 @@ REGISTRY: dict[str, Detector] = {
     "drift": drift.detect,
     "checkpoint": checkpoint.detect,
     "perf": perf.detect,
+    "memleak": memory.detect,
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}

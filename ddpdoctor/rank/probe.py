@@ -61,6 +61,7 @@ class Probe:
         self.groups: dict[str, Any] = {}
         self.depth = 0
         self.checks: Any = None       # ddpdoctor.rank.checks.Checks when the run checks data/state
+        self.memory: Any = None       # ddpdoctor.rank.memory.Memory when the run samples memory
         self.dump_id = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,6 +75,8 @@ class Probe:
     def finish(self, code: int | str | None, **fields: Any) -> None:
         if self.checks is not None:
             self.checks.finish()
+        if self.memory is not None:
+            self.memory.finish()
         self.tick(final=True)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
                           seq=self.seqs(), **fields)
@@ -313,6 +316,11 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
         from ddpdoctor.rank import checks as checks_mod
 
         checks_mod.install(probe, int(checks.get("every", 10)))
+    memory = (manifest or {}).get("memory")
+    if memory:
+        from ddpdoctor.rank import memory as memory_mod
+
+        memory_mod.install(probe, memory.get("census_every"))
 
     sites.reset_prefixes()
     for op in WRAPPED:
@@ -362,6 +370,8 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
                 return fwd(self, *args, **kwargs)
             finally:
                 p.in_ddp_fwd = False
+                if p.memory is not None and threading.get_ident() == p.main_ident:
+                    p.memory.on_step("ddp")
 
         forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
         DDP.forward = forward

@@ -30,6 +30,7 @@ class RankRecord:
     stacks: dict[str, Any] | None = None  # the latest dump
     checks: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
@@ -170,6 +171,7 @@ class RunReader:
                 rec.ledger += self._tail(os.path.join(d, schema.LEDGER)).new_records()
                 rec.checks += self._tail(os.path.join(d, schema.CHECKS)).new_records()
                 rec.fingerprints += self._tail(os.path.join(d, schema.FINGERPRINTS)).new_records()
+                rec.memory += self._tail(os.path.join(d, schema.MEMORY)).new_records()
             dumps = self._tail(os.path.join(d, schema.STACKS)).new_records()
             if dumps:
                 rec.stacks = dumps[-1]

@@ -11,6 +11,7 @@ Stdlib only. A run directory looks like::
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
     ranks/<r>/ledger.jsonl        one line per completed collective
     ranks/<r>/checks.jsonl        check probes: sampler epochs and indices, loaders, seeds, DDP, saves
+    ranks/<r>/memory.jsonl        per-step memory (RSS, CUDA) and tensor/graph censuses
     ranks/<r>/fingerprints.jsonl  parameter and buffer fingerprints
     ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
     ranks/<r>/counters.json       DDP forward and collective counts, updated in place
@@ -39,6 +40,7 @@ HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
 STACKS = "stacks.jsonl"
 CHECKS = "checks.jsonl"          # check probes: samplers, loaders, seeds, DDP flags, saves, steps
+MEMORY = "memory.jsonl"          # memleak: per-step memory and censuses
 FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
 COUNTERS = "counters.json"    # live counters (memory-mapped, one JSON object)
@@ -50,6 +52,8 @@ K_INIT = "init"            # init_process_group returned (rank, world_size, back
 K_FINISH = "finish"        # the script returned or called sys.exit (code)
 K_HB = "hb"                # heartbeat
 K_COLL = "coll"            # a collective (ledger)
+K_MEM = "mem"              # memory figures of one step
+K_CENSUS = "census"        # live tensors / autograd graph census
 K_FP = "fp"                # parameter/buffer fingerprints
 K_STACKS = "stacks"        # a stack/ledger dump
 K_VERDICT = "verdict"      # monitor: a verdict reached while running
