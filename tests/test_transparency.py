@@ -16,7 +16,7 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 # one write() per line: two ranks share plain torchrun's stdout
 sys.stdout.write("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
-                 "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\n")
+                 "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\\n")
 dist.destroy_process_group()
 '''
 
