@@ -181,14 +181,30 @@ def check(script: str | None, timeout: float, launch: str, run_dir: str | None, 
 
 
 def _attach_pictures(report: Report, record: Any, command: str) -> Report:
-    """memleak: write the memory picture into the run directory and say where it is."""
+    """memleak: the memory picture; profile: the Perfetto trace. Written into the run directory."""
     import dataclasses
+    import glob
 
+    notes = list(report.notes)
+    if command == "profile" and any(r.timeline for r in record.ranks.values()):
+        from ddpdoctor.render.perfetto import render as render_trace
+
+        path = os.path.join(record.run_dir, "trace.json")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(render_trace(record))
+            notes.append(f"timeline (open in https://ui.perfetto.dev): {path}")
+        except OSError as e:
+            notes.append(f"could not write {path}: {e.strerror}")
+        reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
+        if reports:
+            notes.append("Nsight Systems reports: " + ", ".join(reports))
+        return dataclasses.replace(report, notes=tuple(notes))
     if command != "memleak" or not any(r.memory for r in record.ranks.values()):
         return report
     from ddpdoctor.render.svg import memory_svg
 
-    notes = list(report.notes)
     path = os.path.join(record.run_dir, "memory.svg")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -205,7 +221,7 @@ def _attach_pictures(report: Report, record: Any, command: str) -> Report:
 def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
                 launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
                 json_path: str | None, junit_path: str | None, quiet: bool = False,
-                extra: dict[str, Any] | None = None) -> Report:
+                extra: dict[str, Any] | None = None, wrapper: tuple[str, ...] = ()) -> Report:
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -219,10 +235,14 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     targs = _torchrun_args(torchrun, mode == "spawn")
     stop = (extra or {}).get("stop") or {}
-    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.get("steps"), stop.get("epochs"))
     path = rd.create(run_dir or rd.default_run_dir(command), {
         "command": command, "mode": mode, "script": script, "script_args": list(script_args),
         "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat, **(extra or {})})
+    if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
+        os.makedirs(os.path.join(path, "nsys"), mode=0o700, exist_ok=True)
+        wrapper = tuple(os.path.join(path, "nsys", "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
+    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.get("steps"), stop.get("epochs"),
+                      wrapper)
     if not quiet:
         click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)
@@ -255,6 +275,46 @@ def memleak(script: str | None, timeout: float, launch: str, run_dir: str | None
     cfg = Config(timeout=timeout, fail_on=fail_on)
     report = run_command("memleak", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
                          junit_path, extra={"memory": {"census_every": census_every}, "stop": {"steps": steps}})
+    sys.exit(report.exit_code)
+
+
+@cli.command()
+@run_options
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="End the run once every rank has made this many DDP steps.")
+@click.option("--nsys", "use_nsys", is_flag=True,
+              help="Run each rank under Nsight Systems (`nsys profile`), one report per rank, with ddpdoctor's "
+                   "NVTX ranges.")
+@click.option("--nsys-args", default="", help="Extra arguments for `nsys profile` (one string, split like a shell).")
+def profile(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
+            json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
+            steps: int | None, use_nsys: bool, nsys_args: str, **torchrun: Any) -> None:
+    """Where each rank's step time goes: step breakdown, stragglers, data-loader waits, NVTX for Nsight.
+
+    \b
+    ddpdoctor profile --script train.py --steps 200            # own timeline: trace.json (Perfetto)
+    ddpdoctor profile --script train.py --nsys                 # plus one nsys report per rank
+    """
+    import shlex
+    import shutil
+
+    wrapper: tuple[str, ...] = ()
+    if use_nsys:
+        nsys = shutil.which("nsys")
+        if nsys is None:
+            raise DdpdoctorError("nsys (Nsight Systems) is not on PATH: install it from "
+                                 "https://developer.nvidia.com/nsight-systems, or run `ddpdoctor profile` without "
+                                 "--nsys for ddpdoctor's own timeline", ExitCode.NOT_RUN)
+        try:
+            extra_args = shlex.split(nsys_args)
+        except ValueError as e:
+            raise DdpdoctorError(f"--nsys-args: {e}") from None
+        wrapper = (nsys, "profile", "-t", "cuda,nvtx,osrt", "--force-overwrite", "true", *extra_args, "-o",
+                   "NSYS_OUTPUT")
+    cfg = Config(timeout=timeout, fail_on=fail_on)
+    report = run_command("profile", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
+                         junit_path, extra={"profile": {"nsys": use_nsys}, "stop": {"steps": steps}},
+                         wrapper=wrapper)
     sys.exit(report.exit_code)
 
 

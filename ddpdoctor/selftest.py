@@ -59,6 +59,8 @@ def _split(options: tuple[str, ...]) -> tuple[float, tuple[str, ...], dict[str, 
 def _extra(command: str, opts: dict[str, str]) -> dict | None:
     if command == "check":
         return {"checks": {"every": int(opts.get("--fingerprint-every", 10))}, "stop": {}}
+    if command == "profile":
+        return {"profile": {"nsys": False}, "stop": {}}
     if command == "memleak":
         ce = opts.get("--census-every")
         return {"memory": {"census_every": int(ce) if ce else None}, "stop": {}}

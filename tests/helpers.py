@@ -73,9 +73,9 @@ def ddpdoctor(args: list[str], tmp: Path, timeout: float = 120, json_report: boo
     run_dir = run_dir or tmp / f"run-{token[:8]}"
     cmd = [sys.executable, "-m", "ddpdoctor", *args]
     jpath = tmp / f"report-{token[:8]}.json"
-    if args and args[0] in ("hang", "check", "memleak"):
+    if args and args[0] in ("hang", "check", "memleak", "profile"):
         cmd[4:4] = ["--run-dir", str(run_dir)]
-    if json_report and args and args[0] in ("hang", "check", "memleak", "analyze"):
+    if json_report and args and args[0] in ("hang", "check", "memleak", "profile", "analyze"):
         cmd[4:4] = ["--json", str(jpath)]
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

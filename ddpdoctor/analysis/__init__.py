@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, memory, perf, run, teardown
+from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, memory, perf, profile, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -26,6 +26,7 @@ REGISTRY: dict[str, Detector] = {
     "checkpoint": checkpoint.detect,
     "perf": perf.detect,
     "memleak": memory.detect,
+    "profile": profile.detect,
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}

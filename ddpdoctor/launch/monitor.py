@@ -34,6 +34,7 @@ class LaunchSpec:
     max_time: float | None = None
     stop_steps: int | None = None    # end the run once every rank made this many DDP steps
     stop_epochs: int | None = None   # ... or iterated its DataLoader this many times
+    wrapper: tuple[str, ...] = ()    # a program each rank runs under (nsys profile ...), via --no-python
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,12 @@ class Outcome:
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *spec.torchrun_args,
-            "--log-dir", os.path.join(run_dir, schema.LOGS_DIR), "--tee", "3",
-            "-m", "ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
+    head = [sys.executable, "-m", "torch.distributed.run", *spec.torchrun_args,
+            "--log-dir", os.path.join(run_dir, schema.LOGS_DIR), "--tee", "3"]
+    rank = ["ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
+    if spec.wrapper:
+        return [*head, "--no-python", *spec.wrapper, sys.executable, "-u", "-m", *rank]
+    return [*head, "-m", *rank]
 
 
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:"; its own log lines have none.

@@ -62,6 +62,7 @@ class Probe:
         self.depth = 0
         self.checks: Any = None       # ddpdoctor.rank.checks.Checks when the run checks data/state
         self.memory: Any = None       # ddpdoctor.rank.memory.Memory when the run samples memory
+        self.timeline: Any = None     # ddpdoctor.rank.timeline.Timeline when the run is profiled
         self.dump_id = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,6 +78,8 @@ class Probe:
             self.checks.finish()
         if self.memory is not None:
             self.memory.finish()
+        if self.timeline is not None:
+            self.timeline.finish()
         self.tick(final=True)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
                           seq=self.seqs(), **fields)
@@ -115,6 +118,9 @@ class Probe:
         self.hb.write(schema.K_HB, self.rank, step=self.ddp_fwd, ncoll=self.ncoll, seq=seq, pending=pending,
                       where=sites.user_site(frame), in_backward=sites.in_backward(frame) if frame else False,
                       in_ddp_forward=self.in_ddp_fwd, final=final or None)
+        if self.timeline is not None:
+            self.timeline.drain()
+            self.timeline.sample_gpu()
         if not final:
             self._maybe_dump(frame)
 
@@ -277,12 +283,15 @@ def _wrap(op: str, orig: Callable) -> Callable:
         p.pending = [op, gname, s0, shapes, dtypes, site, t0]
         p.depth += 1
         err = None
+        tok = p.timeline.start(op, "comm") if p.timeline is not None else None
         try:
             return orig(*args, **kwargs)
         except BaseException as e:
             err = f"{type(e).__name__}: {str(e)[:300]}"
             raise
         finally:
+            if tok is not None:
+                p.timeline.end(tok)
             p.depth -= 1
             p.pending = None
             try:
@@ -321,6 +330,10 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
         from ddpdoctor.rank import memory as memory_mod
 
         memory_mod.install(probe, memory.get("census_every"))
+    if (manifest or {}).get("profile"):
+        from ddpdoctor.rank import timeline as timeline_mod
+
+        timeline_mod.install(probe)
 
     sites.reset_prefixes()
     for op in WRAPPED:

@@ -31,6 +31,7 @@ class RankRecord:
     checks: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
@@ -172,6 +173,7 @@ class RunReader:
                 rec.checks += self._tail(os.path.join(d, schema.CHECKS)).new_records()
                 rec.fingerprints += self._tail(os.path.join(d, schema.FINGERPRINTS)).new_records()
                 rec.memory += self._tail(os.path.join(d, schema.MEMORY)).new_records()
+                rec.timeline += self._tail(os.path.join(d, schema.TIMELINE)).new_records()
             dumps = self._tail(os.path.join(d, schema.STACKS)).new_records()
             if dumps:
                 rec.stacks = dumps[-1]

@@ -11,6 +11,7 @@ Stdlib only. A run directory looks like::
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
     ranks/<r>/ledger.jsonl        one line per completed collective
     ranks/<r>/checks.jsonl        check probes: sampler epochs and indices, loaders, seeds, DDP, saves
+    ranks/<r>/timeline.jsonl      profile: one line per range (name, category, thread, start/end ns)
     ranks/<r>/memory.jsonl        per-step memory (RSS, CUDA) and tensor/graph censuses
     ranks/<r>/fingerprints.jsonl  parameter and buffer fingerprints
     ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
@@ -40,6 +41,7 @@ HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
 STACKS = "stacks.jsonl"
 CHECKS = "checks.jsonl"          # check probes: samplers, loaders, seeds, DDP flags, saves, steps
+TIMELINE = "timeline.jsonl"      # profile: ranges (step, forward, backward, optimizer, comm, data)
 MEMORY = "memory.jsonl"          # memleak: per-step memory and censuses
 FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
@@ -52,6 +54,8 @@ K_INIT = "init"            # init_process_group returned (rank, world_size, back
 K_FINISH = "finish"        # the script returned or called sys.exit (code)
 K_HB = "hb"                # heartbeat
 K_COLL = "coll"            # a collective (ledger)
+K_GPU = "gpu"              # NVML utilisation sample
+K_RANGE = "range"          # one timeline range
 K_MEM = "mem"              # memory figures of one step
 K_CENSUS = "census"        # live tensors / autograd graph census
 K_FP = "fp"                # parameter/buffer fingerprints
