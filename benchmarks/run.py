@@ -75,6 +75,28 @@ def command_overhead(command: str, reps: int, tmp: str, extra: tuple[str, ...] =
     return {"runs": rows, "median_wall_s": med, "wall_ratio": med[command] / med["bare"]}
 
 
+def memleak_sensitivity(tmp: str, steps_list: tuple[int, ...] = (20, 30, 50)) -> dict:
+    """Is one kept graph per step (probes/leak_graph.py, 20 ms steps) flagged after N steps, with the
+    default census budget?"""
+    out = {}
+    for n in steps_list:
+        _wall, text = doctor(HERE.parent / "probes" / "leak_graph.py", tmp, "--steps", str(n), "--step-ms", "20",
+                             command="memleak")
+        out[n] = "memleak.autograd-graph" in text
+    return out
+
+
+def false_positives(tmp: str, runs: int) -> dict:
+    out = {}
+    for probe, args in (("plateau.py", ()), ("healthy.py", ("--epochs", "8"))):
+        hits = 0
+        for _ in range(runs):
+            _wall, text = doctor(HERE.parent / "probes" / probe, tmp, *args, command="memleak")
+            hits += "memleak." in text
+        out[probe] = {"runs": runs, "false_positives": hits}
+    return out
+
+
 def latency(mode: str, tmp: str, timeout: float) -> float:
     """Seconds from the last rank's ONSET line to ddpdoctor's verdict line on stderr."""
     cmd = [PY, "-m", "ddpdoctor", "hang", "--script", str(HERE / "onset.py"), "--nproc-per-node", "2",
@@ -109,27 +131,42 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--latency-reps", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results.json"))
+    ap.add_argument("--suite", default="all", help="all, or a comma list of: help,latency,overhead,check,memleak,profile")
+    ap.add_argument("--fp-runs", type=int, default=10)
     args = ap.parse_args()
+    want = set(args.suite.split(",")) if args.suite != "all" else {"help", "latency", "overhead", "check",
+                                                                     "memleak", "profile"}
     with tempfile.TemporaryDirectory() as tmp:
         res = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
-        res["help_s"] = help_time()
-        print(f"ddpdoctor --help: {res['help_s']:.3f} s (median of 10)", flush=True)
-        certain = [latency("certain", tmp, 60) for _ in range(args.latency_reps)]
-        res["certain_latency_s"] = certain
-        print(f"certain deadlock onset -> verdict: {', '.join(f'{x:.2f}' for x in certain)} s", flush=True)
-        unc = [latency("uncertain", tmp, 5) for _ in range(args.latency_reps)]
-        res["uncertain_latency_s"] = unc
-        print(f"uncertain wait (--timeout 5) onset -> verdict: {', '.join(f'{x:.2f}' for x in unc)} s", flush=True)
-        ov = overhead(args.reps, args.steps, tmp)
-        res["overhead"] = ov
-        print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop throughput "
-              f"ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, whole-process wall ratio {ov['wall_ratio']:.3f}",
-              flush=True)
-        for command, extra in (("check", ()),):
-            co = command_overhead(command, args.reps, tmp, extra)
+        if "help" in want:
+            res["help_s"] = help_time()
+            print(f"ddpdoctor --help: {res['help_s']:.3f} s (median of 10)", flush=True)
+        if "latency" in want:
+            certain = [latency("certain", tmp, 60) for _ in range(args.latency_reps)]
+            res["certain_latency_s"] = certain
+            print(f"certain deadlock onset -> verdict: {', '.join(f'{x:.2f}' for x in certain)} s", flush=True)
+            unc = [latency("uncertain", tmp, 5) for _ in range(args.latency_reps)]
+            res["uncertain_latency_s"] = unc
+            print(f"uncertain wait (--timeout 5) onset -> verdict: {', '.join(f'{x:.2f}' for x in unc)} s",
+                  flush=True)
+        if "overhead" in want:
+            ov = overhead(args.reps, args.steps, tmp)
+            res["overhead"] = ov
+            print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop "
+                  f"throughput ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, whole-process wall ratio "
+                  f"{ov['wall_ratio']:.3f}", flush=True)
+        for command in ("check", "memleak", "profile"):
+            if command not in want:
+                continue
+            co = command_overhead(command, args.reps, tmp)
             res[f"{command}_overhead"] = co
             print(f"healthy probe, 12 epochs: wall ratio ddpdoctor {command}/bare {co['wall_ratio']:.3f} "
                   f"(medians {co['median_wall_s']['bare']:.2f} s vs {co['median_wall_s'][command]:.2f} s)", flush=True)
+        if "memleak" in want:
+            res["memleak_sensitivity"] = memleak_sensitivity(tmp)
+            print(f"one kept graph per step flagged after N steps: {res['memleak_sensitivity']}", flush=True)
+            res["memleak_false_positives"] = false_positives(tmp, args.fp_runs)
+            print(f"memleak false positives: {res['memleak_false_positives']}", flush=True)
     Path(args.out).write_text(json.dumps(res, indent=2))
 
 

@@ -69,7 +69,7 @@ def _extra(command: str, opts: dict[str, str]) -> dict | None:
 
 def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | None,
                  junit_path: str | None) -> int:
-    from ddpdoctor.cli import run_command
+    from ddpdoctor.launch.command import run_command
 
     root = os.path.abspath(runs_root or os.path.join("ddpdoctor-runs", f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"))
     os.makedirs(root, mode=0o700, exist_ok=True)

@@ -187,10 +187,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
     if any(not is_transport_error(e) for e in errors.values()):
         return []  # a real exception: crash.detect explains it, the waits are its victims
-    if verdict is None and not errors:
-        return []
     now = float(verdict["t"]) if verdict else record.latest_t()
     states = all_states(record, now, cfg)
+    if verdict is None and not errors:
+        return _cut_short(record, states, now, cfg)
     div = first_divergence(record, states)
     size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
     uneven = _uneven(record, states)
@@ -228,6 +228,40 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                         "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
     if verdict is not None:
         return [_timeout_finding(states, now, cfg, ev)]
+    return []
+
+
+def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> list[Finding]:
+    """torchrun ended some ranks that had not finished (because another rank failed at exit, say): judge
+    only what the record proves, i.e. a rank that finished while another had gone further."""
+    if record.monitor_event(schema.K_EXIT) is None or record.monitor_event(schema.K_KILL) is not None:
+        return []
+    done = [s for s in states.values() if s.state == "finished"]
+    cut = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    if not done or not cut:
+        return []
+    ev = {"reason": "ranks ended by torchrun before finishing", "live": None}
+    uneven = _uneven(record, states)
+    if uneven and uneven[1] and len(set(uneven[1].values())) > 1:
+        fwd, lens = uneven
+        more = [r for r, n in fwd.items() if n == max(fwd.values())]
+        locs = [l for r in fwd if (l := best_where(record, states[r], "extra step" if r in more else
+                                                    "ran out of batches"))]
+        return [Finding("hang.uneven-batches", "error",
+                        f"uneven number of DDP steps: DDP forwards {fwd}; DataLoader lengths {lens}",
+                        HINTS["hang.uneven-batches"], tuple(sorted(fwd)), tuple(locs),
+                        dict(ev, ddp_forwards=fwd, dataloader_len=lens))]
+    div = first_divergence(record, states)
+    if div is not None and div.kind == "exited":
+        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
+    fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
+    if fewer:
+        locs = [l for s in fewer if (l := _slot_loc(record, s.rank, None, states, "exited"))]
+        locs += [l for s in cut if (l := best_where(record, s, "went on"))]
+        return [Finding("hang.early-exit", "error",
+                        f"rank(s) {[s.rank for s in fewer]} finished after fewer DDP steps "
+                        f"({', '.join(f'rank {s.rank}: {s.ddp_fwd}' for s in states.values())}) while the others went on",
+                        HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
     return []
 
 

@@ -117,10 +117,13 @@ class RankState:
         return self.state in ("finished", "crashed", "gone")
 
 
-def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
+def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | None = None) -> RankState:
     hb = rec.last_hb or {}
     fin = rec.event(schema.K_FINISH)
     where = loc(rec.rank, hb.get("where"), "")
+    if fin is None and rec.terminated and record is not None:
+        # ended from outside: faulthandler's dump says where it was, fresher than the last heartbeat
+        where = loc(rec.rank, fatal_frame(rec.terminated, record)[0], "") or where
     seq = hb.get("seq") or (fin or {}).get("seq") or {}
     ddp_fwd = max(int(hb.get("step") or 0), int((fin or {}).get("ddp_fwd") or 0),
                   int(rec.counters.get("ddp_fwd") or 0))
@@ -147,7 +150,7 @@ def rank_state(rec: RankRecord, now: float, cfg: Config) -> RankState:
 
 
 def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:
-    return {r: rank_state(rec, now, cfg) for r, rec in record.ranks.items()}
+    return {r: rank_state(rec, now, cfg, record) for r, rec in record.ranks.items()}
 
 
 def ledger_entry_at(rec: RankRecord, group: str, seq: int) -> dict[str, Any] | None:

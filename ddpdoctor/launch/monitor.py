@@ -219,19 +219,7 @@ class Monitor:
             procs = [root] + root.children(recursive=True)
         except psutil.Error:
             pass
-        procs += [p for p in self.seen.values() if p not in procs]
-        for p in procs:
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        _gone, alive = psutil.wait_procs(procs, timeout=self.cfg.grace)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=self.cfg.grace)
+        _terminate(procs + [p for p in self.seen.values() if p not in procs], self.cfg.grace)
         try:
             proc.wait(timeout=self.cfg.grace)
         except subprocess.TimeoutExpired:
@@ -247,14 +235,20 @@ class Monitor:
                     left += [p] + p.children(recursive=True)
             except psutil.Error:
                 pass
-        for p in left:
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        _g, alive = psutil.wait_procs(left, timeout=self.cfg.grace)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        _terminate(left, self.cfg.grace)
+
+
+def _terminate(procs: list[psutil.Process], grace: float) -> None:
+    """TERM, wait up to ``grace``, KILL, wait again: by pid (psutil checks the pid was not reused)."""
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)

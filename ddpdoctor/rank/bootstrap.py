@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -138,5 +139,11 @@ def _enable_faulthandler(rank_dir: str) -> None:
         # kept open for the life of the process
         f = os.fdopen(os.open(os.path.join(rank_dir, schema.FATAL), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
         faulthandler.enable(file=f, all_threads=True)
-    except OSError:
+        # where the rank was when something ended it (torchrun, ddpdoctor): dumped at C level, so it works
+        # while the main thread sits in a collective; chain=True keeps SIGTERM's effect and the script
+        # still sees SIG_DFL from signal.getsignal
+        t = os.fdopen(os.open(os.path.join(rank_dir, schema.TERMINATED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                              0o600), "w")
+        faulthandler.register(signal.SIGTERM, file=t, all_threads=True, chain=True)
+    except (OSError, AttributeError, RuntimeError):
         pass

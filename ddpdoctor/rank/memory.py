@@ -207,22 +207,41 @@ class Memory:
 def _graph_nodes(roots: list) -> tuple[int, list]:
     """Autograd nodes reachable from live tensors (shared nodes once), and the biggest graphs."""
     seen: set[int] = set()
-    per_root = []
-    for t in roots:
-        start = len(seen)
-        stack = [t.grad_fn]
-        while stack and len(seen) < GRAPH_NODE_CAP:
-            fn = stack.pop()
-            if fn is None or id(fn) in seen:
-                continue
-            seen.add(id(fn))
-            try:
-                stack.extend(nf for nf, _ in fn.next_functions)
-            except Exception:
-                pass
-        per_root.append((t, len(seen) - start))
+    per_root = [(t, _walk(t.grad_fn, seen, GRAPH_NODE_CAP)) for t in roots]
     per_root.sort(key=lambda x: -x[1])
     return len(seen), per_root
+
+
+def _walk(fn: Any, seen: set[int], cap: int) -> int:
+    """Add the autograd nodes reachable from ``fn`` to ``seen`` (up to ``cap``); return how many were new."""
+    before = len(seen)
+    stack = [fn]
+    while stack and len(seen) < cap:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        try:
+            stack.extend(nf for nf, _ in fn.next_functions)
+        except Exception:
+            pass
+    return len(seen) - before
+
+
+def _user_scopes(frame: Any) -> list[tuple[Any, dict]]:
+    """(frame, namespace) for the locals of every user frame on the stack and the globals of each user
+    module on it (once per module)."""
+    scopes: list[tuple[Any, dict]] = []
+    modules: set[int] = set()
+    f = frame
+    while f is not None:
+        if sites.is_user_file(f.f_code.co_filename):
+            scopes.append((f, f.f_locals))
+            if id(f.f_globals) not in modules:
+                modules.add(id(f.f_globals))
+                scopes.append((f, f.f_globals))
+        f = f.f_back
+    return scopes
 
 
 def _local_graphs(frame: Any) -> tuple[int, dict | None]:
@@ -232,15 +251,7 @@ def _local_graphs(frame: Any) -> tuple[int, dict | None]:
     Tensor = torch.Tensor
     seen: set[int] = set()
     best: tuple[int, Any, str] | None = None
-    f = frame
-    scopes = []
-    while f is not None:
-        if sites.is_user_file(f.f_code.co_filename):
-            scopes.append((f, f.f_locals))
-            if f.f_back is None or not sites.is_user_file(f.f_back.f_code.co_filename):
-                scopes.append((f, f.f_globals))
-        f = f.f_back
-    for fr, ns in scopes:
+    for fr, ns in _user_scopes(frame):
         if len(ns) > 5000:
             continue
         for name, val in list(ns.items()):
@@ -252,21 +263,7 @@ def _local_graphs(frame: Any) -> tuple[int, dict | None]:
                 roots, how = [v for v in val.values() if isinstance(v, Tensor)], "{}"
             else:
                 continue
-            before = len(seen)
-            for t in roots:
-                if not isinstance(t, Tensor):
-                    continue
-                stack = [t.grad_fn]
-                while stack and len(seen) < LOCAL_NODE_CAP:
-                    fn = stack.pop()
-                    if fn is None or id(fn) in seen:
-                        continue
-                    seen.add(id(fn))
-                    try:
-                        stack.extend(nf for nf, _ in fn.next_functions)
-                    except Exception:
-                        pass
-            n = len(seen) - before
+            n = sum(_walk(t.grad_fn, seen, LOCAL_NODE_CAP) for t in roots if isinstance(t, Tensor))
             if n and (best is None or n > best[0]):
                 best = (n, fr, name + how)
     holder = None
@@ -295,14 +292,7 @@ def _holders(frame: Any, tensors: list) -> dict:
     if not tensors:
         return out
     want = {id(t): t for t in tensors}
-    f = frame
-    scopes = []
-    while f is not None:
-        if sites.is_user_file(f.f_code.co_filename):
-            scopes.append((f, f.f_locals))
-            scopes.append((f, f.f_globals))
-        f = f.f_back
-    for fr, ns in scopes:
+    for fr, ns in _user_scopes(frame):
         for name, val in list(ns.items()):
             found = []
             if id(val) in want:

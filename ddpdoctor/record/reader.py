@@ -35,6 +35,7 @@ class RankRecord:
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
+    terminated: str = ""   # faulthandler's dump when the rank was sent SIGTERM (where it was)
     fatal: str = ""   # faulthandler's dump when the rank died of a fatal signal (SIGABRT, SIGSEGV)
 
     def event(self, kind: str) -> dict[str, Any] | None:
@@ -183,6 +184,12 @@ class RunReader:
                 rec.counters = c if isinstance(c, dict) else {}
             except (OSError, ValueError):
                 pass
+            if not rec.terminated and full:
+                try:
+                    with open(os.path.join(d, schema.TERMINATED), encoding="utf-8", errors="replace") as f:
+                        rec.terminated = f.read(65536)
+                except OSError:
+                    pass
             if not rec.fatal:
                 try:
                     with open(os.path.join(d, schema.FATAL), encoding="utf-8", errors="replace") as f:

@@ -18,6 +18,7 @@ Stdlib only. A run directory looks like::
     ranks/<r>/counters.json       DDP forward and collective counts, updated in place
     ranks/<r>/error.json          the exception that ended rank r, if any
     ranks/<r>/fatal.txt           faulthandler's stacks if rank r died of a fatal signal
+    ranks/<r>/terminated.txt      faulthandler's stacks if rank r was ended with SIGTERM
 
 Every line of a .jsonl file is one JSON object with ``v``, ``kind``, ``rank`` and ``t``.
 """
@@ -46,6 +47,7 @@ MEMORY = "memory.jsonl"          # memleak: per-step memory and censuses
 FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
 COUNTERS = "counters.json"    # live counters (memory-mapped, one JSON object)
+TERMINATED = "terminated.txt"  # faulthandler's stacks when the rank was sent SIGTERM
 FATAL = "fatal.txt"          # faulthandler output on a fatal signal
 
 # kinds of lines

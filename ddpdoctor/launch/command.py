@@ -1,0 +1,167 @@
+"""Running one command end to end: check the input, create the run directory, launch and monitor
+torchrun, diagnose the record, write the pictures, render the reports. The CLI is a thin layer over this."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from ddpdoctor.analysis.model import Config, ExitCode, Report
+from ddpdoctor.errors import DdpdoctorError
+
+TORCHRUN_OPTIONS = [
+    ("--nproc-per-node", str, "Workers per node (torchrun). Default: the number of GPUs, else 2."),
+    ("--nnodes", str, "Number of nodes, or MIN:MAX (torchrun)."),
+    ("--node-rank", int, "This node's rank (torchrun, static rendezvous)."),
+    ("--rdzv-backend", str, "Rendezvous backend (torchrun), e.g. c10d."),
+    ("--rdzv-endpoint", str, "Rendezvous endpoint host:port (torchrun)."),
+    ("--rdzv-id", str, "Rendezvous job id (torchrun)."),
+    ("--master-addr", str, "Master address (torchrun, static rendezvous)."),
+    ("--master-port", int, "Master port (torchrun, static rendezvous)."),
+]
+
+
+def _default_nproc() -> str:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() not in ("", "-1"):
+        return str(len([d for d in cvd.split(",") if d.strip()]))
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        if n > 0:
+            return str(n)
+    except Exception:
+        pass
+    return "2"
+
+
+def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
+    nproc = opts.get("nproc_per_node")
+    if nproc is not None and not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("auto", "cpu", "gpu"):
+        raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
+    args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
+    multi = any(opts.get(k) is not None for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr",
+                                                   "master_port", "rdzv_backend"))
+    for name, _t, _h in TORCHRUN_OPTIONS[1:]:
+        v = opts.get(name.lstrip("-").replace("-", "_"))
+        if v is not None:
+            args += [name, str(v)]
+    if not multi:
+        args.append("--standalone")  # a free port on this host: parallel runs do not collide
+    return args
+
+
+def probe_path(name: str) -> str:
+    from importlib.resources import files
+
+    return str(files("ddpdoctor.probes") / name)
+
+
+def check_writable(path: str | None) -> None:
+    if path and path != "-":
+        d = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(d) or not os.access(d, os.W_OK):
+            raise DdpdoctorError(f"cannot write {path}: folder missing or not writable")
+
+
+def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_text: bool = False) -> None:
+    from ddpdoctor.render import RENDERERS
+
+    if not quiet_text:
+        click.echo(RENDERERS["text"](report), err=json_path == "-", nl=False)
+    for path, fmt in ((json_path, "json"), (junit_path, "junit")):
+        if not path:
+            continue
+        data = RENDERERS[fmt](report)
+        if path == "-":
+            click.echo(data, nl=False)
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(data)
+        except OSError as e:
+            raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
+
+
+def attach_pictures(report: Report, record: Any, command: str) -> Report:
+    """memleak: the memory picture; profile: the Perfetto trace. Written into the run directory."""
+    import dataclasses
+    import glob
+
+    notes = list(report.notes)
+    if command == "profile" and any(r.timeline for r in record.ranks.values()):
+        from ddpdoctor.render.perfetto import render as render_trace
+
+        path = os.path.join(record.run_dir, "trace.json")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(render_trace(record))
+            notes.append(f"timeline (open in https://ui.perfetto.dev): {path}")
+        except OSError as e:
+            notes.append(f"could not write {path}: {e.strerror}")
+        reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
+        if reports:
+            notes.append("Nsight Systems reports: " + ", ".join(reports))
+        return dataclasses.replace(report, notes=tuple(notes))
+    if command != "memleak" or not any(r.memory for r in record.ranks.values()):
+        return report
+    from ddpdoctor.render.svg import memory_svg
+
+    path = os.path.join(record.run_dir, "memory.svg")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(memory_svg(record))
+        notes.append(f"memory per rank per step: {path}")
+    except OSError as e:
+        notes.append(f"could not write {path}: {e.strerror}")
+    if not any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
+        notes.append("no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)")
+    return dataclasses.replace(report, notes=tuple(notes))
+
+
+def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
+                launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
+                json_path: str | None, junit_path: str | None, quiet: bool = False,
+                extra: dict[str, Any] | None = None, wrapper: tuple[str, ...] = ()) -> Report:
+    from ddpdoctor.analysis import diagnose
+    from ddpdoctor.launch import rundir as rd
+    from ddpdoctor.launch.monitor import LaunchSpec, Monitor
+    from ddpdoctor.launch.script import check_script, uses_mp_spawn
+    from ddpdoctor.record.reader import load_run
+
+    check_writable(json_path)
+    check_writable(junit_path)
+    script = script or probe_path("healthy.py")
+    tree = check_script(script)
+    mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
+    targs = torchrun_args(torchrun, mode == "spawn")
+    stop = (extra or {}).get("stop") or {}
+    path = rd.create(run_dir or rd.default_run_dir(command), {
+        "command": command, "mode": mode, "script": script, "script_args": list(script_args),
+        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat, **(extra or {})})
+    if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
+        os.makedirs(os.path.join(path, "nsys"), mode=0o700, exist_ok=True)
+        wrapper = tuple(os.path.join(path, "nsys", "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
+    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.get("steps"), stop.get("epochs"),
+                      wrapper)
+    if not quiet:
+        click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
+                   f"records in {path}", err=True)
+    outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet).run()
+    record = load_run(path)
+    report = diagnose(record, cfg, command)
+    report = attach_pictures(report, record, command)
+    if outcome.interrupted:
+        report = Report(report.command, report.verdict, ExitCode.INTERRUPTED, report.run_dir, report.findings,
+                        report.ranks, "interrupted", report.notes + ("interrupted: the run was ended early",))
+    emit(report, json_path, junit_path, quiet_text=quiet)
+    return report
