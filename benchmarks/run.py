@@ -39,10 +39,16 @@ def doctor(script: Path, tmp: str, *args: str, extra: tuple[str, ...] = (), comm
 
 
 def steps_per_s(text: str) -> float:
-    m = re.search(r"STEPS_PER_S ([\d.]+)", text)
+    m = re.findall(r"STEPS_PER_S ([\d.]+)", text)
     if not m:
         raise RuntimeError(text[-3000:])
-    return float(m.group(1))
+    return min(float(x) for x in m)
+
+
+def cpu_ms(text: str) -> float:
+    """CPU time per step, averaged over the ranks: steadier than throughput on a busy 2-core machine."""
+    m = re.findall(r"CPU_MS_PER_STEP ([\d.]+)", text)
+    return sum(float(x) for x in m) / len(m) if m else float("nan")
 
 
 def overhead(reps: int, steps: int, tmp: str) -> dict:
@@ -53,10 +59,12 @@ def overhead(reps: int, steps: int, tmp: str) -> dict:
         for kind in order:
             wall, out = bare(script, "--steps", str(steps)) if kind == "bare" else \
                 doctor(script, tmp, "--steps", str(steps))
-            rows[kind].append({"wall_s": wall, "steps_per_s": steps_per_s(out)})
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "steps_per_s")} for k, v in rows.items()}
+            rows[kind].append({"wall_s": wall, "steps_per_s": steps_per_s(out), "cpu_ms_per_step": cpu_ms(out)})
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "steps_per_s", "cpu_ms_per_step")}
+           for k, v in rows.items()}
     return {"runs": rows, "median": med,
             "throughput_ratio": med["bare"]["steps_per_s"] / med["ddpdoctor"]["steps_per_s"],
+            "cpu_ratio": med["ddpdoctor"]["cpu_ms_per_step"] / med["bare"]["cpu_ms_per_step"],
             "wall_ratio": med["ddpdoctor"]["wall_s"] / med["bare"]["wall_s"],
             "step_ms_bare": 1000 / med["bare"]["steps_per_s"]}
 
@@ -153,8 +161,8 @@ def main() -> None:
             ov = overhead(args.reps, args.steps, tmp)
             res["overhead"] = ov
             print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop "
-                  f"throughput ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, whole-process wall ratio "
-                  f"{ov['wall_ratio']:.3f}", flush=True)
+                  f"throughput ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, CPU per step ratio {ov['cpu_ratio']:.3f}, "
+                  f"whole-process wall ratio {ov['wall_ratio']:.3f}", flush=True)
         for command in ("check", "memleak", "profile"):
             if command not in want:
                 continue

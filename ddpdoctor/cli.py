@@ -178,16 +178,20 @@ def doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, 
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path())
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
 @click.option("--timeout", type=float, default=None, help="Re-judge with another --timeout (default: the run's own).")
 @output_options
-def analyze(run_dir: str, timeout: float | None, json_path: str | None, junit_path: str | None, fail_on: str) -> None:
-    """Re-diagnose a saved run directory without re-running it (no torch needed)."""
+def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | None, junit_path: str | None,
+            fail_on: str) -> None:
+    """Re-diagnose a saved run directory without re-running it (no torch needed).
+
+    For a multi-node job give every node's run directory: the ranks are compared across nodes.
+    """
     from ddpdoctor.analysis import diagnose
-    from ddpdoctor.record.reader import RunDirError, load_run
+    from ddpdoctor.record.reader import RunDirError, load_runs
 
     try:
-        record = load_run(run_dir)
+        record = load_runs(list(run_dirs))
     except RunDirError as e:
         raise DdpdoctorError(str(e)) from None
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)

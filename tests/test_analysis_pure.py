@@ -123,3 +123,19 @@ def test_json_report_schema_and_junit_counts(tmp_path):
     cases = suite.findall("testcase")
     assert int(suite.get("tests")) == len(cases) and int(suite.get("failures")) == 1
     assert cases[0].find("failure").get("type") == "hang.shape-mismatch"
+
+
+def test_analyze_compares_ranks_across_nodes_run_directories(tmp_path):
+    """Two nodes, one run directory each: the sampler seeds differ across nodes."""
+    for node, rank in ((0, 0), (1, 1)):
+        b = RunBuilder(tmp_path / f"node{node}", command="check").start(rank)
+        b.add(rank, "checks.jsonl", "sampler", 1.0, sid=1, epoch=0, seed=100 + rank, shuffle=True, drop_last=False,
+              num_replicas=2, sampler_rank=rank, dataset_len=8, n=4, digest=f"d{rank}", indices=None,
+              site=["/work/train.py", 30, "main"])
+    from ddpdoctor.record.reader import load_runs
+
+    report = diagnose(load_runs([str(tmp_path / "node0"), str(tmp_path / "node1")]), CFG)
+    f = next(f for f in report.findings if f.id == "data.sampler-seed-mismatch")
+    assert f.ranks == (0, 1) and report.exit_code == 1
+    with pytest.raises(RunDirError, match="appears in"):
+        load_runs([str(tmp_path / "node0"), str(tmp_path / "node0")])

@@ -56,7 +56,7 @@ class Memory:
         fields: dict[str, Any] = {"rss": self.proc.memory_info().rss}
         fields.update(self._cuda())
         if self.step % LOCAL_EVERY == 0 or self.step == 1:
-            nodes, holder = _local_graphs(sys._getframe(2))
+            nodes, holder = _local_graphs(_caller(2))
             fields["local_graph"] = nodes
             if holder:
                 fields["local_holder"] = holder
@@ -66,7 +66,7 @@ class Memory:
                (self.census_every and self.step % self.census_every == 0) or
                (not self.census_every and now - self.last_census_t >= self.last_census_cost / self.budget))
         if due:
-            self.census(sys._getframe(2))
+            self.census(_caller(2))
 
     def _cuda(self) -> dict[str, Any]:
         torch = sys.modules.get("torch")
@@ -181,15 +181,18 @@ class Memory:
             return None
 
     def _worker_rss(self) -> dict[str, int]:
+        """RSS of this rank's worker processes (DataLoader workers are multiprocessing children: listed
+        without scanning /proc)."""
+        import multiprocessing
+
+        import psutil
+
         out = {}
-        try:
-            for c in self.proc.children(recursive=True):
-                try:
-                    out[str(c.pid)] = int(c.memory_info().rss)
-                except Exception:
-                    pass
-        except Exception:
-            pass
+        for c in multiprocessing.active_children():
+            try:
+                out[str(c.pid)] = int(psutil.Process(c.pid).memory_info().rss)
+            except Exception:
+                pass
         return out
 
     def finish(self) -> None:
@@ -202,6 +205,16 @@ class Memory:
                 self._write_summary(which)
         except Exception:
             pass
+
+
+def _caller(depth: int) -> Any:
+    """The frame ``depth`` levels above the caller, or the outermost one on a shallow stack."""
+    f = sys._getframe(1)
+    for _ in range(depth):
+        if f.f_back is None:
+            break
+        f = f.f_back
+    return f
 
 
 def _graph_nodes(roots: list) -> tuple[int, list]:

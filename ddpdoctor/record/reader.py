@@ -240,3 +240,22 @@ def load_run(run_dir: str) -> RunRecord:
     record = reader.refresh()
     reader.attach_logs(record)
     return record
+
+
+def load_runs(run_dirs: list[str]) -> RunRecord:
+    """Load the run directories of one job's nodes (each node's ddpdoctor keeps its own ranks) as one
+    record: ranks are global, so they merge; the first directory's manifest speaks for the job."""
+    records = [load_run(d) for d in run_dirs]
+    if len(records) == 1:
+        return records[0]
+    first = records[0]
+    ranks: dict[int, RankRecord] = {}
+    for rec in records:
+        for r, rr in rec.ranks.items():
+            if r in ranks:
+                raise RunDirError(f"rank {r} appears in {rec.run_dir} and in another run directory: "
+                                  "give each node's run directory of one job once")
+            ranks[r] = rr
+    monitor = sorted((e for rec in records for e in rec.monitor), key=lambda e: e.get("t", 0.0))
+    return RunRecord(first.run_dir, first.manifest, dict(sorted(ranks.items())), monitor,
+                     [e for rec in records for e in rec.launcher])
