@@ -61,6 +61,15 @@ def test_a_rank_cut_off_after_going_further_is_an_early_exit(tmp_path):
     report = diagnose(load_run(str(cut_run(tmp_path, fwd0=4, seq0=13).root)), Config())
     assert [f.id for f in report.findings] == ["hang.early-exit", "teardown.gloo-abort"]
     assert report.exit_code == 3
+    assert (1, 24) in [(l.rank, l.line) for l in report.findings[0].locations]  # its last collective
+
+
+def test_a_rank_cut_off_in_the_forward_of_an_extra_step_is_an_early_exit(tmp_path):
+    """Cut before its next collective: same sequence position, one DDP forward more."""
+    report = diagnose(load_run(str(cut_run(tmp_path, fwd0=4, seq0=11).root)), Config())
+    f = report.findings[0]
+    assert f.id == "hang.early-exit" and report.exit_code == 3
+    assert (1, 24) in [(l.rank, l.line) for l in f.locations]
 
 
 def test_a_rank_cut_off_at_the_same_point_is_only_teardown(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, first_divergence
+from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
 from ddpdoctor.analysis.model import Config, Finding, Location
 from ddpdoctor.analysis.state import (P2P, SHAPED, SIZE_MISMATCH, RankState, all_states, describe_op,
                                       is_transport_error, ledger_entry_at, loc)
@@ -222,7 +222,8 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     ended = [s for s in states.values() if s.state == "finished"]
     others = [s for s in states.values() if not s.ended or s.state == "crashed"]
     if ended and others:
-        locs = [l for s in others if (l := best_where(record, s, "waiting"))]
+        locs = [l for s in ended if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
+        locs += [l for s in others if (l := best_where(record, s, "waiting"))]
         return [Finding("hang.early-exit", "error",
                         f"rank(s) {[s.rank for s in ended]} finished while rank(s) {[s.rank for s in others]} "
                         "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
@@ -256,7 +257,7 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
     fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
     if fewer:
-        locs = [l for s in fewer if (l := _slot_loc(record, s.rank, None, states, "exited"))]
+        locs = [l for s in fewer if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in cut if (l := best_where(record, s, "went on"))]
         return [Finding("hang.early-exit", "error",
                         f"rank(s) {[s.rank for s in fewer]} finished after fewer DDP steps "
