@@ -1,0 +1,145 @@
+"""Wrappers around the public collectives of ``torch.distributed``: each call becomes a ledger line (op,
+process group, its sequence numbers, shapes, dtypes, the user's call site) and, while it runs, the rank's
+pending collective. Calls made by torch itself (inside another collective, or from other threads) pass
+through untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from ddpdoctor.rank import probe as _probe_mod
+from ddpdoctor.rank import sites
+from ddpdoctor.record import schema
+
+# Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
+SHAPED = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+          "reduce_scatter_tensor", "all_to_all_single"}
+P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
+OTHER = {"gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "all_gather_object",
+         "broadcast_object_list", "gather_object", "scatter_object_list"}
+WRAPPED = sorted(SHAPED | P2P | OTHER)
+
+_Tensor: Any = None        # torch.Tensor, set by install()
+_ProcessGroup: Any = None  # torch.distributed.ProcessGroup
+_default_pg: Any = None    # cached once init_process_group has run
+_json_cache: dict[Any, str] = {}
+
+
+def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
+    shapes: list = []
+    dtypes: list = []
+    for a in (*args, *kwargs.values()):
+        items = a if isinstance(a, (list, tuple)) else (a,)
+        for t in items:
+            if isinstance(t, _Tensor):
+                shapes.append(list(t.shape))
+                dtypes.append(str(t.dtype)[6:])
+                if len(shapes) >= 4:
+                    return shapes, dtypes
+    return shapes, dtypes
+
+
+def _group_of(probe: Any, kwargs: dict, args: tuple) -> tuple[str, Any]:
+    global _default_pg
+    pg = kwargs.get("group")
+    if pg is None:
+        for a in args:
+            if isinstance(a, _ProcessGroup):
+                pg = a
+                break
+    if pg is None:
+        if _default_pg is None:
+            import torch.distributed as dist
+
+            try:
+                _default_pg = dist.distributed_c10d._get_default_group()
+            except Exception:
+                return "?", None
+        pg = _default_pg
+    name = getattr(pg, "group_name", None) or f"pg{id(pg)}"
+    if name not in probe.groups:
+        probe.groups[name] = pg
+    return name, pg
+
+
+def _js(value: Any) -> str:
+    """JSON text of a string that recurs (file names, ops, groups), encoded once."""
+    out = _json_cache.get(value)
+    if out is None:
+        out = _json_cache[value] = json.dumps(value)
+    return out
+
+
+def _ledger_line(rank: int, op: str, gname: str, s0: int, s1: int | None, shapes: list, dtypes: list,
+                 site: list | None, t0: float, t1: float) -> bytes:
+    """One ledger line, formatted by hand: json.dumps costs more than the collective's own Python."""
+    seq = f"[{s0 + 1},{s1}]" if s1 is not None else "null"
+    shp = "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
+    dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
+    st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
+    return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t1!r},"op":{_js(op)},"group":{_js(gname)},'
+            f'"seq":{seq},"shapes":{shp},"dtypes":{dts},"site":{st},"t0":{t0!r},"t1":{t1!r},"err":null}}\n'
+            ).encode()
+
+
+def _wrap(op: str, orig: Callable) -> Callable:
+    @functools.wraps(orig)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        p = _probe_mod._probe
+        if p is None or p.depth or threading.get_ident() != p.main_ident:
+            return orig(*args, **kwargs)
+        try:
+            gname, pg = _group_of(p, kwargs, args)
+            s0 = pg._get_sequence_number_for_group() if pg is not None else 0
+            shapes, dtypes = _describe(args, kwargs)
+            site = sites.user_site(sys._getframe(1))
+        except Exception:
+            return orig(*args, **kwargs)
+        t0 = time.time()
+        p.pending = [op, gname, s0, shapes, dtypes, site, t0]
+        p.depth += 1
+        err = None
+        tok = p.timeline.start(op, "comm") if p.timeline is not None else None
+        try:
+            return orig(*args, **kwargs)
+        except BaseException as e:
+            err = f"{type(e).__name__}: {str(e)[:300]}"
+            raise
+        finally:
+            if tok is not None:
+                p.timeline.end(tok)
+            p.depth -= 1
+            p.pending = None
+            try:
+                s1 = pg._get_sequence_number_for_group() if pg is not None else None
+            except Exception:
+                s1 = None
+            p.ncoll += 1
+            # written now, from this thread: a rank that aborts a moment later keeps its ledger
+            if err is None:
+                p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, s1, shapes, dtypes, site, t0, time.time()))
+            else:
+                p.ledger.write(schema.K_COLL, p.rank, op=op, group=gname, seq=[s0 + 1, s1] if s1 is not None
+                               else None, shapes=shapes, dtypes=dtypes, site=site, t0=t0, t1=time.time(), err=err)
+
+    wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(dist: Any) -> None:
+    """Wrap every public collective of ``dist`` once (idempotent)."""
+    global _Tensor, _ProcessGroup, _default_pg
+    import torch
+
+    _Tensor, _ProcessGroup, _default_pg = torch.Tensor, dist.ProcessGroup, None
+    for op in WRAPPED:
+        fn = getattr(dist, op, None)
+        if fn is None or hasattr(fn, "__ddpdoctor_wrapped__"):
+            continue
+        setattr(dist, op, _wrap(op, fn))
