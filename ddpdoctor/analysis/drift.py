@@ -84,13 +84,17 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                            "statistics on every rank.", ranks, tuple(l for l in site.values() if l),
                            {"tensors": names, "since_forward": step, "forward_sync_buffers": not no_sync,
                             "batchnorm": bn}))
-    rng = {r: (e.get("rng") or {}).get("torch") for r, e in ddp.items()}
-    if not pdiff and len(set(rng.values())) == 1 and None not in rng.values():
+    first = {r: next((e.get("rng") for e in rec.checks if e.get("kind") == "rng_first_step"), None) or
+             ddp[r].get("rng") or {} for r, rec in record.ranks.items() if r in ddp}
+    same = [k for k in ("torch", "random", "numpy", "cuda")
+            if all(k in g for g in first.values()) and len({g[k] for g in first.values()}) == 1]
+    if not pdiff and same:
         out.append(Finding("seed.identical-streams", "note",
-                           "every rank has the same torch RNG state at DDP construction: dropout and random "
-                           "augmentation draw identical streams on all ranks",
+                           f"every rank has the same {', '.join(same)} RNG state at its first DDP step: dropout and "
+                           "random augmentation draw identical streams on all ranks",
                            "Usual and harmless; to decorrelate augmentation, seed each rank with seed + rank after "
-                           "building the model.", ranks, (), {"torch_rng": next(iter(rng.values()))}))
+                           "building the model.", ranks, (), {"identical": same,
+                                                              "rng_first_step": {str(r): g for r, g in first.items()}}))
     return out
 
 

@@ -163,6 +163,8 @@ def install(probe: Any, every: int) -> Checks:
                 # runs after DDP synced buffers for this forward, before the module computes
                 counter["n"] += 1
                 n = counter["n"]
+                if n == 1:
+                    c.event("rng_first_step", rng=_rng_digests(torch))
                 if n == 1 or n % c.every == 0:
                     c.fingerprint(mod, n, "forward")
 
