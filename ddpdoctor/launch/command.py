@@ -90,6 +90,17 @@ def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_te
             raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
 
 
+def _write_private(path: str, text: str, what: str) -> str:
+    """Write a file of the run directory (0600) and return the report's note about it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return f"{what}: {path}"
+    except OSError as e:
+        return f"could not write {path}: {e.strerror}"
+
+
 def attach_pictures(report: Report, record: Any, command: str) -> Report:
     """memleak: the memory picture; profile: the Perfetto trace. Written into the run directory."""
     import dataclasses
@@ -99,32 +110,20 @@ def attach_pictures(report: Report, record: Any, command: str) -> Report:
     if command == "profile" and any(r.timeline for r in record.ranks.values()):
         from ddpdoctor.render.perfetto import render as render_trace
 
-        path = os.path.join(record.run_dir, "trace.json")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(render_trace(record))
-            notes.append(f"timeline (open in https://ui.perfetto.dev): {path}")
-        except OSError as e:
-            notes.append(f"could not write {path}: {e.strerror}")
+        notes.append(_write_private(os.path.join(record.run_dir, "trace.json"), render_trace(record),
+                                    "timeline (open in https://ui.perfetto.dev)"))
         reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
         if reports:
             notes.append("Nsight Systems reports: " + ", ".join(reports))
-        return dataclasses.replace(report, notes=tuple(notes))
-    if command != "memleak" or not any(r.memory for r in record.ranks.values()):
-        return report
-    from ddpdoctor.render.svg import memory_svg
+    elif command == "memleak" and any(r.memory for r in record.ranks.values()):
+        from ddpdoctor.render.svg import memory_svg
 
-    path = os.path.join(record.run_dir, "memory.svg")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(memory_svg(record))
-        notes.append(f"memory per rank per step: {path}")
-    except OSError as e:
-        notes.append(f"could not write {path}: {e.strerror}")
-    if not any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
-        notes.append("no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)")
+        notes.append(_write_private(os.path.join(record.run_dir, "memory.svg"), memory_svg(record),
+                                    "memory per rank per step"))
+        if not any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
+            notes.append("no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)")
+    else:
+        return report
     return dataclasses.replace(report, notes=tuple(notes))
 
 
