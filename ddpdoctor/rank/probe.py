@@ -24,10 +24,6 @@ from ddpdoctor.rank import sites
 _probe: "Probe | None" = None
 
 
-def current() -> "Probe | None":
-    return _probe
-
-
 class Probe:
     def __init__(self, run_dir: str, rank: int, manifest: dict[str, Any]) -> None:
         self.run_dir = run_dir
