@@ -41,7 +41,7 @@ class RunBuilder:
 
     def finish(self, rank: int, t: float, code: int = 0, seq: int = 0, **kw: Any) -> "RunBuilder":
         return self.add(rank, "events.jsonl", "finish", t, code=code, ddp_fwd=3, ncoll=seq, seq={"0": seq},
-                        exception=False, **kw)
+                        **{"exception": False, **kw})
 
 
 def pending(op: str, seq: int, line: int, since: float, shapes=((4,),)) -> dict:

@@ -9,7 +9,7 @@ import pytest
 from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose
-from ddpdoctor.analysis.hang import live_verdict
+from ddpdoctor.analysis.live import live_verdict
 from ddpdoctor.analysis.model import Config
 from ddpdoctor.record.reader import RunDirError, load_run
 from ddpdoctor.render import RENDERERS
@@ -112,11 +112,12 @@ def test_json_report_schema_and_junit_counts(tmp_path):
     b.add(None, "monitor.jsonl", "verdict", 5.0, mode="certain", reason="x")
     report = diagnose(load_run(str(b.root)), CFG)
     d = json.loads(RENDERERS["json"](report))
-    assert d["schema"] == "ddpdoctor.report" and d["version"] == 1
+    assert d["schema"] == "ddpdoctor.report" and d["version"] == 2
     assert {"command", "verdict", "exit_code", "run_dir", "findings"} <= set(d)
     f = d["findings"][0]
     assert f["id"] == "hang.shape-mismatch"
-    assert {"id", "severity", "ranks", "locations", "message", "hint"} <= set(f)
+    assert {"id", "severity", "ranks", "culprits", "locations", "message", "hint"} <= set(f)
+    assert f["culprits"] == [0, 1]  # two ranks, two shapes: no majority to blame
     assert all(isinstance(l["line"], int) and {"rank", "file", "line"} <= set(l) for l in f["locations"])
     suite = ET.fromstring(RENDERERS["junit"](report))
     assert suite.tag == "testsuite"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import checkpoint, crash, data, drift, hang, memory, perf, profile, run, teardown
+from ddpdoctor.analysis import checkpoint, crash, data, drift, ending, hang, memory, perf, profile, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -40,6 +40,8 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     if any(f.id.startswith("run.") for f in findings):
         # the job never became distributed: crash/hang findings would only repeat it
         findings = [f for f in findings if f.id.startswith(("run.", "teardown."))]
+    # the invariant: a rank that ended abnormally never leaves the verdict at OK
+    findings += ending.unexplained(record, findings)
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]

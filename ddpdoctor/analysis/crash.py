@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.analysis.model import Config, Finding, Location
+from ddpdoctor.analysis.model import Config, Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import is_transport_error, loc, user_frame_in
 from ddpdoctor.record.reader import RunRecord
 
@@ -54,16 +54,19 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         if rec.error and is_transport_error(rec.error):
             site = rec.error.get("user_frame") or site
         v = loc(r, site, "victim")
-        if v and not (rec.error and not is_transport_error(rec.error)):
+        fin = rec.event("finish")
+        finished_ok = fin is not None and not fin.get("exception") and fin.get("code") in (0, None)
+        if v and not finished_ok and not (rec.error and not is_transport_error(rec.error)):
             victims.append(r)
             locs.append(v)
     others = [o[1] for o in ordered[1:]]
     if victims:
-        headline += f"; rank(s) {victims} were waiting on it"
+        headline += f"; {ranks_phrase(victims)} {'was' if len(victims) == 1 else 'were'} waiting on it"
     if others:
-        headline += f"; rank(s) {others} raised too, later"
+        headline += f"; {ranks_phrase(others)} raised too, later"
     hint = ("Fix the exception on the rank that raised first; the other ranks' errors ('Connection closed by "
             "peer', timeouts) are consequences.")
     if worker:
         hint = "The exception was raised in a DataLoader worker (Dataset.__getitem__ or collate_fn): " + hint
-    return [Finding("crash.exception", "error", headline, hint, tuple(sorted(record.ranks)), tuple(locs), evidence)]
+    return [Finding("crash.exception", "error", headline, hint, tuple(sorted(record.ranks)), tuple(locs), evidence,
+                    culprits=(rank,))]

@@ -68,7 +68,10 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     ranks = [r for r, st in states.items() if st.seq and group in st.seq]
     if len(ranks) < 2:
         return None
-    final = {r: int(states[r].seq[group]) for r in ranks}
+    # the heartbeat's counter may be older than the ledger (a fast rank that aborted between beats)
+    final = {r: max([int(states[r].seq[group])] + [int(e["seq"][1]) for e in record.ranks[r].ledger[-8:]
+                                                    if e.get("group") == group and e.get("seq")])
+             for r in ranks}
     # a pending collective counts as issued; a rank still computing has not issued further ones
     seqs = {r: sequence(record, r, group, final[r]) for r in ranks}
     for r in ranks:

@@ -1,10 +1,7 @@
-"""Deadlocks and divergent collectives: the live verdict and the post-mortem diagnosis. Pure.
+"""Deadlocks and divergent collectives: the post-mortem diagnosis. Pure.
 
-A wait is *certain* to be a deadlock when a rank has waited at least ``settle`` seconds in a collective
-that its peers cannot match: a peer has exited, waits in a different collective (other sequence
-position, op or shape), or has already issued a different collective at that position (DDP's
-all-reduces count: they move the sequence counter). Otherwise a wait is *uncertain* and becomes a hang
-only after ``timeout`` seconds.
+The live verdict (certain deadlock, timeout) is in :mod:`ddpdoctor.analysis.live`; this module explains a
+run that ended: the first divergence of the ranks' collective sequences and what it means.
 """
 
 from __future__ import annotations
@@ -12,109 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
-from ddpdoctor.analysis.model import Config, Finding, Location
-from ddpdoctor.analysis.state import (P2P, SHAPED, SIZE_MISMATCH, RankState, all_states, describe_op,
-                                      is_transport_error, ledger_entry_at, loc)
+from ddpdoctor.analysis.model import Config, Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.live import op_key
+from ddpdoctor.analysis.paths import Departure, departure, rank_guard
+from ddpdoctor.analysis.state import (SIZE_MISMATCH, RankState, all_states, describe_op, is_transport_error,
+                                      loc)
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
-
-
-def _op_key(p: dict[str, Any]) -> tuple:
-    op = p.get("op")
-    return (op, tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
-            tuple(p.get("dtypes") or ()) if op in SHAPED else None)
-
-
-def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
-    """A one-line reason when the current waits can never complete, else None."""
-    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
-    for a in waiting:
-        p = a.pending or {}
-        op, g, seq = p.get("op"), p.get("group"), p.get("seq")
-        if op in P2P:
-            continue
-        what = f"rank {a.rank} waits {now - a.since:.1f} s in {describe_op(op, p.get('shapes'))}"
-        for b in states.values():
-            if b.rank == a.rank or not b.seq or g not in b.seq:
-                continue  # not (known to be) a member of that group
-            if b.ended:
-                # still waiting, as seen by a heartbeat written well after the peer ended
-                if b.ended_t is None or (a.hb_t or 0) - b.ended_t >= cfg.settle:
-                    return f"{what}; rank {b.rank} has exited"
-                continue
-            if b.stale or b.state == "not-started":
-                continue
-            if b.proof_waiting:
-                q = b.pending or {}
-                if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
-                    continue
-                if q.get("group") != g:
-                    if all(s in waiting for s in live):
-                        return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
-                    continue
-                if q.get("seq") != seq or _op_key(q) != _op_key(p):
-                    return (f"{what} (#{seq}); rank {b.rank} waits in "
-                            f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})")
-                continue
-            bs = b.seq.get(g)
-            if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
-                e = ledger_entry_at(record.ranks[b.rank], g, seq)
-                if e is None or _op_key(e) != _op_key(p):
-                    other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
-                    return f"{what} (#{seq}); rank {b.rank} issued {other} at that position"
-    return None
-
-
-def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
-    """Has some rank sat in a collective (or DDP backward) long enough that a verdict may be near?"""
-    for s in all_states(record, now, cfg).values():
-        if s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2:
-            return True
-        if s.state == "ddp-wait" and s.seq_stable_for >= cfg.settle / 2:
-            return True
-        if s.ended:
-            return True
-    return False
-
-
-def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
-    """("certain", reason) or ("timeout", reason) when the monitor should stop the run."""
-    states = all_states(record, now, cfg)
-    reason = certain_deadlock(record, states, cfg, now)
-    if reason:
-        return "certain", reason
-    for s in states.values():
-        if s.ended or s.stale:
-            continue
-        waited = (now - s.since) if (s.state == "waiting" and s.since) else (
-            s.seq_stable_for if s.state == "ddp-wait" else 0.0)
-        if waited >= cfg.timeout:
-            return "timeout", f"rank {s.rank} waited {waited:.0f} s (--timeout {cfg.timeout:g})"
-    return None
-
-
-def status_line(record: RunRecord, cfg: Config, now: float) -> str | None:
-    """The live line shown while some rank waits: who waits where, who is busy where."""
-    states = all_states(record, now, cfg)
-    parts, anyone_waits = [], False
-    for s in states.values():
-        if s.state == "waiting" and s.since and now - s.since >= 2.0:
-            anyone_waits = True
-            p = s.pending or {}
-            parts.append(f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}")
-        elif s.state == "ddp-wait" and s.seq_stable_for >= 2.0:
-            anyone_waits = True
-            parts.append(f"rank {s.rank} in DDP backward {s.seq_stable_for:.0f} s at {_at(s.where)}")
-        elif s.state == "busy":
-            parts.append(f"rank {s.rank} busy at {_at(s.where)}")
-        elif s.ended:
-            parts.append(f"rank {s.rank} {s.state}")
-    return "; ".join(parts) if anyone_waits else None
-
-
-def _at(where: Location | None) -> str:
-    return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"
 
 
 # -- post-mortem ---------------------------------------------------------------------------------------
@@ -182,6 +83,30 @@ def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, 
     return fwd, lens
 
 
+def _uneven_finding(record: RunRecord, states: dict[int, RankState], fwd: dict[int, int], lens: dict[int, Any],
+                    ev: dict) -> Finding:
+    more = [r for r, n in fwd.items() if n == max(fwd.values())]
+    fewer = [r for r in fwd if r not in more]
+    locs = [l for r in more if (l := best_where(record, states[r], "waiting (extra step)"))]
+    locs += [l for r in fewer if (l := best_where(record, states[r], "ran out of batches"))]
+    batch = f"; DataLoader lengths {group_values(lens)}" if lens else ""
+    msg = (f"uneven number of DDP steps: {ranks_phrase(more)} ran {max(fwd.values())} forward passes, "
+           f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}")
+    return Finding("hang.uneven-batches", "error", msg, _uneven_hint(record), tuple(sorted(fwd)), tuple(locs),
+                   dict(ev, ddp_forwards=fwd, dataloader_len=lens), culprits=tuple(sorted(fewer)))
+
+
+def _uneven_hint(record: RunRecord) -> str:
+    """Advice that fits: a script that already uses DistributedSampler needs drop_last or join()."""
+    samplers = {str(e.get("sampler", "")) for rec in record.ranks.values() for e in rec.checks
+                if e.get("kind") in ("loader", "sampler")}
+    if any("Distributed" in x for x in samplers):
+        return ("The DistributedSampler pads every rank to the same number of samples, but the batches still "
+                "differ: pass drop_last=True to the DataLoader, or wrap the loop in `with model.join():` "
+                "(torch.distributed.algorithms.Join) for inputs that are uneven by design.")
+    return HINTS["hang.uneven-batches"]
+
+
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     verdict = record.monitor_event(schema.K_VERDICT)
     errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
@@ -195,41 +120,110 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
     uneven = _uneven(record, states)
     ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
+    if size_err:
+        ev["aborted"] = {r: str(errors[r].get("message", ""))[:200] for r in size_err}
+    lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
 
+    if div is not None and div.kind == "exited":
+        flipped = _guarded_waiters(record, div)
+        if flipped is not None:
+            # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
+            return [_from_div(record, "hang.rank-conditional-collective", flipped, states, ev,
+                              "a collective is called on some ranks only")]
+    if div is not None and div.kind != "exited":
+        left = _departed(record, div)
+        if left is not None:
+            if lens_differ:
+                return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc]
+            return [_early_exit(record, div, states, ev, *left)]
     if div is not None and div.exclusive:
         return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
                           "a collective is called on some ranks only")]
     if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
         return [_from_div(record, "hang.shape-mismatch", div, states, ev,
                           "ranks passed different shapes/dtypes to the same collective")]
-    lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
-    if lens_differ or (uneven and not uneven[1] and (div is None or div.kind not in ("extra-call", "exited"))):
-        fwd, lens = uneven  # type: ignore[misc]
-        more = [r for r, n in fwd.items() if n == max(fwd.values())]
-        fewer = [r for r in fwd if r not in more]
-        locs = [l for r in more if (l := best_where(record, states[r], "extra step"))]
-        locs += [l for r in fewer if (l := best_where(record, states[r], "ran out of batches"))]
-        batch = f"; DataLoader lengths {lens}" if lens else ""
-        msg = (f"uneven number of DDP steps: rank(s) {more} ran {max(fwd.values())} forward passes, "
-               f"rank(s) {fewer} ran {min(fwd.values())}{batch}")
-        ev.update(ddp_forwards=fwd, dataloader_len=lens)
-        return [Finding("hang.uneven-batches", "error", msg, HINTS["hang.uneven-batches"],
-                        tuple(sorted(fwd)), tuple(locs), ev)]
+    if lens_differ:
+        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc]
     if div is not None and div.kind == "exited":
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
     if div is not None:
         return [_from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")]
+    if uneven and not uneven[1]:
+        return [_uneven_finding(record, states, *uneven, ev)]
     ended = [s for s in states.values() if s.state == "finished"]
     others = [s for s in states.values() if not s.ended or s.state == "crashed"]
     if ended and others:
         locs = [l for s in ended if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in others if (l := best_where(record, s, "waiting"))]
+        gone = [s.rank for s in ended]
         return [Finding("hang.early-exit", "error",
-                        f"rank(s) {[s.rank for s in ended]} finished while rank(s) {[s.rank for s in others]} "
-                        "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
+                        f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} "
+                        "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
+                        culprits=tuple(sorted(gone)))]
     if verdict is not None:
-        return [_timeout_finding(states, now, cfg, ev)]
+        return [_timeout_finding(record, states, now, cfg, ev)]
     return []
+
+
+def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
+    """Ranks exited normally while the others wait in a collective they reached under a rank test that the
+    exited ranks never reached: the waiting ranks diverged (``if rank == 0: dist.barrier()``)."""
+    waiters = [r for r in div.slots if r not in div.diverged]
+    if not waiters or any(record.ranks[r].event(schema.K_FINISH) is None or record.ranks[r].error
+                          for r in div.diverged):
+        return None
+    for r in waiters:
+        site = div.slots[r].site
+        gone_sites = {e.get("site") and tuple(e["site"]) for d in div.diverged for e in record.ranks[d].ledger}
+        if not site or tuple(site) in gone_sites or rank_guard(record, r, site) is None:
+            return None
+    return Divergence(div.group, div.seq, div.slots, tuple(sorted(waiters)), "extra-call", True)
+
+
+def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:
+    """Some ranks all left the loop (or call) the others are still in: an early exit. The leavers are the
+    diverged ranks or, with no majority to tell, whichever group of ranks (by what they issued) left. Not
+    when their collective sits under a rank test (``if rank == 0:``): that is a rank-conditional call."""
+    groups: dict[tuple, list[int]] = {}
+    for r, sl in sorted(div.slots.items()):
+        groups.setdefault(sl.key() + (sl.site,), []).append(r)
+    candidates = [tuple(div.diverged)] if len(div.diverged) < len(div.slots) else [tuple(g) for g in groups.values()]
+    found = []
+    for leavers in candidates:
+        others = [r for r in div.slots if r not in leavers]
+        if not others or any(rank_guard(record, d, div.slots[d].site) for d in leavers):
+            continue
+        deps = [departure(record, d, others[0]) for d in leavers]
+        if deps[0] is not None and all(x is not None for x in deps):
+            found.append((leavers, deps[0]))
+    return found[0] if len(found) == 1 else None
+
+
+def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState], ev: dict,
+                leavers: tuple[int, ...], dep: Departure) -> Finding:
+    gone = sorted(leavers)
+    stay = sorted(r for r in div.slots if r not in gone)
+    locs = [l for r in gone if (l := _slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
+    role = "left the loop here" if len(dep.exits) == 1 else "may have left the loop here"
+    for line in dep.exits[:3]:  # the break/return it took (when the code has only a few)
+        locs += [Location(r, dep.exit_file, line, "", role) for r in gone]
+    where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
+    locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
+    locs += [l for r in stay if (l := _slot_loc(record, r, div.slots[r], states, "waiting"))]
+    short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
+    left = (f"left the loop at {short} early" if dep.how == "left the loop" else
+            f"returned early from the call at {short} ({dep.func})")
+    waits = group_values({r: _slot_text(div.slots[r]) for r in gone}, bare=True)
+    went = group_values({r: (_state_text(states[r]) if div.slots[r].op == INTERNAL else _slot_text(div.slots[r]))
+                         for r in stay}, bare=True)
+    base = dep.exit_file.rsplit("/", 1)[-1]
+    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
+    msg = (f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
+           f"(collective #{div.seq} of group {div.group})")
+    ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": gone},
+              departure={"how": dep.how, "file": dep.file, "line": dep.line})
+    return Finding("hang.early-exit", "error", msg, HINTS["hang.early-exit"], tuple(sorted(div.slots)),
+                   tuple(locs), ev, culprits=tuple(gone))
 
 
 def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> list[Finding]:
@@ -244,14 +238,7 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
     ev = {"reason": "ranks ended by torchrun before finishing", "live": None}
     uneven = _uneven(record, states)
     if uneven and uneven[1] and len(set(uneven[1].values())) > 1:
-        fwd, lens = uneven
-        more = [r for r, n in fwd.items() if n == max(fwd.values())]
-        locs = [l for r in fwd if (l := best_where(record, states[r], "extra step" if r in more else
-                                                    "ran out of batches"))]
-        return [Finding("hang.uneven-batches", "error",
-                        f"uneven number of DDP steps: DDP forwards {fwd}; DataLoader lengths {lens}",
-                        HINTS["hang.uneven-batches"], tuple(sorted(fwd)), tuple(locs),
-                        dict(ev, ddp_forwards=fwd, dataloader_len=lens))]
+        return [_uneven_finding(record, states, *uneven, ev)]
     div = first_divergence(record, states)
     if div is not None and div.kind == "exited":
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
@@ -259,26 +246,32 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
     if fewer:
         locs = [l for s in fewer if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in cut if (l := best_where(record, s, "went on"))]
+        steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
         return [Finding("hang.early-exit", "error",
-                        f"rank(s) {[s.rank for s in fewer]} finished after fewer DDP steps "
-                        f"({', '.join(f'rank {s.rank}: {s.ddp_fwd}' for s in states.values())}) while the others went on",
-                        HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev)]
+                        f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
+                        f"({steps}) while the others went on",
+                        HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
+                        culprits=tuple(sorted(s.rank for s in fewer)))]
     return []
 
 
 def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
     locs = []
+    culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
     for r in sorted(div.slots):
-        role = "diverged" if r in div.diverged else "waiting"
-        slot = div.slots[r]
-        l = _slot_loc(record, r, slot, states, role)
+        role = culprit_role if r in div.diverged else "waiting"
+        l = _slot_loc(record, r, div.slots[r], states, role)
         if l:
             locs.append(l)
-    desc = ", ".join(f"rank {r}: {_slot_text(sl)}" for r, sl in sorted(div.slots.items()))
+    # culprits first, then the others, ranks with the same slot grouped
+    desc = group_values({r: _slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
     msg = f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); " \
-          f"diverged: rank(s) {list(div.diverged)}"
+          f"diverged: {ranks_phrase(div.diverged)}"
+    if ev.get("aborted"):
+        msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
-    return Finding(fid, "error", msg, HINTS[fid], tuple(sorted(div.slots)), tuple(locs), ev)
+    return Finding(fid, "error", msg, HINTS[fid], tuple(sorted(div.slots)), tuple(locs), ev,
+                   culprits=tuple(sorted(div.diverged)))
 
 
 def _slot_text(sl: Any) -> str:
@@ -290,12 +283,26 @@ def _slot_text(sl: Any) -> str:
     return f"{describe_op(sl.op, sl.shapes)}{site}"
 
 
-def _timeout_finding(states: dict[int, RankState], now: float, cfg: Config, ev: dict) -> Finding:
+def _at(where: Location | None) -> str:
+    return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"
+
+
+def _state_text(s: RankState) -> str:
+    if s.state == "waiting":
+        return f"waiting in {(s.pending or {}).get('op')} at {_at(s.where)}"
+    if s.state == "ddp-wait":
+        return f"in the DDP all-reduce at {_at(s.where)}"
+    return f"{s.state} at {_at(s.where)}" if s.where else s.state
+
+
+def _timeout_finding(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config, ev: dict) -> Finding:
     waiting = [s for s in states.values() if s.state in ("waiting", "ddp-wait")]
     busy = [s for s in states.values() if s.state == "busy"]
+    world = record.world_size or len(states)
+    unseen = [r for r in range(world) if r not in states]
     keys = {(s.pending or {}).get("seq") for s in waiting} if waiting else set()
-    same = (not busy and len(waiting) == len(states) and len(keys) == 1
-            and len({_op_key(s.pending or {}) for s in waiting}) == 1)
+    same = (not busy and not unseen and len(waiting) == len(states) and len(keys) == 1
+            and len({op_key(s.pending or {}) for s in waiting}) == 1)
     locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting") for s in waiting if s.where]
     locs += [Location(s.rank, s.where.file, s.where.line, s.where.func, "busy") for s in busy if s.where]
     if same:
@@ -303,8 +310,17 @@ def _timeout_finding(states: dict[int, RankState], now: float, cfg: Config, ev: 
         return Finding("hang.transport-stall", "error",
                        f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
                        HINTS["hang.transport-stall"], tuple(sorted(states)), tuple(locs), ev)
-    parts = [f"rank {s.rank} waiting in {(s.pending or {}).get('op', 'DDP backward')} at {_at(s.where)}"
-             for s in waiting]
-    parts += [f"rank {s.rank} busy at {_at(s.where)}" for s in busy]
-    return Finding("hang.timeout", "error", f"no progress for {cfg.timeout:g} s: " + "; ".join(parts),
-                   HINTS["hang.timeout"], tuple(sorted(states)), tuple(locs), ev)
+    text = group_values({s.rank: _state_text(s) for s in waiting + busy}, first=[s.rank for s in busy])
+    if not waiting and not busy:
+        text = f"{ranks_phrase(states)} on this node ended" + (
+            f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else "")
+    msg = f"no progress for {cfg.timeout:g} s: {text}"
+    hint = HINTS["hang.timeout"]
+    if unseen:
+        # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
+        msg += f"; {unseen_phrase(unseen)}"
+        hint = ("This node sees only its own ranks. Run ddpdoctor analyze with every node's run directory, "
+                f"{analyze_command(record.run_dir)}, to find the rank that diverged.")
+        ev = dict(ev, unseen_ranks=unseen)
+    return Finding("hang.timeout", "error", msg, hint, tuple(sorted(states)), tuple(locs), ev,
+                   culprits=tuple(sorted(s.rank for s in busy)))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 REPORT_SCHEMA = "ddpdoctor.report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2   # 2: findings carry `culprits`; location roles documented
 
 
 class ExitCode:
@@ -43,7 +43,7 @@ class Location:
     file: str
     line: int
     func: str = ""
-    role: str = ""   # "diverged", "waiting", "raised", "busy", "victim", ...
+    role: str = ""   # culprit roles: "diverged", "raised", "exited", "slow"...; others: "waiting", "victim"
 
     def short(self) -> str:
         return f"{self.file}:{self.line}"
@@ -51,6 +51,10 @@ class Location:
 
 @dataclass(frozen=True)
 class Finding:
+    """One diagnosis. ``ranks`` are every rank involved; ``culprits`` the ranks that caused it (the rank
+    that diverged, raised first, leaks, is slow), apart from the ranks that only wait or fail because of
+    them. A fault every rank shares (a forgotten ``set_epoch``) names every rank as culprit."""
+
     id: str
     severity: str
     message: str
@@ -58,6 +62,53 @@ class Finding:
     ranks: tuple[int, ...] = ()
     locations: tuple[Location, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    culprits: tuple[int, ...] = ()
+
+
+def rank_list(ranks: Any) -> str:
+    """Ranks as sorted ranges, short at any world size: ``[0-3,5,7-9]``."""
+    rs = sorted({int(r) for r in ranks})
+    parts: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}" if j > i + 1 else f"{rs[i]},{rs[j]}")
+        i = j + 1
+    return "[" + ",".join(parts) + "]"
+
+
+def group_values(by_rank: dict[int, Any], first: Any = (), bare: bool = False) -> str:
+    """``{rank: text}`` as groups of ranks with the same text, ``first`` ranks' groups first, then the
+    smaller groups: ``rank 3: all_reduce at a.py:9; 15 ranks [0-2,4-15]: barrier at a.py:20``.
+    ``bare`` leaves the rank phrase out when every rank has the same text."""
+    groups: dict[str, list[int]] = {}
+    for r, text in sorted(by_rank.items()):
+        groups.setdefault(str(text), []).append(r)
+    if bare and len(groups) == 1:
+        return next(iter(groups))
+    lead = {int(r) for r in first}
+    order = sorted(groups.items(), key=lambda kv: (not lead & set(kv[1]), len(kv[1]), kv[1][0]))
+    return "; ".join(f"{ranks_phrase(rs)}: {text}" for text, rs in order)
+
+
+def unseen_phrase(ranks: Any) -> str:
+    """``rank 0 runs on another node`` / ``3 ranks [0-2] run on other nodes``, not visible here."""
+    rs = sorted({int(r) for r in ranks})
+    if len(rs) == 1:
+        return f"rank {rs[0]} runs on another node and is not visible here"
+    return f"{ranks_phrase(rs)} run on other nodes and are not visible here"
+
+
+def analyze_command(run_dir: str) -> str:
+    return f"`ddpdoctor analyze {run_dir} OTHER_NODES_RUN_DIRS...`"
+
+
+def ranks_phrase(ranks: Any) -> str:
+    """``rank 3`` or ``4 ranks [0-3]``."""
+    rs = sorted({int(r) for r in ranks})
+    return f"rank {rs[0]}" if len(rs) == 1 else f"{len(rs)} ranks {rank_list(rs)}"
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,12 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             return [Finding("run.failed-before-init", "error",
                             f"the script raised {err.get('type')}{at} before init_process_group: {first}",
                             "Fix the error above; ddpdoctor diagnoses the job once the ranks initialise.",
-                            (r,), (where,) if where else (), {"code": 1})]
+                            (r,), (where,) if where else (), {"code": 1}, culprits=(r,))]
         if fin and fin.get("code") not in (0, None):
             return [Finding("run.failed-before-init", "error",
                             f"the script exited with code {fin.get('code')} before init_process_group",
                             "Fix what made it exit; ddpdoctor diagnoses the job once the ranks initialise.",
-                            (r,), (), {"code": fin.get("code")})]
+                            (r,), (), {"code": fin.get("code")}, culprits=(r,))]
     return [Finding("run.no-distributed", "error",
                     "the script finished without calling torch.distributed.init_process_group: nothing "
                     "distributed to diagnose", "Run a DDP script (or omit --script for the built-in probe).",

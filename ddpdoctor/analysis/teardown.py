@@ -6,7 +6,7 @@ exits (``terminate called without an active exception``, a few runs in a hundred
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
 from ddpdoctor.analysis.state import TEARDOWN_ABORT
 from ddpdoctor.record.reader import RunRecord
 
@@ -20,8 +20,8 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if not hit:
         return []
     return [Finding("teardown.gloo-abort", "warning",
-                    f"rank(s) {hit} finished their work, then aborted at interpreter exit "
+                    f"{ranks_phrase(hit)} finished their work, then aborted at interpreter exit "
                     f"('{TEARDOWN_ABORT}'): a known torch/gloo teardown race, not your training code",
                     "Call dist.destroy_process_group() at the end of the script; nothing of the training "
                     "was lost. torchrun may report the run as failed because of it.",
-                    tuple(hit), (), {"stderr": TEARDOWN_ABORT})]
+                    tuple(hit), (), {"stderr": TEARDOWN_ABORT}, culprits=())]

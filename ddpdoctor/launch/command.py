@@ -3,6 +3,7 @@ torchrun, diagnose the record, write the pictures, render the reports. The CLI i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -75,7 +76,7 @@ def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_te
     from ddpdoctor.render import RENDERERS
 
     if not quiet_text:
-        click.echo(RENDERERS["text"](report), err=json_path == "-", nl=False)
+        click.echo(RENDERERS["text"](report), err="-" in (json_path, junit_path), nl=False)
     for path, fmt in ((json_path, "json"), (junit_path, "junit")):
         if not path:
             continue
@@ -103,7 +104,6 @@ def _write_private(path: str, text: str, what: str) -> str:
 
 def attach_pictures(report: Report, record: Any, command: str) -> Report:
     """memleak: the memory picture; profile: the Perfetto trace. Written into the run directory."""
-    import dataclasses
     import glob
 
     notes = list(report.notes)
@@ -139,6 +139,8 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
 
     check_writable(json_path)
     check_writable(junit_path)
+    if json_path == "-" and junit_path == "-":
+        raise DdpdoctorError("--json - and --junit -: only one report can go to standard output")
     script = script or probe_path("healthy.py")
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
@@ -155,12 +157,17 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
     if not quiet:
         click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)
-    outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet).run()
+    outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
     record = load_run(path)
     report = diagnose(record, cfg, command)
     report = attach_pictures(report, record, command)
     if outcome.interrupted:
-        report = Report(report.command, report.verdict, ExitCode.INTERRUPTED, report.run_dir, report.findings,
-                        report.ranks, "interrupted", report.notes + ("interrupted: the run was ended early",))
+        # never "OK": the run did not finish; findings of what did run are kept (and decide the verdict)
+        errors = any(f.severity == "error" for f in report.findings)
+        report = dataclasses.replace(
+            report, verdict=report.verdict if errors else "interrupted", exit_code=ExitCode.INTERRUPTED,
+            summary=report.summary if errors else "interrupted before the run finished: no verdict on the rest",
+            notes=report.notes + ("interrupted (Ctrl-C or SIGTERM): every process was ended; the records so far "
+                                  f"are in {report.run_dir}",))
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from ddpdoctor.analysis import hang
+from ddpdoctor.analysis import live
 from ddpdoctor.analysis.model import Config
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader
@@ -78,8 +78,10 @@ def _say(msg: str) -> None:
 
 
 class Monitor:
-    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True, echo: bool = True) -> None:
+    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True, echo: bool = True,
+                 stdout_free: bool = False) -> None:
         self.echo = echo
+        self.stdout_free = stdout_free  # stdout carries a report (--json -): the workers' lines go to stderr
         self.spec = spec
         self.run_dir = run_dir
         self.cfg = cfg
@@ -112,6 +114,8 @@ class Monitor:
             return Outcome(None, False, None)
         self.log.write(schema.K_SPAWNED, None, pid=proc.pid, cmd=cmd)
         out, err = (sys.stdout.buffer, sys.stderr.buffer) if self.echo else (None, None)
+        if self.stdout_free and out is not None:
+            out = sys.stderr.buffer
         pumps = [threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
                  threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True)]
         for t in pumps:
@@ -124,14 +128,14 @@ class Monitor:
             while proc.poll() is None:
                 now = time.time()
                 record = reader.refresh(full=False)
-                if hang.anyone_waiting(record, self.cfg, now):
+                if live.anyone_waiting(record, self.cfg, now):
                     record = reader.refresh(full=True)  # the deadlock proof needs the ledgers
                 self._remember(record)
                 if self._signal is not None:
                     self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
                     self.end_tree(proc)
                     break
-                verdict = hang.live_verdict(record, self.cfg, now)
+                verdict = live.live_verdict(record, self.cfg, now)
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
@@ -152,7 +156,7 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
                     break
-                text = hang.status_line(record, self.cfg, now)
+                text = live.status_line(record, self.cfg, now)
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
                     last_status, last_text = now, text

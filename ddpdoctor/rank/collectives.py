@@ -76,16 +76,22 @@ def _js(value: Any) -> str:
     return out
 
 
-def _ledger_line(rank: int, op: str, gname: str, s0: int, s1: int | None, shapes: list, dtypes: list,
-                 site: list | None, t0: float, t1: float) -> bytes:
-    """One ledger line, formatted by hand: json.dumps costs more than the collective's own Python."""
-    seq = f"[{s0 + 1},{s1}]" if s1 is not None else "null"
+def _ledger_line(rank: int, op: str, gname: str, s0: int, shapes: list, dtypes: list, site: list | None,
+                 t0: float) -> bytes:
+    """The ledger line of a collective as it is issued, formatted by hand (json.dumps costs more than the
+    collective's own Python). Its position is predicted (s0 + 1); the end line corrects the range."""
     shp = "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
     dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
     st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
-    return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t1!r},"op":{_js(op)},"group":{_js(gname)},'
-            f'"seq":{seq},"shapes":{shp},"dtypes":{dts},"site":{st},"t0":{t0!r},"t1":{t1!r},"err":null}}\n'
+    return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t0!r},"op":{_js(op)},"group":{_js(gname)},'
+            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"t0":{t0!r},"st":"issued"}}\n'
             ).encode()
+
+
+def _end_line(rank: int, gname: str, s0: int, s1: int | None, t1: float, is_async: bool) -> bytes:
+    s1s = "null" if s1 is None else str(s1)
+    return (f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":{t1!r},"group":{_js(gname)},'
+            f'"s0":{s0 + 1},"s1":{s1s},"async":{"true" if is_async else "false"}}}\n').encode()
 
 
 def _wrap(op: str, orig: Callable) -> Callable:
@@ -102,31 +108,34 @@ def _wrap(op: str, orig: Callable) -> Callable:
         except Exception:
             return orig(*args, **kwargs)
         t0 = time.time()
+        # on the ledger before it runs: a collective that aborts the rank or never returns is still there
+        p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, shapes, dtypes, site, t0))
         p.pending = [op, gname, s0, shapes, dtypes, site, t0]
         p.depth += 1
-        err = None
+        out, failed = None, False
         tok = p.timeline.start(op, "comm") if p.timeline is not None else None
         try:
-            return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
+            return out
         except BaseException as e:
+            failed = True
             err = f"{type(e).__name__}: {str(e)[:300]}"
+            p.ledger.write(schema.K_COLL_END, p.rank, group=gname, s0=s0 + 1, s1=None, err=err)
             raise
         finally:
             if tok is not None:
                 p.timeline.end(tok)
             p.depth -= 1
             p.pending = None
-            try:
-                s1 = pg._get_sequence_number_for_group() if pg is not None else None
-            except Exception:
-                s1 = None
             p.ncoll += 1
-            # written now, from this thread: a rank that aborts a moment later keeps its ledger
-            if err is None:
-                p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, s1, shapes, dtypes, site, t0, time.time()))
-            else:
-                p.ledger.write(schema.K_COLL, p.rank, op=op, group=gname, seq=[s0 + 1, s1] if s1 is not None
-                               else None, shapes=shapes, dtypes=dtypes, site=site, t0=t0, t1=time.time(), err=err)
+            if not failed:
+                try:
+                    s1 = pg._get_sequence_number_for_group() if pg is not None else None
+                except Exception:
+                    s1 = None
+                # async_op=True returns a Work that completes later (issue 9 tracks it); the call returned
+                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, time.time(), out is not None and
+                                               hasattr(out, "is_completed")))
 
     wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper

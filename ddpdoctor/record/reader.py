@@ -170,7 +170,7 @@ class RunReader:
                 rec.last_hb = hb
                 rec.n_hb += 1
             if full:
-                rec.ledger += self._tail(os.path.join(d, schema.LEDGER)).new_records()
+                _fold_ledger(rec.ledger, self._tail(os.path.join(d, schema.LEDGER)).new_records())
                 rec.checks += self._tail(os.path.join(d, schema.CHECKS)).new_records()
                 rec.fingerprints += self._tail(os.path.join(d, schema.FINGERPRINTS)).new_records()
                 rec.memory += self._tail(os.path.join(d, schema.MEMORY)).new_records()
@@ -224,6 +224,24 @@ class RunReader:
                         record.ranks[rank].stderr_tail += f.read().decode("utf-8", "replace")
                 except OSError:
                     pass
+
+
+def _fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]]) -> None:
+    """A collective is written when issued ("st": "issued", its position predicted) and ended by a
+    ``cend`` line (its real range, or the error it raised). Entries without "st" (older runs) are done."""
+    for e in lines:
+        if e.get("kind") != schema.K_COLL_END:
+            ledger.append(e)
+            continue
+        for c in reversed(ledger[-64:]):
+            rng = c.get("seq")
+            if c.get("group") == e.get("group") and rng and rng[0] == e.get("s0") and c.get("st") == "issued":
+                if e.get("s1") is not None:
+                    c["seq"] = [rng[0], int(e["s1"])]
+                c["t1"] = e.get("t")
+                c["err"] = e.get("err")
+                c["st"] = "error" if e.get("err") else ("async" if e.get("async") else "done")
+                break
 
 
 def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:

@@ -9,7 +9,7 @@ Stdlib only. A run directory looks like::
     torchrun.log                  torchrun's own messages (agent log, failure summary)
     ranks/<r>/events.jsonl        start, init, finish, exit records of rank r
     ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
-    ranks/<r>/ledger.jsonl        one line per completed collective
+    ranks/<r>/ledger.jsonl        one line per collective as issued, one when it returns (cend)
     ranks/<r>/checks.jsonl        check probes: sampler epochs and indices, loaders, seeds, DDP, saves
     ranks/<r>/timeline.jsonl      profile: one line per range (name, category, thread, start/end ns)
     ranks/<r>/memory.jsonl        per-step memory (RSS, CUDA) and tensor/graph censuses
@@ -55,7 +55,8 @@ K_START = "start"          # bootstrap started (pid, argv, host)
 K_INIT = "init"            # init_process_group returned (rank, world_size, backend)
 K_FINISH = "finish"        # the script returned or called sys.exit (code)
 K_HB = "hb"                # heartbeat
-K_COLL = "coll"            # a collective (ledger)
+K_COLL = "coll"            # a collective (ledger), written when it is issued ("st": "issued")
+K_COLL_END = "cend"        # the collective returned: its real sequence range (s0..s1), or its error
 K_GPU = "gpu"              # NVML utilisation sample
 K_RANGE = "range"          # one timeline range
 K_MEM = "mem"              # memory figures of one step

@@ -18,7 +18,7 @@ def to_dict(report: Report) -> dict:
         "run_dir": report.run_dir,
         "summary": report.summary,
         "findings": [
-            {"id": f.id, "severity": f.severity, "ranks": list(f.ranks),
+            {"id": f.id, "severity": f.severity, "ranks": list(f.ranks), "culprits": list(f.culprits),
              "locations": [{"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
                            for l in f.locations],
              "message": f.message, "hint": f.hint, "evidence": f.evidence}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.model import Report, ranks_phrase
 
 _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 
@@ -11,17 +11,23 @@ def render(report: Report) -> str:
     out = [f"ddpdoctor {report.command}: {report.verdict.upper()} (exit code {report.exit_code})"]
     for f in report.findings:
         out.append(f"  [{_MARK.get(f.severity, f.severity)}] {f.id}: {f.message}")
+        # one line per place, the ranks at it grouped: short at any world size
+        places: dict[tuple, list[int]] = {}
         for l in f.locations:
-            role = f" ({l.role})" if l.role else ""
-            fn = f" in {l.func}" if l.func else ""
-            out.append(f"      rank {l.rank}: {l.file}:{l.line}{fn}{role}")
+            places.setdefault((l.file, l.line, l.func, l.role), []).append(l.rank)
+        for (file, line, func, role), ranks in places.items():
+            fn = f" in {func}" if func else ""
+            out.append(f"      {ranks_phrase(ranks)}: {file}:{line}{fn}{f' ({role})' if role else ''}")
         if f.hint:
             out.append(f"      fix: {f.hint}")
     if report.ranks and report.verdict != "ok":
         out.append("  ranks:")
+        states: dict[str, list[int]] = {}
         for r in report.ranks:
             at = f" at {r.location.file}:{r.location.line}" if r.location else ""
-            out.append(f"    rank {r.rank}: {r.detail}{at}")
+            states.setdefault(f"{r.detail}{at}", []).append(r.rank)
+        for text, ranks in states.items():
+            out.append(f"    {ranks_phrase(ranks)}: {text}")
     if not report.findings:
         out.append("  no findings")
     for n in report.notes:

@@ -1,0 +1,94 @@
+"""How each rank ended, and the invariant every verdict keeps: a run where a rank ended abnormally (an
+exception, a non-zero exit, a fatal signal, ended from outside before it finished) is never called OK. Pure.
+
+The detectors explain most abnormal ends (a crash and its victims, a divergence gloo aborted); when none
+of them did, :func:`unexplained` gives the finding that says so rather than let the verdict read OK.
+The one exception is the documented teardown abort of a rank that had finished its work.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ddpdoctor.analysis.model import Finding, analyze_command, group_values, unseen_phrase
+from ddpdoctor.analysis.state import TEARDOWN_ABORT, is_transport_error, loc
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunRecord
+
+# monitor kill reasons that end a healthy run on purpose (the user's --steps/--epochs/--max-time)
+_STOP_RULES = ("--steps", "--epochs", "--max-time")
+
+
+def stopped_on_purpose(record: RunRecord) -> bool:
+    kill = record.monitor_event(schema.K_KILL)
+    return bool(kill and str(kill.get("reason", "")).startswith(_STOP_RULES))
+
+
+def how_ended(record: RunRecord, rank: int) -> str | None:
+    """None when the rank ended normally (or is still running in a live record); else a short phrase."""
+    rec = record.ranks[rank]
+    fin = rec.event(schema.K_FINISH)
+    err = rec.error
+    if err:
+        kind = "failed with a transport error" if is_transport_error(err) else "raised"
+        # gloo prefixes its messages with a source path: "[/__w/.../pair.cc:553] Connection closed by peer"
+        first = re.sub(r"^\[[^\]]*\]\s*", "", (str(err.get("message", "")).strip().splitlines() or [""])[0])
+        first = first.split(". ", 1)[0][:120]
+        return f"{kind} {err.get('type', '?')}: {first}"
+    if fin is not None:
+        if fin.get("exception"):
+            return "raised an exception"
+        code = fin.get("code")
+        if code not in (0, None):
+            return f"exited with code {code}"
+        return None  # finished (a teardown abort after this is teardown.gloo-abort)
+    if record.monitor_event(schema.K_EXIT) is None:
+        return None  # still running
+    if rec.fatal.strip():
+        return f"died of a fatal signal ({rec.fatal.strip().splitlines()[0][:80]})"
+    if stopped_on_purpose(record):
+        return None
+    if rec.terminated.strip():
+        return "was ended (SIGTERM) before it finished"
+    return "ended without finishing (killed)"
+
+
+def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
+    """The finding for ranks that ended abnormally when no error-severity finding explains the run."""
+    if any(f.severity == "error" for f in findings):
+        return []
+    if record.monitor_event(schema.K_KILL) and str(record.monitor_event(schema.K_KILL).get("reason", "")
+                                                   ).startswith("signal"):
+        return []  # interrupted by the user: the report says so
+    ended = {r: how for r in record.ranks if (how := how_ended(record, r))}
+    if any(TEARDOWN_ABORT in rec.stderr_tail and rec.event(schema.K_FINISH) for rec in record.ranks.values()):
+        # torchrun ends the others when a finished rank aborts at exit: victims of teardown.gloo-abort
+        ended = {r: h for r, h in ended.items() if "ended (SIGTERM)" not in h and "without finishing" not in h}
+    world = record.world_size or len(record.ranks)
+    unseen = [r for r in range(world) if r not in record.ranks]
+    if not ended:
+        return []
+    # the ranks that failed on their own come first; those that only lost a peer are its victims
+    own = [r for r in ended if not (record.ranks[r].error and is_transport_error(record.ranks[r].error))
+           and "ended (SIGTERM)" not in ended[r]]
+    culprits = own or ([] if unseen else sorted(ended))
+    locs = []
+    for r in sorted(ended):
+        rec = record.ranks[r]
+        site = (rec.error or {}).get("user_frame") or (rec.last_hb or {}).get("where")
+        l = loc(r, site, "ended here" if r in culprits else "victim")
+        if l:
+            locs.append(l)
+    msg = f"the run ended abnormally: {group_values(ended, first=culprits)}"
+    hint = ("A rank that ends early takes the others down with it: read the first rank's error above "
+            "(its stderr is in the run directory's logs/).")
+    ev: dict = {"ended": {str(r): h for r, h in ended.items()}}
+    if unseen:
+        msg += f"; {unseen_phrase(unseen)}"
+        hint = ("This node sees only its own ranks; a transport error here usually means a rank on another "
+                "node failed or diverged first. Run ddpdoctor analyze with every node's run directory, "
+                f"{analyze_command(record.run_dir)}, for the whole job's diagnosis.")
+        ev["unseen_ranks"] = unseen
+    return [Finding("crash.abnormal-exit", "error", msg, hint, tuple(sorted(ended)), tuple(locs), ev,
+                    culprits=tuple(culprits))]
+

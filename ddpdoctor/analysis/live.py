@@ -1,0 +1,123 @@
+"""The live verdict while a run goes on: is the current wait a certain deadlock, a timeout, or nothing
+yet; and the one status line the monitor prints. Pure.
+
+A wait is *certain* to be a deadlock when a rank has waited at least ``settle`` seconds in a collective
+that its peers cannot match: a peer has exited, waits in a different collective (other sequence
+position, op or shape), or has already issued a different collective at that position (DDP's
+all-reduces count: they move the sequence counter). Otherwise a wait is *uncertain* and becomes a hang
+only after ``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpdoctor.analysis.model import Config, Location, ranks_phrase
+from ddpdoctor.analysis.state import P2P, SHAPED, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.record.reader import RunRecord
+
+
+def op_key(p: dict[str, Any]) -> tuple:
+    op = p.get("op")
+    return (op, tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
+            tuple(p.get("dtypes") or ()) if op in SHAPED else None)
+
+
+def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
+    """A one-line reason when the current waits can never complete, else None."""
+    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
+    for a in waiting:
+        p = a.pending or {}
+        op, g, seq = p.get("op"), p.get("group"), p.get("seq")
+        if op in P2P:
+            continue
+        what = f"rank {a.rank} waits {now - a.since:.1f} s in {describe_op(op, p.get('shapes'))}"
+        for b in states.values():
+            if b.rank == a.rank or not b.seq or g not in b.seq:
+                continue  # not (known to be) a member of that group
+            if b.ended:
+                # still waiting, as seen by a heartbeat written well after the peer ended
+                if b.ended_t is None or (a.hb_t or 0) - b.ended_t >= cfg.settle:
+                    return f"{what}; rank {b.rank} has exited"
+                continue
+            if b.stale or b.state == "not-started":
+                continue
+            if b.proof_waiting:
+                q = b.pending or {}
+                if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
+                    continue
+                if q.get("group") != g:
+                    if all(s in waiting for s in live):
+                        return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
+                    continue
+                if q.get("seq") != seq or op_key(q) != op_key(p):
+                    return (f"{what} (#{seq}); rank {b.rank} waits in "
+                            f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})")
+                continue
+            bs = b.seq.get(g)
+            if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
+                e = ledger_entry_at(record.ranks[b.rank], g, seq)
+                if e is None or op_key(e) != op_key(p):
+                    other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
+                    return f"{what} (#{seq}); rank {b.rank} issued {other} at that position"
+    return None
+
+
+def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
+    """Has some rank sat in a collective (or DDP backward) long enough that a verdict may be near?"""
+    for s in all_states(record, now, cfg).values():
+        if s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2:
+            return True
+        if s.state == "ddp-wait" and s.seq_stable_for >= cfg.settle / 2:
+            return True
+        if s.ended:
+            return True
+    return False
+
+
+def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
+    """("certain", reason) or ("timeout", reason) when the monitor should stop the run."""
+    states = all_states(record, now, cfg)
+    reason = certain_deadlock(record, states, cfg, now)
+    if reason:
+        return "certain", reason
+    world = record.world_size or 0
+    if states and world > len(states) and all(s.ended for s in states.values()):
+        # this node's ranks are done but torchrun waits (its exit barrier) for ranks it cannot see
+        last = max((s.ended_t or 0.0) for s in states.values())
+        if last and now - last >= cfg.timeout:
+            unseen = [r for r in range(world) if r not in states]
+            return "timeout", (f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
+                               f"{ranks_phrase(unseen)} on other nodes")
+    for s in states.values():
+        if s.ended or s.stale:
+            continue
+        waited = (now - s.since) if (s.state == "waiting" and s.since) else (
+            s.seq_stable_for if s.state == "ddp-wait" else 0.0)
+        if waited >= cfg.timeout:
+            return "timeout", f"rank {s.rank} waited {waited:.0f} s (--timeout {cfg.timeout:g})"
+    return None
+
+
+def status_line(record: RunRecord, cfg: Config, now: float) -> str | None:
+    """The live line shown while some rank waits: who waits where, who is busy where."""
+    states = all_states(record, now, cfg)
+    parts, anyone_waits = [], False
+    for s in states.values():
+        if s.state == "waiting" and s.since and now - s.since >= 2.0:
+            anyone_waits = True
+            p = s.pending or {}
+            parts.append(f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}")
+        elif s.state == "ddp-wait" and s.seq_stable_for >= 2.0:
+            anyone_waits = True
+            parts.append(f"rank {s.rank} in DDP backward {s.seq_stable_for:.0f} s at {_at(s.where)}")
+        elif s.state == "busy":
+            parts.append(f"rank {s.rank} busy at {_at(s.where)}")
+        elif s.ended:
+            parts.append(f"rank {s.rank} {s.state}")
+    return "; ".join(parts) if anyone_waits else None
+
+
+def _at(where: Location | None) -> str:
+    return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"

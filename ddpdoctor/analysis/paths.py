@@ -1,0 +1,187 @@
+"""Where each rank's code path went: its main-thread stack (user frames) from whatever the record holds,
+and whether a rank that diverged had *left* the loop (or returned from the call) the other ranks are still
+in: an early exit, not an extra collective inside the loop. Pure: reads the user's source with ``ast``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from dataclasses import dataclass
+
+from ddpdoctor.analysis.state import is_user_path
+from ddpdoctor.record.reader import RunRecord
+
+_FH_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def user_stack(record: RunRecord, rank: int) -> list[tuple[str, int, str]] | None:
+    """The rank's main-thread user frames, outermost first: from the stack dump taken at the verdict, else
+    faulthandler's dump of a fatal signal, else the traceback of its exception, else faulthandler's dump
+    when it was ended (SIGTERM); the first source that holds a user frame wins."""
+    rec = record.ranks[rank]
+    sources: list[list | None] = []
+    if rec.stacks:
+        main = next((t for t in rec.stacks.get("threads", []) if t.get("main")), None)
+        sources.append(main.get("stack") if main else None)
+    sources.append(_faulthandler_main(rec.fatal, record))
+    sources.append((rec.error or {}).get("frames"))
+    sources.append(_faulthandler_main(rec.terminated, record))
+    for frames in sources:
+        user = [(str(f[0]), int(f[1]), str(f[2])) for f in frames or ()
+                if len(f) >= 3 and is_user_path(str(f[0]), record)]
+        if user:
+            return user
+    return None
+
+
+def _faulthandler_main(text: str, record: RunRecord) -> list | None:
+    """The thread of a faulthandler dump that was running the script: the one with user frames."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text or ""):
+        frames = [(f, int(n), fn) for f, n, fn in _FH_FRAME.findall(block)]
+        if any(is_user_path(f[0], record) for f in frames):
+            return list(reversed(frames))  # faulthandler lists the innermost first
+    return None
+
+
+@dataclass(frozen=True)
+class Departure:
+    """The diverged rank had left the place the others are still in."""
+
+    how: str        # "left the loop" | "returned from"
+    file: str
+    line: int       # the loop's first line, or the call the others are still inside
+    func: str
+    exits: tuple[int, ...] = ()   # the break/return lines that leave that loop (where the culprit left)
+    exit_file: str = ""
+
+
+_LOOP = (ast.For, ast.While, ast.AsyncFor)
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(path: str) -> ast.AST | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _loops(path: str) -> tuple[tuple[int, int], ...]:
+    tree = _tree(path)
+    return () if tree is None else tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                                         if isinstance(n, _LOOP))
+
+
+def loop_exits(path: str, line: int) -> tuple[int, ...]:
+    """Lines of the ``break``/``return``/``sys.exit`` statements that leave the outermost loop holding
+    ``line`` (a break of a nested loop only leaves that one)."""
+    tree = _tree(path)
+    if tree is None:
+        return ()
+    loops = [n for n in ast.walk(tree) if isinstance(n, _LOOP) and n.lineno <= line <= (n.end_lineno or 0)]
+    if not loops:
+        return ()
+    outer = min(loops, key=lambda n: n.lineno)
+    out: list[int] = []
+
+    def visit(node: ast.AST, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, ast.Break) and depth == 0 or isinstance(child, ast.Return):
+                out.append(child.lineno)
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
+                    child.func.attr == "exit" and isinstance(child.func.value, ast.Name) and \
+                    child.func.value.id == "sys":
+                out.append(child.lineno)
+            visit(child, depth + 1 if isinstance(child, _LOOP) else depth)
+
+    for stmt in outer.body:  # not orelse: the else of a loop runs when it was not left by break
+        visit(ast.Module(body=[stmt], type_ignores=[]), 0)
+    return tuple(sorted(set(out)))
+
+
+def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
+    """Did ``diverged`` leave a loop (or return from a call) that ``other`` is still inside?
+
+    The two stacks are walked from the outermost frame while they are in the same function; where their
+    lines part, ``diverged`` left when its line lies after every loop there that holds ``other``'s line
+    (no enclosing loop could bring ``other`` back past it), or, with no loop there, after the call that
+    ``other`` is still inside. Inside a loop that holds both lines the answer is unknown (None), unless
+    ``other`` has started more DataLoader passes (it went round the outer loop: not a departure)."""
+    sd, so = user_stack(record, diverged), user_stack(record, other)
+    if not sd or not so:
+        return None
+    for fd, fo in zip(sd, so):
+        if (fd[0], fd[2]) != (fo[0], fo[2]):
+            return None
+        if fd[1] == fo[1]:
+            continue
+        path, ld, lo = fd[0], fd[1], fo[1]
+        holding = [lp for lp in _loops(path) if lp[0] <= lo <= lp[1]]
+        if not holding:
+            i = sd.index(fd)
+            if not (ld > lo and len(so) > i + 1):
+                return None
+            # the others are still inside the call at ``lo``: find the loop they are in, deeper down
+            exits: tuple[int, ...] = ()
+            for f in so[i + 1:]:
+                exits = loop_exits(f[0], f[1])
+                if exits:
+                    return Departure("returned from", path, lo, fo[2], exits=exits, exit_file=f[0])
+            return Departure("returned from", path, lo, fo[2])
+        left = [lp for lp in holding if not lp[0] <= ld <= lp[1] and ld > lp[1]]
+        if not left:
+            return None
+        outer = min(left)  # the outermost loop it left
+        exits = loop_exits(path, outer[0])
+        if len(left) == len(holding):
+            return Departure("left the loop", path, outer[0], fo[2], exits=exits, exit_file=path)
+        # a loop around both: ``other`` may have gone round it and past ``ld`` already; it has not
+        # when both ranks are in the same DataLoader pass
+        np_d, np_o = passes(record, diverged), passes(record, other)
+        return (Departure("left the loop", path, outer[0], fo[2], exits=exits, exit_file=path)
+                if np_d and np_d == np_o else None)
+    return None
+
+
+def passes(record: RunRecord, rank: int) -> int:
+    """How many times the rank started iterating a DataLoader."""
+    return sum(1 for e in record.ranks[rank].events if e.get("kind") == "dataloader")
+
+
+_RANK_TEST = re.compile(r"rank|gpu_id|is_main|main_process|master|global_zero|process_zero|is_primary|device_id")
+
+
+def _guard_at(path: str, line: int) -> int | None:
+    """The line of an ``if`` around ``line`` whose test looks at the rank (``if rank == 0:``,
+    ``if self.gpu_id == 0 and ...``, ``if master_process:``, ``if trainer.is_global_zero:``)."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    best = None
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and n.lineno < line <= (n.end_lineno or 0):
+            in_body = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.body + n.orelse)
+            if in_body and _RANK_TEST.search(ast.unparse(n.test)):
+                if best is None or n.lineno > best:
+                    best = n.lineno
+    return best
+
+
+def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
+    """Is the collective at ``site`` reached only under a rank test, in its own function or in a caller
+    on the rank's stack? Returns the guard's (file, line)."""
+    frames: list = []
+    if site:
+        frames.append((str(site[0]), int(site[1])))
+    stack = user_stack(record, rank) or []
+    frames += [(f[0], f[1]) for f in reversed(stack)]
+    for path, line in frames:
+        g = _guard_at(path, line)
+        if g is not None:
+            return path, g
+    return None
