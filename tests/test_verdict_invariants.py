@@ -157,3 +157,19 @@ def test_rank_lists_are_ranges():
     assert rank_list([1, 2]) == "[1,2]"
     assert group_values({0: "a", 1: "b", 2: "b", 3: "b"}) == "rank 0: a; 3 ranks [1-3]: b"
     assert group_values({0: "a", 1: "b", 2: "b"}, first=[1]) == "2 ranks [1,2]: b; rank 0: a"
+
+
+def test_uneven_batches_hint_fits_a_script_that_already_uses_distributed_sampler(tmp_path):
+    def run(sampler: str):
+        b = RunBuilder(tmp_path / sampler)
+        for r, n in ((0, 6), (1, 4)):
+            b.start(r)
+            b.add(r, "events.jsonl", "dataloader", 0.5, len=n, site=["/work/train.py", 30, "main"], sampler=sampler)
+            b.hb(r, 1.0, seq=8 - r, step=5 - r)
+        b.add(None, "monitor.jsonl", "verdict", 3.0, mode="certain", reason="x")
+        f = diagnose(load_run(str(b.root)), CFG).findings[0]
+        assert f.id == "hang.uneven-batches" and f.culprits == (1,)
+        return f.hint
+
+    assert "drop_last=True" in run("DistributedSampler") and "use DistributedSampler" not in run("DistributedSampler")
+    assert "use DistributedSampler" in run("SequentialSampler")

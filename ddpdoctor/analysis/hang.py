@@ -98,8 +98,8 @@ def _uneven_finding(record: RunRecord, states: dict[int, RankState], fwd: dict[i
 
 def _uneven_hint(record: RunRecord) -> str:
     """Advice that fits: a script that already uses DistributedSampler needs drop_last or join()."""
-    samplers = {str(e.get("sampler", "")) for rec in record.ranks.values() for e in rec.checks
-                if e.get("kind") in ("loader", "sampler")}
+    samplers = {str(e.get("sampler", "")) for rec in record.ranks.values() for e in rec.events
+                if e.get("kind") == "dataloader"}
     if any("Distributed" in x for x in samplers):
         return ("The DistributedSampler pads every rank to the same number of samples, but the batches still "
                 "differ: pass drop_last=True to the DataLoader, or wrap the loop in `with model.join():` "

@@ -277,7 +277,10 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
                     n = len(self)
                 except Exception:
                     n = None
-                p.events.write("dataloader", p.rank, len=n, site=sites.user_site(sys._getframe(1)))
+                sampler = getattr(self, "batch_sampler", None) or getattr(self, "sampler", None)
+                inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
+                p.events.write("dataloader", p.rank, len=n, site=sites.user_site(sys._getframe(1)),
+                               sampler=type(inner).__name__ if inner is not None else None)
             return it(self)
 
         __iter__.__ddpdoctor_wrapped__ = it  # type: ignore[attr-defined]
