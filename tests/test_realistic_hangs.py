@@ -91,3 +91,22 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0]
     assert marker_line(script, "EXTRA") in lines_of(f, 0)
+
+
+def test_deadlock_outside_any_collective_call_is_never_silent(tmp_path):
+    """Both ranks block in Work.wait() of an irecv nobody answers: no rank sits inside a collective call;
+    the no-progress watchdog ends it after --timeout with each rank's blocking line."""
+    probe = PROBES / "recv_deadlock.py"
+    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "6"], tmp_path, timeout=150)
+    assert r.code == 3, r.err[-2000:]
+    f = finding(r.report, "hang.timeout")
+    assert f["message"].startswith("no rank made progress for 6 s: 2 ranks [0,1]: blocked at recv_deadlock.py:")
+    assert lines_of(f, 0) == lines_of(f, 1) == {marker_line(probe, "WAIT")}
+
+
+def test_async_collective_only_rank0_issues_waited_in_a_helper(tmp_path):
+    probe = PROBES / "async_extra_wait.py"
+    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "10"], tmp_path, timeout=150)
+    assert r.code == 3, r.err[-2000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0] and marker_line(probe, "EXTRA") in lines_of(f, 0)

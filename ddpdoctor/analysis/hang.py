@@ -47,6 +47,13 @@ HINTS = {
         "NCCL_DEBUG=INFO."),
 }
 
+# hang.timeout when every rank is blocked outside a collective call
+BLOCKED_HINT = (
+    "Every rank is blocked outside a collective call (Work.wait() of an async collective, a receive, a "
+    "sync point such as .item()) and nothing moves: look for a Work, irecv or async collective that only "
+    "some ranks issued, or a send that never happens; the ledger in the run directory lists each rank's "
+    "collectives in order.")
+
 
 def _slot_loc(record: RunRecord, rank: int, slot: Any, states: dict[int, RankState], role: str
               ) -> Location | None:
@@ -287,6 +294,16 @@ def _at(where: Location | None) -> str:
     return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"
 
 
+def _code(where: Location | None) -> str:
+    """`` (`work.wait()`)``: the source line, read from the user's file."""
+    import linecache
+
+    text = linecache.getline(where.file, where.line).strip() if where else ""
+    if " #" in text:
+        text = text[:text.index(" #")].rstrip()
+    return f" (`{text[:60]}`)" if text else ""
+
+
 def _state_text(s: RankState) -> str:
     if s.state == "waiting":
         return f"waiting in {(s.pending or {}).get('op')} at {_at(s.where)}"
@@ -310,6 +327,13 @@ def _timeout_finding(record: RunRecord, states: dict[int, RankState], now: float
         return Finding("hang.transport-stall", "error",
                        f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
                        HINTS["hang.transport-stall"], tuple(sorted(states)), tuple(locs), ev)
+    if busy and not waiting and str(ev.get("reason") or "").startswith("no rank made progress"):
+        # blocked outside any collective call: Work.wait(), a receive, a sync point
+        text = group_values({s.rank: f"blocked at {_at(s.where)}{_code(s.where)}" for s in busy})
+        locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "blocked") for s in busy if s.where]
+        return Finding("hang.timeout", "error", f"no rank made progress for {cfg.timeout:g} s: {text}",
+                       BLOCKED_HINT, tuple(sorted(states)), tuple(locs), ev,
+                       culprits=tuple(sorted(s.rank for s in busy)))
     text = group_values({s.rank: _state_text(s) for s in waiting + busy}, first=[s.rank for s in busy])
     if not waiting and not busy:
         text = f"{ranks_phrase(states)} on this node ended" + (

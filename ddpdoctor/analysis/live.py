@@ -90,6 +90,11 @@ def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] 
             unseen = [r for r in range(world) if r not in states]
             return "timeout", (f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
                                f"{ranks_phrase(unseen)} on other nodes")
+    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live):
+        # nobody is inside a collective, yet nobody moves: blocked at a sync point (Work.wait(), .item())
+        return "timeout", (f"no rank made progress (no step, no collective, no CPU time) for "
+                           f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})")
     for s in states.values():
         if s.ended or s.stale:
             continue

@@ -102,6 +102,7 @@ class RankState:
     where: Location | None = None
     seq: dict[str, int] | None = None
     seq_stable_for: float = 0.0
+    stalled_for: float = 0.0    # no step, collective, new line or CPU time for this long
     ddp_fwd: int = 0
     exit_code: Any = None
     stale: bool = False
@@ -146,7 +147,9 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
         since = rec.seq_changed_t
         return RankState(rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable,
                          ddp_fwd=ddp_fwd, stale=stale)
-    return RankState(rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale)
+    stalled = now - rec.progress_t if rec.progress_t else 0.0
+    return RankState(rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale,
+                     stalled_for=stalled)
 
 
 def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:

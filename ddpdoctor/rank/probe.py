@@ -104,7 +104,7 @@ class Probe:
                        "site": site, "since": t0}
         self.hb.write(schema.K_HB, self.rank, step=self.ddp_fwd, ncoll=self.ncoll, seq=seq, pending=pending,
                       where=sites.user_site(frame), in_backward=sites.in_backward(frame) if frame else False,
-                      in_ddp_forward=self.in_ddp_fwd, final=final or None)
+                      in_ddp_forward=self.in_ddp_fwd, final=final or None, cpu=round(time.process_time(), 3))
         if self.timeline is not None:
             self.timeline.drain()
             self.timeline.sample_gpu()

@@ -26,6 +26,7 @@ class RankRecord:
     last_hb: dict[str, Any] | None = None
     n_hb: int = 0
     seq_changed_t: float | None = None   # when this rank's collective sequence numbers last moved
+    progress_t: float | None = None   # when it last showed progress: a step, a collective, a new line, CPU time
     ledger: list[dict[str, Any]] = field(default_factory=list)
     stacks: dict[str, Any] | None = None  # the latest dump
     checks: list[dict[str, Any]] = field(default_factory=list)
@@ -167,6 +168,8 @@ class RunReader:
                 prev = rec.last_hb
                 if prev is None or prev.get("seq") != hb.get("seq"):
                     rec.seq_changed_t = hb.get("t")
+                if prev is None or _progressed(prev, hb):
+                    rec.progress_t = hb.get("t")
                 rec.last_hb = hb
                 rec.n_hb += 1
             if full:
@@ -224,6 +227,21 @@ class RunReader:
                         record.ranks[rank].stderr_tail += f.read().decode("utf-8", "replace")
                 except OSError:
                     pass
+
+
+# a rank blocked in C++ (a collective, Work.wait(), a sync point) burns almost no CPU; one that computes
+# inside a single long line of the user's code does
+_BUSY_CPU = 0.03  # CPU seconds per wall second that count as progress (16 ranks on 2 cores get 0.12)
+
+
+def _progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
+    if any(prev.get(k) != hb.get(k) for k in ("seq", "step", "ncoll", "where", "pending")):
+        return True
+    dt = float(hb.get("t") or 0) - float(prev.get("t") or 0)
+    cpu0, cpu1 = prev.get("cpu"), hb.get("cpu")
+    if cpu0 is None or cpu1 is None:
+        return False
+    return dt > 0 and (float(cpu1) - float(cpu0)) / dt > _BUSY_CPU
 
 
 def _fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]]) -> None:
