@@ -229,7 +229,7 @@ def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState]
            f"(collective #{div.seq} of group {div.group})")
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": gone},
               departure={"how": dep.how, "file": dep.file, "line": dep.line})
-    return Finding("hang.early-exit", "error", msg, HINTS["hang.early-exit"], tuple(sorted(div.slots)),
+    return Finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), tuple(sorted(div.slots)),
                    tuple(locs), ev, culprits=tuple(gone))
 
 
@@ -262,6 +262,38 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
     return []
 
 
+FRAMEWORK_HINTS = {
+    ("hang.rank-conditional-collective", "lightning"): (
+        " Lightning: hooks run on every rank; `self.all_gather`, `self.log(..., sync_dist=True)` and "
+        "`trainer.strategy.barrier()` must be reached by every rank; keep `if self.trainer.is_global_zero:` "
+        "around the side effect only (or use `@rank_zero_only` on a function without collectives)."),
+    ("hang.rank-conditional-collective", "accelerate"): (
+        " Accelerate: `accelerator.gather_for_metrics`, `gather`, `reduce` and `wait_for_everyone()` must run "
+        "on every process; keep `if accelerator.is_main_process:` around the printing or saving only."),
+    ("hang.early-exit", "lightning"): (
+        " Lightning: stop every rank together with `self.trainer.should_stop = True` (Lightning syncs it) or "
+        "the EarlyStopping callback, never a per-rank return."),
+    ("hang.early-exit", "accelerate"): (
+        " Accelerate: decide to stop with `accelerator.set_trigger()` and `accelerator.check_trigger()`, which "
+        "agree across processes, then break on every rank."),
+}
+
+
+def frameworks(record: RunRecord) -> list[str]:
+    """The training frameworks the ranks had imported when they initialised (Lightning, Accelerate...)."""
+    out: list[str] = []
+    for rec in record.ranks.values():
+        for m in (rec.event(schema.K_INIT) or {}).get("frameworks") or ():
+            name = "lightning" if m == "pytorch_lightning" else str(m)
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def hint_for(record: RunRecord, fid: str) -> str:
+    return HINTS[fid] + "".join(FRAMEWORK_HINTS.get((fid, fw), "") for fw in frameworks(record))
+
+
 def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
     locs = []
     culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
@@ -277,7 +309,7 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
     if ev.get("aborted"):
         msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
-    return Finding(fid, "error", msg, HINTS[fid], tuple(sorted(div.slots)), tuple(locs), ev,
+    return Finding(fid, "error", msg, hint_for(record, fid), tuple(sorted(div.slots)), tuple(locs), ev,
                    culprits=tuple(sorted(div.diverged)))
 
 

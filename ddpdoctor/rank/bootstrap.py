@@ -74,6 +74,9 @@ def _exec_as_main(abs_script: str) -> None:
 def run_script(script: str, args: list[str], on_exit: Any) -> int:
     """Run ``script`` as ``__main__``. ``on_exit(code, exc)`` records how it ended. Returns the exit code."""
     abs_script = os.path.abspath(script)
+    from ddpdoctor.rank import sites
+
+    sites.add_script_dir(abs_script)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(abs_script)
     try:

@@ -22,6 +22,8 @@ from ddpdoctor.record.writer import JsonlWriter
 from ddpdoctor.rank import sites
 
 _probe: "Probe | None" = None
+# training frameworks whose layers a diagnosis names (imported by the time they init the process group)
+FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers", "deepspeed")
 
 
 class Probe:
@@ -229,7 +231,8 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
                     pg = dist.distributed_c10d._get_default_group()
                     p.groups[getattr(pg, "group_name", None) or "default"] = pg
                     p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
-                                   backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)))
+                                   backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
+                                   frameworks=[m for m in FRAMEWORKS if m in sys.modules])
                 except Exception:
                     pass
             return out

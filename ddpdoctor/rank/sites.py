@@ -1,5 +1,7 @@
-"""Find the user's line in a Python stack: the innermost frame that is not torch, ddpdoctor or
-the standard library. Cached per file name so the hot path pays one dict lookup per frame."""
+"""Find the user's line in a Python stack: the innermost frame that is not torch, ddpdoctor, the
+standard library or an installed package (Lightning, Accelerate, transformers: a collective called from
+``self.all_gather`` or ``accelerator.gather`` is located at the user's call). The script's own folder is
+always the user's, even inside site-packages. Cached per file name: one dict lookup per frame."""
 
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ def _init_prefixes() -> tuple[str, ...]:
     import ddpdoctor
     import ddpdoctor.probes
 
-    _USER_PREFIXES = (os.path.dirname(os.path.abspath(ddpdoctor.probes.__file__)) + os.sep,)
+    _USER_PREFIXES = (os.path.dirname(os.path.abspath(ddpdoctor.probes.__file__)) + os.sep,) + _script_dirs
     prefixes = {os.path.dirname(os.path.abspath(ddpdoctor.__file__)) + os.sep}
-    for key in ("stdlib", "platstdlib"):
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
             prefixes.add(os.path.abspath(p) + os.sep)
@@ -41,6 +43,18 @@ def is_user_file(filename: str) -> bool:
     user = path.startswith(_USER_PREFIXES) or not (filename.startswith("<") or path.startswith(_LIB_PREFIXES))
     _cache[filename] = user
     return user
+
+
+_script_dirs: tuple[str, ...] = ()
+
+
+def add_script_dir(script: str) -> None:
+    """The script's folder holds the user's code wherever it lives."""
+    global _script_dirs
+    d = os.path.dirname(os.path.abspath(script)) + os.sep
+    if d not in _script_dirs:
+        _script_dirs += (d,)
+        reset_prefixes()
 
 
 def reset_prefixes() -> None:
