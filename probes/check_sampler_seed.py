@@ -1,6 +1,6 @@
 """Check probe: DistributedSampler seeded with the rank: shards overlap and leave gaps.
 
-Expected finding: data.sampler-seed-mismatch, ranks 0 and 1, at the line marked LOOP.
+Expected finding: data.sampler-seed-mismatch, ranks 0 and 1, culprit rank 1, at the line marked SEED.
 Command: check
 """
 
@@ -15,7 +15,7 @@ def main():
     rank = dist.get_rank()
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
-    sampler = DistributedSampler(data, shuffle=True, seed=1234 + rank)
+    sampler = DistributedSampler(data, shuffle=True, seed=1234 + rank)  # SEED
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -1,6 +1,6 @@
 """Check probe: DistributedSampler(shuffle=True) without set_epoch: every epoch has the same order.
 
-Expected finding: data.missing-set-epoch, ranks 0 and 1, at the line marked LOOP.
+Expected finding: data.missing-set-epoch, ranks 0 and 1, at the lines marked SAMPLER and LOOP.
 Command: check
 """
 
@@ -14,7 +14,7 @@ def main():
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
-    sampler = DistributedSampler(data, shuffle=True)
+    sampler = DistributedSampler(data, shuffle=True)  # SAMPLER
     loader = DataLoader(data, batch_size=8, sampler=sampler)
     model = DDP(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

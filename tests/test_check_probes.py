@@ -22,8 +22,11 @@ def test_missing_set_epoch(tmp_path):
     r = check(tmp_path, "check_set_epoch.py")
     assert r.code == 1, r.out
     f = finding(r.report, "data.missing-set-epoch")
-    line = marker_line(PROBES / "check_set_epoch.py", "LOOP")
-    assert f["ranks"] == [0, 1] and lines_of(f, 0) == {line} and lines_of(f, 1) == {line}
+    probe = PROBES / "check_set_epoch.py"
+    lines = {marker_line(probe, "SAMPLER"), marker_line(probe, "LOOP")}
+    assert f["ranks"] == [0, 1] and f["culprits"] == [0, 1]
+    assert lines_of(f, 0) == lines and lines_of(f, 1) == lines
+    assert f["evidence"]["training_epochs"] == 3 and f["evidence"]["set_epoch_calls"] == 0
 
 
 def test_dataloader_without_distributed_sampler(tmp_path):
@@ -31,14 +34,15 @@ def test_dataloader_without_distributed_sampler(tmp_path):
     f = finding(r.report, "data.shard-overlap")
     line = marker_line(PROBES / "check_no_sampler.py", "LOADER")
     assert lines_of(f, 0) == {line} and lines_of(f, 1) == {line}
-    assert f["evidence"]["overlap"] == 1.0 and r.code == 1
+    assert f["evidence"]["overlap"] == 1.0 and r.code == 1 and f["culprits"] == [0, 1]
 
 
 def test_sampler_seed_differs_across_ranks(tmp_path):
     r = check(tmp_path, "check_sampler_seed.py")
     f = finding(r.report, "data.sampler-seed-mismatch")
     assert f["evidence"]["seeds"] == {"0": 1234, "1": 1235}
-    assert lines_of(f, 1) == {marker_line(PROBES / "check_sampler_seed.py", "LOOP")}
+    assert f["culprits"] == [1]   # no majority of two: the rank that differs from rank 0
+    assert lines_of(f, 1) == {marker_line(PROBES / "check_sampler_seed.py", "SEED")}  # where the seed is given
     ids = [x["id"] for x in r.report["findings"]]
     assert "data.shard-overlap" in ids  # what the mismatch does to the shards, measured
 
@@ -72,6 +76,7 @@ def test_checkpoint_written_by_every_rank(tmp_path):
     f = finding(r.report, "checkpoint.multiple-writers")
     line = marker_line(PROBES / "check_checkpoint_race.py", "SAVE")
     assert f["ranks"] == [0, 1] and lines_of(f, 0) == {line} and lines_of(f, 1) == {line}
+    assert f["culprits"] == [0, 1]
 
 
 def test_gradient_accumulation_without_no_sync(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 
@@ -20,9 +20,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         if len(by_rank) < 2:
             continue
         ranks = tuple(sorted(by_rank))
-        locs = tuple(l for r, e in sorted(by_rank.items()) if (l := loc(r, e.get("site"), "torch.save")))
+        locs = tuple(l for r, e in sorted(by_rank.items()) if (l := loc(r, e.get("site"), "stores")))
         out.append(Finding("checkpoint.multiple-writers", "error",
-                           f"ranks {list(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
+                           f"{ranks_phrase(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
                            "Save from one rank only (`if dist.get_rank() == 0: torch.save(...)`), then "
-                           "dist.barrier() before anyone reads it.", ranks, locs, {"path": path}))
+                           "dist.barrier() before anyone reads it.", ranks, locs, {"path": path}, culprits=ranks))
     return out

@@ -1,134 +1,446 @@
-"""Data mistakes that make DDP training silently wrong: set_epoch, sampler seeds, shards. Pure."""
+"""Data mistakes that make DDP training silently wrong: set_epoch, sampler seeds, shards. Pure.
+
+The rank side records every iteration of a DistributedSampler as a *pass* (its epoch, seed, indices,
+how many indices it handed out, whether the optimizer stepped while it was open) and marks DataLoaders
+that trained. A training epoch is a pass that trained; a peek (``next(iter(loader))``, a pass that
+handed out a few batches and was abandoned, or one followed by ``set_epoch`` with a new value) and an
+evaluation loop are not epochs.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.model import Config, Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 
+PEEK_FALLBACK = 0.1   # without the loader's batch size, a pass that used at most this share is a peek
 
-def _events(record: RunRecord, kind: str) -> dict[int, list[dict[str, Any]]]:
-    return {r: [e for e in rec.checks if e.get("kind") == kind] for r, rec in record.ranks.items()}
+
+@dataclass
+class Pass:
+    ordinal: int
+    k: int
+    e: dict[str, Any]
+    end: dict[str, Any] | None = None
+    by: set[str] = field(default_factory=set)
+
+    @property
+    def epoch(self) -> Any:
+        return self.e.get("epoch")
+
+
+@dataclass
+class RankData:
+    passes: dict[int, list[Pass]]                 # sampler ordinal -> passes in order
+    inits: dict[int, dict[str, Any]]              # sampler ordinal -> sampler_init event
+    set_epochs: dict[int, list[dict[str, Any]]]   # sampler ordinal -> set_epoch events
+    loaders: list[dict[str, Any]]                 # loader events in order
+    trained_loaders: dict[int, set[str]]          # loader ordinal -> {"step", "fwd"}
+    has_optimizer: bool
+    has_marks: bool                               # the rank recorded training marks (newer records)
+
+
+def _rank_data(checks: list[dict[str, Any]]) -> RankData:
+    passes: dict[int, list[Pass]] = defaultdict(list)
+    by_key: dict[tuple[int, int], Pass] = {}
+    inits: dict[int, dict] = {}
+    set_epochs: dict[int, list[dict]] = defaultdict(list)
+    loaders: list[dict] = []
+    trained_loaders: dict[int, set[str]] = defaultdict(set)
+    sid_ordinal: dict[Any, int] = {}
+    has_opt = has_marks = False
+    for e in checks:
+        kind = e.get("kind")
+        if kind == "sampler_init":
+            inits[int(e.get("ordinal", len(inits)))] = e
+        elif kind == "sampler":
+            o = e.get("ordinal")
+            if o is None:   # records without ordinals: one sampler per id
+                o = sid_ordinal.setdefault(e.get("sid", 0), len(sid_ordinal))
+            o = int(o)
+            k = int(e.get("k", len(passes[o])))
+            p = Pass(o, k, e)
+            passes[o].append(p)
+            by_key[(o, k)] = p
+        elif kind == "sampler_end":
+            p = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
+            if p is not None:
+                p.end = e
+                has_marks = True
+                if e.get("steps"):
+                    p.by.add("step")
+                if e.get("fwds"):
+                    p.by.add("fwd")
+        elif kind == "sampler_train":
+            has_marks = True
+            p = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
+            if p is not None:
+                p.by.add(str(e.get("by")))
+        elif kind == "set_epoch":
+            set_epochs[int(e.get("ordinal", -1))].append(e)
+        elif kind == "loader":
+            loaders.append(e)
+        elif kind == "loader_train":
+            has_marks = True
+            trained_loaders[int(e.get("ordinal", -1))].add(str(e.get("by")))
+        elif kind == "optstep" or (kind == "accum_summary" and e.get("opt_steps")):
+            has_opt = True
+    return RankData(passes, inits, set_epochs, loaders, trained_loaders, has_opt, has_marks)
+
+
+def _trained(d: RankData, by: set[str]) -> bool:
+    if not d.has_marks:
+        return True   # older records: every pass counts
+    return ("step" in by) if d.has_optimizer else ("fwd" in by or "step" in by)
+
+
+def _peek_max(d: RankData, p: Pass) -> int:
+    sid = p.e.get("sid")
+    ld = next((l for l in reversed(d.loaders) if sid is not None and l.get("sampler_sid") == sid), None)
+    n = int(p.e.get("n") or 0)
+    if ld and ld.get("batch_size"):
+        return int(ld["batch_size"]) * (1 + int(ld.get("prefetch") or 0))
+    return max(1, int(n * PEEK_FALLBACK))
+
+
+def _is_peek(d: RankData, p: Pass, nxt: Pass | None) -> bool:
+    """Handed out a few batches and was abandoned, or was followed by set_epoch with a new value."""
+    end = p.end or {}
+    consumed = end.get("consumed")
+    if consumed is not None and not end.get("exhausted") and consumed <= _peek_max(d, p):
+        return True
+    return nxt is not None and nxt.epoch != p.epoch
+
+
+def _epochs(d: RankData, seq: list[Pass]) -> list[Pass]:
+    """The passes of one sampler (or one construction site) that were training epochs."""
+    return [p for i, p in enumerate(seq)
+            if _trained(d, p.by) and not _is_peek(d, p, seq[i + 1] if i + 1 < len(seq) else None)]
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
-    samplers = _events(record, "sampler")
-    loaders = _events(record, "loader")
+    data = {r: _rank_data(rec.checks) for r, rec in record.ranks.items()}
     out: list[Finding] = []
-    out += _missing_set_epoch(samplers)
-    out += _sampler_seeds(samplers)
-    out += _shards(record, samplers, loaders)
+    out += _missing_set_epoch(data)
+    out += _sampler_seeds(data)
+    out += _shards(record, data)
+    out += _uneven(record, data)
     return out
 
 
-def _missing_set_epoch(samplers: dict[int, list[dict]]) -> list[Finding]:
-    hits: dict[int, tuple] = {}
-    for r, evs in samplers.items():
-        by_sampler: dict[int, list[dict]] = defaultdict(list)
-        for e in evs:
-            by_sampler[e.get("sid", 0)].append(e)
-        for seq in by_sampler.values():
-            for a, b in zip(seq, seq[1:]):
-                if a.get("shuffle") and a.get("epoch") == b.get("epoch") and a.get("digest") == b.get("digest"):
-                    hits.setdefault(r, (b, len(seq)))
-                    break
+# -- set_epoch ------------------------------------------------------------------------------------------
+
+def _repeat(epochs: list[Pass]) -> tuple[Pass, Pass, int] | None:
+    """The first two consecutive training epochs with the same epoch value and order."""
+    for a, b in zip(epochs, epochs[1:]):
+        if a.e.get("shuffle") and a.epoch == b.epoch and a.e.get("digest") == b.e.get("digest"):
+            same = sum(1 for p in epochs if p.epoch == a.epoch and p.e.get("digest") == a.e.get("digest"))
+            return a, b, same
+    return None
+
+
+def _sequential(seqs: list[list[Pass]]) -> bool:
+    """Samplers used one after another (each one's passes all before the next one's)."""
+    spans = sorted((s[0].e.get("t", 0), s[-1].e.get("t", 0)) for s in seqs if s)
+    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def _missing_set_epoch(data: dict[int, RankData]) -> list[Finding]:
+    hits: dict[int, dict[str, Any]] = {}
+    for r, d in data.items():
+        for o, seq in sorted(d.passes.items()):
+            epochs = _epochs(d, seq)
+            rep = _repeat(epochs)
+            if rep:
+                a, b, same = rep
+                hits[r] = {"a": a, "b": b, "same": same, "epochs": len(epochs), "peeks": len(seq) - len(epochs),
+                           "init": d.inits.get(o), "set_epoch": d.set_epochs.get(o, []), "rebuilt": False}
+                break
+        if r in hits:
+            continue
+        # a new shuffling sampler built at the same line for every epoch, its epoch never set
+        by_site: dict[tuple, list[int]] = defaultdict(list)
+        for o, init in d.inits.items():
+            if init.get("site") and init.get("shuffle"):
+                by_site[tuple(init["site"][:2])].append(o)
+        for _site, ords in by_site.items():
+            seqs = [d.passes.get(o, []) for o in sorted(ords)]
+            if len(ords) < 2 or any(d.set_epochs.get(o) for o in ords) or not _sequential(seqs):
+                continue
+            merged = [p for s in seqs for p in _epochs(d, s)]
+            rep = _repeat(merged)
+            if rep:
+                a, b, same = rep
+                hits[r] = {"a": a, "b": b, "same": same, "epochs": len(merged), "peeks": 0,
+                           "init": d.inits.get(b.ordinal), "set_epoch": [], "rebuilt": True}
+                break
     if not hits:
         return []
-    ranks = tuple(sorted(hits))
-    e, n = hits[ranks[0]]
-    locs = tuple(l for r in ranks if (l := loc(r, hits[r][0].get("site"), "epoch loop")))
-    return [Finding("data.missing-set-epoch", "error",
-                    f"DistributedSampler iterated {n} times with epoch {e.get('epoch')} every time: every epoch sees "
-                    f"the same order (set_epoch is never called)",
-                    "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader.",
-                    ranks, locs, {"epochs_seen": n, "epoch_value": e.get("epoch")})]
+    culprits = tuple(sorted(hits))
+    h = hits[culprits[0]]
+    a, b = h["a"], h["b"]
+    init = h["init"] or {}
+    where = _short(init.get("site"))
+    if h["rebuilt"]:
+        why = "a new DistributedSampler is built for every epoch and its epoch is never set"
+        hint = ("Build the DistributedSampler (and DataLoader) once, before the epoch loop, and call "
+                "sampler.set_epoch(epoch) at the start of every epoch.")
+    elif not h["set_epoch"]:
+        why = "set_epoch is never called"
+        hint = ("Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+                "(a peek such as next(iter(loader)) before it is fine).")
+    else:
+        values = sorted({s.get("epoch") for s in h["set_epoch"]}, key=repr)
+        why = (f"set_epoch is called, always with {values[0]}" if len(values) == 1 else
+               "set_epoch is not called before every epoch")
+        hint = ("Pass the current epoch number to sampler.set_epoch(epoch) at the start of every epoch, before "
+                "iterating the DataLoader.")
+    msg = (f"DistributedSampler{f' built at {where}' if where else ''} gives {h['same']} training epochs the same "
+           f"order: its epoch is {a.epoch} each time ({why}); on {ranks_phrase(culprits)}")
+    locs: list[Location] = []
+    for r in culprits:
+        hr = hits[r]
+        for site, role in (((hr["init"] or {}).get("site"), "sampler built"), (hr["b"].e.get("site"), "epoch loop")):
+            if (l := loc(r, site, role)) and l not in locs:
+                locs.append(l)
+    return [Finding("data.missing-set-epoch", "error", msg, hint, tuple(sorted(data)), tuple(locs),
+                    {"epoch_value": a.epoch, "training_epochs": h["epochs"], "same_order": h["same"],
+                     "epochs_seen": h["same"], "peeks": h["peeks"], "set_epoch_calls": len(h["set_epoch"]),
+                     "rebuilt_per_epoch": h["rebuilt"]},
+                    culprits=culprits)]
 
 
-def _sampler_seeds(samplers: dict[int, list[dict]]) -> list[Finding]:
-    first = {r: evs[0] for r, evs in samplers.items() if evs}
-    seeds = {r: e.get("seed") for r, e in first.items()}
+def _short(site: Any) -> str:
+    if isinstance(site, (list, tuple)) and len(site) >= 2:
+        return f"{str(site[0]).rsplit('/', 1)[-1]}:{site[1]}"
+    return ""
+
+
+def _minority(values: dict[int, Any]) -> tuple[int, ...]:
+    """The ranks whose value differs from the most common one (ties: from rank min's)."""
+    counts = Counter(repr(v) for v in values.values())
+    top = max(counts.values())
+    first = min(values)
+    common = repr(values[first]) if counts[repr(values[first])] == top else counts.most_common(1)[0][0]
+    return tuple(sorted(r for r, v in values.items() if repr(v) != common))
+
+
+# -- sampler seeds ----------------------------------------------------------------------------------------
+
+def _first_passes(data: dict[int, RankData]) -> dict[int, Pass]:
+    out = {}
+    for r, d in data.items():
+        if d.passes:
+            o = min(d.passes)
+            if d.passes[o]:
+                out[r] = d.passes[o][0]
+    return out
+
+
+def _sampler_seeds(data: dict[int, RankData]) -> list[Finding]:
+    first = _first_passes(data)
+    seeds = {r: p.e.get("seed") for r, p in first.items()}
     if len(set(seeds.values())) < 2:
         return []
-    locs = tuple(l for r, e in first.items() if (l := loc(r, e.get("site"), f"seed {e.get('seed')}")))
+    culprits = _minority(seeds)
+    locs = tuple(l for r, p in sorted(first.items())
+                 if (l := loc(r, (data[r].inits.get(p.ordinal) or {}).get("site") or p.e.get("site"),
+                              f"seed {p.e.get('seed')}")))
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for r, s in seeds.items():
+        groups[s].append(r)
+    shown = "; ".join(f"seed {s} on {ranks_phrase(rs)}" for s, rs in sorted(groups.items(), key=lambda kv: min(kv[1])))
     return [Finding("data.sampler-seed-mismatch", "error",
-                    f"DistributedSampler seeds differ across ranks {seeds}: each rank shuffles differently, so shards "
-                    "overlap and leave gaps",
+                    f"DistributedSampler seeds differ across ranks ({shown}): each rank shuffles differently, so "
+                    "shards overlap and leave gaps",
                     "Pass the same seed to DistributedSampler on every rank (the default is 0); vary set_epoch, not "
-                    "the seed.", tuple(sorted(seeds)), locs, {"seeds": seeds})]
+                    "the seed.", tuple(sorted(seeds)), locs, {"seeds": seeds}, culprits=culprits)]
 
 
-def _shards(record: RunRecord, samplers: dict[int, list[dict]], loaders: dict[int, list[dict]]) -> list[Finding]:
+# -- shards -------------------------------------------------------------------------------------------------
+
+def _trained_loaders(d: RankData) -> list[dict[str, Any]]:
+    if not d.has_marks:
+        return d.loaders
+    want = "step" if d.has_optimizer else None
+    return [l for l in d.loaders if (by := d.trained_loaders.get(int(l.get("ordinal", -1)), set()))
+            and (want is None or want in by)]
+
+
+def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
     out: list[Finding] = []
     ranks = sorted(record.ranks)
     if len(ranks) < 2:
         return out
-    # 1. no DistributedSampler: every rank iterates the whole data set (unless it is a per-rank Subset)
-    plain = {r: [l for l in ls if not l.get("distributed") and not l.get("iterable")] for r, ls in loaders.items()}
-    if all(plain.get(r) for r in ranks):
+    # 1. no DistributedSampler: the loader that trains iterates the whole data set on every rank, unless
+    #    the ranks hold different data (per-rank Subsets, or pre-sharded data sets)
+    train = {r: _trained_loaders(data[r]) for r in ranks}
+    plain = {r: [l for l in train[r] if not l.get("distributed") and not l.get("iterable")] for r in ranks}
+    if all(plain.get(r) for r in ranks) and not any(any(l.get("distributed") for l in train[r]) for r in ranks):
         firsts = {r: plain[r][0] for r in ranks}
         subsets = {r: l.get("subset_digest") for r, l in firsts.items()}
-        if all(d is None for d in subsets.values()) or len(set(subsets.values())) == 1:
-            locs = tuple(l for r, e in firsts.items() if (l := loc(r, e.get("site"), "DataLoader")))
+        fps = {r: l.get("data_fp") for r, l in firsts.items()}
+        locs = tuple(l for r, e in firsts.items() if (l := loc(r, e.get("site"), "DataLoader")))
+        if all(d is not None for d in subsets.values()) and len(set(subsets.values())) > 1:
+            sets = {r: set(firsts[r].get("subset") or []) for r in ranks}
+            pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1:]]
+            shared = [(a, b, n) for a, b, n in pairs if n]
+            if shared:
+                culprits = tuple(sorted({x for a, b, _n in shared for x in (a, b)}))
+                a, b, n = max(shared, key=lambda t: t[2])
+                out.append(Finding("data.shard-overlap", "error",
+                                   f"hand-made shards overlap: ranks {a} and {b} share {n} samples of their Subsets "
+                                   f"({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})",
+                                   "Make the per-rank index ranges disjoint (e.g. indices[rank::world_size]), or use "
+                                   "DistributedSampler.", tuple(ranks), locs,
+                                   {"overlap_samples": n, "pairs": len(shared)}, culprits=culprits))
+        elif all(f is not None for f in fps.values()) and len(set(fps.values())) > 1 and \
+                all(d is None for d in subsets.values()):
+            pass   # each rank holds its own data: pre-sharded, nothing to compare
+        else:
             n = firsts[ranks[0]].get("dataset_len")
             out.append(Finding("data.shard-overlap", "error",
                                f"DataLoader without DistributedSampler ({firsts[ranks[0]].get('sampler')}): every rank "
-                               f"iterates the whole data set of {n} samples, so each sample is seen {len(ranks)}x per "
+                               f"iterates the same data set of {n} samples, so each sample is seen {len(ranks)}x per "
                                "epoch", "Use DistributedSampler(dataset) as the DataLoader's sampler (and call "
-                               "set_epoch each epoch).", tuple(ranks), locs, {"dataset_len": n, "overlap": 1.0}))
-        else:
-            sets = {r: set(firsts[r].get("subset") or []) for r in ranks}
-            inter = set.intersection(*sets.values()) if sets else set()
-            if inter:
-                locs = tuple(l for r, e in firsts.items() if (l := loc(r, e.get("site"), "DataLoader")))
-                out.append(Finding("data.shard-overlap", "error",
-                                   f"hand-made shards overlap: {len(inter)} samples are in every rank's Subset",
-                                   "Use DistributedSampler, or make the per-rank index ranges disjoint.",
-                                   tuple(ranks), locs, {"overlap_samples": len(inter)}))
-    # 2. DistributedSampler: per epoch, what the ranks actually drew
-    by_epoch: dict[tuple, dict[int, dict]] = defaultdict(dict)
-    for r, evs in samplers.items():
-        count: dict[int, int] = defaultdict(int)
-        for e in evs:
-            k = count[e.get("sid", 0)]
-            count[e.get("sid", 0)] += 1
-            by_epoch[(k,)][r] = e  # the k-th iteration of a sampler on each rank is one epoch
+                               "set_epoch each epoch), or give each rank its own shard of the data.", tuple(ranks),
+                               locs, {"dataset_len": n, "overlap": 1.0}, culprits=tuple(ranks)))
+    # 2. DistributedSampler: per pass, what the ranks actually drew
+    by_pass: dict[tuple[int, int], dict[int, Pass]] = defaultdict(dict)
+    for r in ranks:
+        for o, seq in data[r].passes.items():
+            for p in seq:
+                by_pass[(o, p.k)][r] = p
     reported_overlap = any(f.id == "data.shard-overlap" for f in out)
-    for (k,), evs in sorted(by_epoch.items()):
-        if len(evs) < len(ranks) or any(e.get("indices") is None for e in evs.values()):
+    padded = False
+    for (o, k), ps in sorted(by_pass.items()):
+        if len(ps) < len(ranks) or any(p.e.get("indices") is None for p in ps.values()):
             continue
-        sets = {r: e["indices"] for r, e in evs.items()}
-        n = next(iter(evs.values())).get("dataset_len") or 0
+        first = ps[ranks[0]].e
+        n = first.get("dataset_len") or 0
         seen: dict[int, int] = defaultdict(int)
-        for idx in sets.values():
-            for i in idx:
+        for p in ps.values():
+            for i in p.e["indices"]:
                 seen[i] += 1
         dup = sum(c - 1 for c in seen.values() if c > 1)
-        total = sum(len(v) for v in sets.values())
-        padding = max(0, total - n) if not next(iter(evs.values())).get("drop_last") else 0
-        gaps = n - len(seen)
+        total = sum(len(p.e["indices"]) for p in ps.values())
+        padding = max(0, total - n) if not first.get("drop_last") else 0
+        gaps = max(0, n - len(seen))
         if not reported_overlap and dup > padding:
-            locs = tuple(l for r, e in evs.items() if (l := loc(r, e.get("site"), "epoch loop")))
-            out.append(Finding("data.shard-overlap", "error",
-                               f"epoch {k}: the ranks' shards overlap by {dup - padding} samples and miss {gaps} of {n}",
-                               "Give every rank's DistributedSampler the same seed and num_replicas/rank from the "
-                               "process group.", tuple(ranks), locs,
-                               {"epoch": k, "overlap": dup - padding, "gaps": gaps, "dataset_len": n}))
+            out.append(_overlap_finding(record, data, ps, k, dup - padding, gaps, n))
             reported_overlap = True
-        elif padding and k == 0:
+        elif padding and not padded:
+            padded = True
             out.append(Finding("data.padding-duplicates", "note",
                                f"DistributedSampler pads {padding} duplicate sample(s) per epoch so that {n} samples "
                                f"divide over {len(ranks)} ranks (drop_last=False)",
                                "Fine for training; for exact evaluation metrics use drop_last=True or de-duplicate.",
-                               tuple(ranks), (), {"padding": padding, "dataset_len": n}))
-    lens = {r: [e.get("len") for e in rec.events if e.get("kind") == "dataloader"] for r, rec in record.ranks.items()}
-    firsts = {r: v[0] for r, v in lens.items() if v}
-    if len(firsts) == len(ranks) and len(set(firsts.values())) > 1:
-        out.append(Finding("data.uneven-batches", "warning",
-                           f"ranks have different numbers of batches per epoch {firsts}: the rank with more batches "
-                           "will wait in its extra DDP step (see hang.uneven-batches)",
-                           "Use DistributedSampler with drop_last=True, or `with model.join():`.",
-                           tuple(ranks), (), {"batches": firsts}))
+                               tuple(ranks), (), {"padding": padding, "dataset_len": n}, culprits=tuple(ranks)))
     return out
+
+
+def _overlap_finding(record: RunRecord, data: dict[int, RankData], ps: dict[int, Pass], k: int, overlap: int,
+                     gaps: int, n: int) -> Finding:
+    ranks = sorted(ps)
+    world = record.world_size or len(record.ranks)
+    lens = {r: p.e.get("dataset_len") for r, p in ps.items()}
+    seeds = {r: p.e.get("seed") for r, p in ps.items()}
+    reps = {r: p.e.get("num_replicas") for r, p in ps.items()}
+    srank = {r: p.e.get("sampler_rank") for r, p in ps.items()}
+    epochs = {r: p.epoch for r, p in ps.items()}
+    ev: dict[str, Any] = {"pass": k, "overlap": overlap, "gaps": gaps, "dataset_len": n}
+    if len(set(lens.values())) > 1:
+        culprits = _minority(lens)
+        why = f"the ranks built data sets of different lengths ({_grouped(lens)}), so their shards do not split one data set"
+        hint = ("Build the same data set (same files, filtering and order) on every rank before DistributedSampler; "
+                "to give each rank its own files instead, drop DistributedSampler and load only that rank's shard.")
+        ev["dataset_lens"] = lens
+    elif len(set(seeds.values())) > 1:
+        culprits = _minority(seeds)
+        why = f"the samplers' seeds differ ({_grouped(seeds)})"
+        hint = "Give every rank's DistributedSampler the same seed (the default 0); vary set_epoch, not the seed."
+        ev["seeds"] = seeds
+    elif any(v != world for v in reps.values()) or len(set(srank.values())) < len(ranks) or \
+            any(srank[r] != r for r in ranks if isinstance(srank[r], int)):
+        bad = {r for r in ranks if reps[r] != world}
+        dup = Counter(srank.values())
+        bad |= {r for r in ranks if dup[srank[r]] > 1 or srank[r] != r}
+        culprits = tuple(sorted(bad)) or tuple(ranks)
+        why = (f"num_replicas/rank do not match the process group (world size {world}; num_replicas "
+               f"{_grouped(reps)}; rank {_grouped(srank)})")
+        hint = ("Let DistributedSampler take num_replicas and rank from the process group (pass neither), or pass "
+                "dist.get_world_size() and dist.get_rank().")
+        ev.update(num_replicas=reps, sampler_rank=srank)
+    elif len(set(map(repr, epochs.values()))) > 1:
+        culprits = _minority(epochs)
+        why = f"set_epoch gave the ranks different epochs ({_grouped(epochs)})"
+        hint = "Call sampler.set_epoch(epoch) with the same epoch on every rank (not under `if rank == 0:`)."
+        ev["epochs"] = epochs
+    else:
+        culprits = tuple(ranks)
+        why = "the ranks' samplers disagree"
+        hint = "Build every rank's DistributedSampler from the same data set with the same seed."
+    locs = tuple(l for r in ranks
+                 if (l := loc(r, (data[r].inits.get(ps[r].ordinal) or {}).get("site") or ps[r].e.get("site"),
+                              "sampler built")))
+    return Finding("data.shard-overlap", "error",
+                   f"pass {k} of the DistributedSampler: the ranks' shards overlap by {overlap} samples and miss {gaps} "
+                   f"of {n}: {why}", hint, tuple(ranks), locs, ev, culprits=culprits)
+
+
+def _grouped(values: dict[int, Any]) -> str:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for r, v in values.items():
+        groups[repr(v)].append(r)
+    return ", ".join(f"{v} on {ranks_phrase(rs)}" for v, rs in sorted(groups.items(), key=lambda kv: min(kv[1])))
+
+
+# -- uneven batches -------------------------------------------------------------------------------------------
+
+def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
+    ranks = sorted(record.ranks)
+    if len(ranks) < 2:
+        return []
+    loaders = {r: _trained_loaders(data[r]) for r in ranks}
+    if all(loaders[r] and loaders[r][0].get("batches") is not None for r in ranks):
+        firsts = {r: loaders[r][0] for r in ranks}
+        batches = {r: l.get("batches") for r, l in firsts.items()}
+    else:   # older records: the first DataLoader each rank iterated
+        lens = {r: [e.get("len") for e in rec.events if e.get("kind") == "dataloader"] for r, rec in record.ranks.items()}
+        batches = {r: v[0] for r, v in lens.items() if v}
+        firsts = {}
+        if len(batches) < len(ranks):
+            return []
+    if len(set(batches.values())) < 2:
+        return []
+    low = min(batches.values())
+    culprits = tuple(sorted(r for r, b in batches.items() if b != low))
+    ev: dict[str, Any] = {"batches": batches}
+    dist_all = bool(firsts) and all(l.get("distributed") for l in firsts.values())
+    lens = {r: l.get("dataset_len") for r, l in firsts.items()}
+    bss = {r: l.get("batch_size") for r, l in firsts.items()}
+    join = "or run the training loop under `with model.join():` so ranks that run out keep joining the all-reduces"
+    if dist_all and len(set(lens.values())) > 1:
+        cause = f"the ranks built data sets of different lengths ({_grouped(lens)}) for their DistributedSamplers"
+        hint = f"Build the same data set on every rank (DistributedSampler then gives each the same share), {join}."
+        ev["dataset_lens"] = lens
+    elif firsts and len(set(bss.values())) > 1:
+        cause = f"the batch sizes differ ({_grouped(bss)})"
+        hint = f"Use the same batch_size on every rank, {join}."
+        ev["batch_sizes"] = bss
+    elif dist_all:
+        cause = "the DistributedSamplers give the ranks different numbers of samples"
+        hint = f"Pass drop_last=True to the DistributedSampler and the DataLoader, {join}."
+    else:
+        cause = "the data is split by hand into shards of different sizes"
+        hint = (f"Give every rank the same number of samples (DistributedSampler(dataset, drop_last=True), or trim "
+                f"each shard to the shortest), {join}.")
+    locs = tuple(l for r in culprits if r in firsts and (l := loc(r, firsts[r].get("site"), "DataLoader")))
+    return [Finding("data.uneven-batches", "warning",
+                    f"ranks have different numbers of batches per epoch ({_grouped(batches)}): {cause}; "
+                    f"{ranks_phrase(culprits)} run(s) extra DDP steps whose all-reduce the others never join "
+                    "(see hang.uneven-batches)", hint, tuple(ranks), locs, ev, culprits=culprits)]

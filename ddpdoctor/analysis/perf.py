@@ -14,7 +14,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         steps = [e for e in rec.checks if e.get("kind") == "optstep"]
         if len(steps) < 2:
             continue
-        synced = sorted(e.get("synced", 0) for e in steps)
+        synced = sorted(e.get("micro", e.get("synced", 0)) for e in steps)
         median = synced[len(synced) // 2]
         if median > 1:
             hits[r] = (median, steps)
@@ -22,8 +22,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return []
     ranks = tuple(sorted(hits))
     micro, steps = hits[ranks[0]]
-    ddp = next((e for e in record.ranks[ranks[0]].checks if e.get("kind") == "ddp"), {})
-    nbytes = int(ddp.get("param_bytes") or 0)
+    models = set(next((e.get("models") for e in steps if e.get("micro", 0) > 1 and e.get("models")), None) or [0])
+    nbytes = sum(int(e.get("param_bytes") or 0) for e in record.ranks[ranks[0]].checks
+                 if e.get("kind") == "ddp" and int(e.get("model", 0)) in models)
     wasted = (micro - 1) * nbytes
     locs = tuple(l for r in ranks if (l := loc(r, hits[r][1][0].get("site"), "optimizer step")))
     return [Finding("perf.grad-accum-no-sync", "warning",
@@ -31,4 +32,5 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                     f"{micro - 1} of {micro} all-reduces per optimizer step are wasted "
                     f"(~{wasted / 1e6:.2f} MB of gradients per step per rank)",
                     "Run all micro-steps but the last inside `with model.no_sync():` so DDP all-reduces once per "
-                    "optimizer step.", ranks, locs, {"micro_steps": micro, "wasted_bytes_per_step": wasted})]
+                    "optimizer step.", ranks, locs, {"micro_steps": micro, "wasted_bytes_per_step": wasted},
+                    culprits=ranks)]

@@ -280,7 +280,9 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
                     n = len(self)
                 except Exception:
                     n = None
-                sampler = getattr(self, "batch_sampler", None) or getattr(self, "sampler", None)
+                sampler = getattr(self, "batch_sampler", None)  # not `or`: bool() calls a sampler's len()
+                if sampler is None:
+                    sampler = getattr(self, "sampler", None)
                 inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
                 p.events.write("dataloader", p.rank, len=n, site=sites.user_site(sys._getframe(1)),
                                sampler=type(inner).__name__ if inner is not None else None)
