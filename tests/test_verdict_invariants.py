@@ -173,3 +173,12 @@ def test_uneven_batches_hint_fits_a_script_that_already_uses_distributed_sampler
 
     assert "drop_last=True" in run("DistributedSampler") and "use DistributedSampler" not in run("DistributedSampler")
     assert "use DistributedSampler" in run("SequentialSampler")
+
+
+def test_epochs_stop_rule_counts_training_passes_not_peeks_or_validation():
+    from ddpdoctor.launch.monitor import _epochs
+
+    peek, loop, val = ["/t.py", 54, "f"], ["/t.py", 57, "f"], ["/t.py", 70, "g"]
+    events = [{"kind": "dataloader", "site": s} for _ in range(3) for s in (peek, loop, val)]
+    assert _epochs(events) == 3
+    assert _epochs([{"kind": "start"}]) == 0
