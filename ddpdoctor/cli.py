@@ -108,8 +108,8 @@ def check(script: str | None, timeout: float, launch: str, run_dir: str | None, 
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="End the run once every rank has made this many steps (optimizer steps, else DDP forwards).")
 @click.option("--census-every", type=click.IntRange(min=1), default=None,
-              help="Census live tensors and autograd graphs every K steps (default: as often as 2% of the "
-                   "run's time allows, and at the first and last step).")
+              help="Census live tensors and autograd graphs every K steps (default: at steps 1, 2, 4, 8, ..., "
+                   "whenever it costs at most 2% of the time, more often while RSS grows, and at the end).")
 def memleak(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
             json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
             steps: int | None, census_every: int | None, **torchrun: Any) -> None:

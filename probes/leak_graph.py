@@ -2,7 +2,6 @@
 
 Expected finding: memleak.autograd-graph, ranks 0 and 1, held by total_loss at the line marked ACCUM.
 Command: memleak
-Self-test: --census-every 10
 """
 
 import argparse

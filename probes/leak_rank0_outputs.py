@@ -2,7 +2,6 @@
 
 Expected finding: memleak.autograd-graph, rank 0 only, held by outputs at the line marked STORE.
 Command: memleak
-Self-test: --census-every 10
 """
 
 import argparse

@@ -3,7 +3,6 @@ stays flat: not a leak.
 
 Expected findings: none.
 Command: memleak
-Self-test: --census-every 10
 """
 
 import argparse

@@ -33,7 +33,7 @@ _ORDER = {"error": 0, "warning": 1, "note": 2}
 
 
 def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
-    complete_errors(record)
+    record = complete_errors(record)  # a new record: diagnose never changes its input
     findings: list[Finding] = []
     for det in REGISTRY.values():
         findings += det(record, config)

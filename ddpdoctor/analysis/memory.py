@@ -10,7 +10,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, Location
+from ddpdoctor.analysis.model import Config, Finding, Location, rank_list
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -34,7 +34,12 @@ def growth(points: list[tuple[float, float]]) -> dict[str, float] | None:
     pts = points[warm:]
     if len(pts) < 3:
         return None
-    half = pts[len(pts) // 2:] if len(pts) >= 6 else pts
+    # the later half by steps, not by points: censuses come denser early in a run (steps 1, 2, 4, 8, ...)
+    # and a series whose points all lie before the run's second half cannot say it still grows there
+    mid = (pts[0][0] + pts[-1][0]) / 2
+    half = [p for p in pts if p[0] >= mid] if len(pts) >= 6 else pts
+    if len(half) < 3:
+        return None
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     hx, hy = [p[0] for p in half], [p[1] for p in half]
     ups = sum(1 for a, b in zip(hy, hy[1:]) if b > a)
@@ -48,7 +53,21 @@ def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> 
 
 
 def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
-    return {r: [e for e in rec.memory if e.get("kind") == schema.K_CENSUS] for r, rec in record.ranks.items()}
+    """Censuses per rank. The one taken after the script returned (``final``) counts only when it still
+    sees what the previous one saw: a script whose loop lives in a function has freed its locals by then,
+    and that drop is not the leak ending."""
+    out = {}
+    for r, rec in record.ranks.items():
+        cs = []
+        for e in rec.memory:
+            if e.get("kind") != schema.K_CENSUS:
+                continue
+            if e.get("final") and cs and (e.get("tensors", 0) < cs[-1].get("tensors", 0)
+                                          or e.get("graph_nodes", 0) < cs[-1].get("graph_nodes", 0)):
+                continue
+            cs.append(e)
+        out[r] = cs
+    return out
 
 
 def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
@@ -58,7 +77,11 @@ def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
 def _who(ranks: list[int], all_ranks: list[int]) -> str:
     if len(ranks) == len(all_ranks):
         return "on every rank"
-    return f"only on rank(s) {ranks} (rank-conditional code)"
+    return f"on only rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank-conditional code)"
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def _mb(x: float) -> str:
@@ -97,45 +120,63 @@ def _project(steps: list[dict[str, Any]], census: list[dict[str, Any]], per_step
 def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -> list[Finding]:
     """Autograd graphs kept alive: from the dense scan of the user's variables (every few steps), else
     from the censuses of all live tensors."""
-    hits = {}
+    hits, found = {}, {}
     for r in ranks:
         dense = [(s["step"], float(s["local_graph"])) for s in steps.get(r, []) if "local_graph" in s]
         sparse = [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])]
-        for pts in (dense, sparse):
+        for how, pts in (("dense", dense), ("census", sparse)):
             g = growth(pts)
             if _leaking(g, 0.5, 5):
                 hits[r] = g
+                found[r] = how
                 break
     if not hits:
         return []
     hr = sorted(hits)
     locs, holders = [], {}
     for r in hr:
-        last = census[r][-1] if census.get(r) else {}
-        h = next((s["local_holder"] for s in reversed(steps.get(r, [])) if s.get("local_holder")), None)
-        if not h:
-            h = next((b.get("holder") for b in last.get("biggest_graphs", []) if b.get("holder")), None)
-        if not h:
-            h = next(iter((last.get("group_holders") or {}).values()), None)
+        h = _graph_holder(census.get(r, []), steps.get(r, []), found[r] == "dense")
         if h:
             holders[r] = h
-            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), f"keeps the graph: {h['name']}"))
+            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     per = median(g["late_slope"] for g in hits.values())
     rss = [growth([(s["step"], float(s.get("rss", 0))) for s in steps[r]]) for r in hr]
     rss_slope = median(g["slope"] for g in rss if g) if any(rss) else 0.0
-    name = next(iter(holders.values()), {}).get("name", "")
-    stored = name.endswith(("[]", "{}"))
-    cause = ("outputs stored with their autograd graph" if stored else
+    h0 = next(iter(holders.values()), {})
+    name = h0.get("name", "")
+    stored = bool(h0.get("container")) if h0 else False
+    cause = ("tensors stored with their autograd graph" if stored else
              "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)")
-    held = f" (held by `{name.rstrip('[]{}')}`)" if name else ""
+    held = f" in `{name}` ({_short(h0['file'])}:{h0['line']})" if name and h0.get("file") else ""
     msg = (f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks)}: {cause}{held}; "
            f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
-           + _project(steps[hr[0]], census[hr[0]], rss_slope, "host"))
-    hint = ("Store `out.detach()` (or `.cpu().detach()`), not the output itself." if stored else
+           + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host"))
+    what = f"`{name}`" if name else "the container"
+    hint = (f"Store `x.detach()` (or `x.item()` for a number) in {what}, not the tensor itself: each stored "
+            "tensor keeps its step's graph and activations alive." if stored else
             "Accumulate `loss.item()` or `loss.detach()`, not `loss`: each step's graph stays alive otherwise.")
     return [Finding("memleak.autograd-graph", "error", msg, hint, tuple(hr), tuple(locs),
                     {"nodes_per_step": per, "rss_bytes_per_step": rss_slope,
-                     "ranks_growing": hr, "holders": {str(r): h for r, h in holders.items()}})]
+                     "ranks_growing": hr, "holders": {str(r): h for r, h in holders.items()}},
+                    culprits=tuple(hr))]
+
+
+def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], dense: bool) -> dict[str, Any] | None:
+    """Who holds the growing graph on one rank: when the scan of the user's names saw the growth, the
+    holder of most of the nodes in the last scan; else the holder of the biggest graph in the last census
+    that names one."""
+    last = next((s for s in reversed(steps) if s.get("local_holder")), None)
+    if dense and last and last["local_holder"].get("file") and \
+            last["local_holder"].get("nodes", 0) * 2 >= last.get("local_graph", 0):
+        return last["local_holder"]
+    for c in reversed(census):
+        h = next((b.get("holder") for b in c.get("biggest_graphs", []) if b.get("holder")), None)
+        if h:
+            return h
+        h = next((v for k, v in (c.get("group_holders") or {}).items() if k.endswith("|True")), None)
+        if h:
+            return h
+    return None
 
 
 def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
@@ -161,22 +202,26 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
         return []
     hr = sorted(hits)
     k, g = hits[hr[0]]
-    locs = []
+    locs, holders = [], {}
     for r in hr:
         key = hits[r][0]
         h = (census[r][-1].get("group_holders") or {}).get(f"{list(key[0])}|{key[1]}|{key[2]}|{key[3]}")
-        if h:
-            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), f"holds them: {h['name']}"))
+        if h and h.get("file"):
+            holders[r] = h
+            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
+    h0 = next(iter(holders.values()), None)
+    held = f", held by `{h0['name']}` ({_short(h0['file'])}:{h0['line']})" if h0 else ""
     return [Finding("memleak.tensors", "error",
                     f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
-                    f"{_who(hr, ranks)}",
+                    f"{_who(hr, ranks)}{held}",
                     "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
                     "bound it, or store detached CPU copies.", tuple(hr), tuple(locs),
-                    {"group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]}, "bytes_per_step": g["late_slope"]})]
+                    {"group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]}, "bytes_per_step": g["late_slope"],
+                     "holders": {str(r): h for r, h in holders.items()}}, culprits=tuple(hr))]
 
 
 def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     if seen:
         return out  # the cause is already named; the layers would repeat it
     specs = [
@@ -187,7 +232,7 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
          lambda r: [(c["step"], float(sum((c.get("workers") or {}).values()))) for c in census.get(r, [])], "host"),
         ("memleak.python-objects", "Python objects (count)",
          lambda r: [(c["step"], float(c.get("objects", 0))) for c in census.get(r, [])], "objects"),
-        ("memleak.rss", "process RSS not explained by live tensors (native memory)",
+        ("memleak.rss", "process RSS",
          lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
     ]
     for fid, layer, series, unit in specs:
@@ -203,8 +248,47 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
         per = median(g["late_slope"] for g in hits.values())
         amount = f"{per:.0f} objects" if unit == "objects" else _mb(per)
         proj = "" if unit == "objects" else _project(steps[hr[0]], census.get(hr[0], []), per, unit)
-        out.append(Finding(fid, "error", f"{layer} grows by {amount} per step {_who(hr, ranks)}{proj}",
-                           "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census.",
-                           tuple(hr), (), {"per_step": per}))
+        msg = f"{layer} grows by {amount} per step {_who(hr, ranks)}{proj}"
+        hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
+        ev: dict[str, Any] = {"per_step": per}
+        if fid == "memleak.rss":
+            msg, hint, ev = _rss_cause(msg, census, hits, ev)
+        out.append(Finding(fid, "error", msg, hint, tuple(hr), (), ev, culprits=tuple(hr)))
         break  # the first (most specific) layer that grows
     return out
+
+
+def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dict[str, Any]) -> tuple:
+    """Native memory only when censuses covered the growth and saw nothing grow; otherwise say that the
+    census could not explain it, and how to make it cover the growth."""
+    covered, few = [], []
+    for r, g in hits.items():
+        lo, hi = g["first_step"], g["last_step"]
+        cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]
+        span = (cs[-1]["step"] - cs[0]["step"]) if cs else 0
+        (covered if len(cs) >= 3 and span * 2 >= hi - lo else few).append((r, len(cs), lo, hi))
+    ev = dict(ev, censuses_in_growth={str(r): n for r, n, _lo, _hi in covered + few})
+    if not few:
+        n = min(c[1] for c in covered)
+        grew = []
+        for r, _n, lo, hi in covered:
+            cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]
+            tb = growth([(c["step"], float(sum((c.get("tensor_bytes") or {}).values()))) for c in cs])
+            if tb and tb["late_slope"] * 2 >= hits[r]["late_slope"]:
+                grew.append(r)
+        if grew:
+            return (msg + f"; live tensors of many shapes grow with it on rank(s) {rank_list(grew)} "
+                    f"({n}+ censuses): no single group stands out",
+                    "Look at the census groups in the run directory (memory.jsonl) for what the loop keeps per step.",
+                    dict(ev, cause="tensors"))
+        return (msg + f": not explained by live tensors, autograd graphs or Python objects ({n}+ censuses "
+                "during the growth saw none grow): native memory (a C extension, allocator fragmentation, "
+                "pinned memory)",
+                "Look for native allocations per step (C extensions, pinned memory, a growing allocator "
+                "pool); `MALLOC_ARENA_MAX=2` rules out glibc arena fragmentation.", dict(ev, cause="native"))
+    r, n, lo, hi = min(few, key=lambda x: x[1])
+    every = max(1, int((hi - lo) // 10))
+    return (msg + f"; the census could not explain it: too few censuses during the growth on rank {r} "
+            f"({n} between steps {int(lo)} and {int(hi)})",
+            f"Rerun with `--census-every {every}` so that censuses of live tensors and graphs cover the growth.",
+            dict(ev, cause="unknown"))

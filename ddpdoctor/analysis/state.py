@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -73,17 +74,20 @@ def fatal_frame(text: str, record: RunRecord) -> tuple[list | None, str | None]:
     return user[-1] if user else None
 
 
-def complete_errors(record: RunRecord) -> None:
-    """A rank killed by a fatal signal (gloo aborts on a size mismatch) wrote no error.json: build one
-    from its stderr (``what(): ...``) and faulthandler's stacks."""
-    for rec in record.ranks.values():
+def complete_errors(record: RunRecord) -> RunRecord:
+    """A rank killed by a fatal signal (gloo aborts on a size mismatch) wrote no error.json: the record
+    with one built from its stderr (``what(): ...``) and faulthandler's stacks. The input is not changed."""
+    ranks = dict(record.ranks)
+    for r, rec in record.ranks.items():
         if rec.error is not None or rec.event(schema.K_FINISH) is not None or not rec.fatal.strip():
             continue
         what = _WHAT.findall(rec.stderr_tail)
         head = rec.fatal.strip().splitlines()[0]
         frame, op = fatal_frame(rec.fatal, record)
-        rec.error = {"type": "FatalSignal", "message": what[-1].strip() if what else head,
-                     "user_frame": frame, "op": op, "frames": [], "fatal": head}
+        ranks[r] = dataclasses.replace(rec, error={
+            "type": "FatalSignal", "message": what[-1].strip() if what else head, "user_frame": frame, "op": op,
+            "frames": [], "fatal": head})
+    return dataclasses.replace(record, ranks=ranks)
 
 
 def is_transport_error(err: dict[str, Any] | None) -> bool:
