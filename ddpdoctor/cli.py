@@ -13,7 +13,8 @@ import click
 from ddpdoctor import __version__
 from ddpdoctor.analysis.model import Config, ExitCode
 from ddpdoctor.errors import DdpdoctorError
-from ddpdoctor.launch.command import TORCHRUN_OPTIONS, attach_pictures, emit, run_command
+from ddpdoctor.commands import COMMANDS, CommandSpec, spec_of
+from ddpdoctor.launch.command import TORCHRUN_OPTIONS, attach_pictures, emit, run_params
 
 
 
@@ -63,114 +64,30 @@ def run_options(f: Callable) -> Callable:
     return f
 
 
-@cli.command()
-@run_options
-def hang(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
-         json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
-         **torchrun: Any) -> None:
-    """Run a DDP script and report deadlocks, divergent collectives and crashes per rank and line.
+def _run_command(spec: CommandSpec) -> click.Command:
+    """The click command of one spec: the options every run shares, then the spec's own."""
 
-    \b
-    ddpdoctor hang --script train.py --nproc-per-node 2 -- --epochs 3
-    """
-    cfg = Config(timeout=timeout, fail_on=fail_on)
-    report = run_command("hang", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path, junit_path)
-    sys.exit(report.exit_code)
+    def callback(**params: Any) -> None:
+        sys.exit(run_params(spec, params).exit_code)
+
+    for opt in reversed(spec.options):
+        callback = click.option(*opt.decls, **opt.kwargs)(callback)
+    callback.__doc__ = spec.help
+    return click.command(name=spec.name)(run_options(callback))
 
 
-@cli.command()
-@run_options
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="End the run once every rank has made this many DDP steps.")
-@click.option("--epochs", type=click.IntRange(min=1), default=None,
-              help="End the run once every rank has iterated its DataLoader this many times.")
-@click.option("--fingerprint-every", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Fingerprint parameters and buffers every K DDP forwards (and at construction).")
-def check(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
-          json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
-          steps: int | None, epochs: int | None, fingerprint_every: int, **torchrun: Any) -> None:
-    """Check set_epoch, shard overlap, seeds, parameter/buffer drift, checkpoint races, no_sync.
-
-    \b
-    ddpdoctor check --script train.py --epochs 2
-    """
-    if steps and epochs:
-        raise DdpdoctorError("give --steps or --epochs, not both")
-    cfg = Config(timeout=timeout, fail_on=fail_on)
-    report = run_command("check", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
-                         junit_path, extra={"checks": {"every": fingerprint_every},
-                                            "stop": {"steps": steps, "epochs": epochs}})
-    sys.exit(report.exit_code)
-
-
-@cli.command()
-@run_options
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="End the run once every rank has made this many steps (optimizer steps, else DDP forwards).")
-@click.option("--census-every", type=click.IntRange(min=1), default=None,
-              help="Census live tensors and autograd graphs every K steps (default: at steps 1, 2, 4, 8, ..., "
-                   "whenever it costs at most 2% of the time, more often while RSS grows, and at the end).")
-def memleak(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
-            json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
-            steps: int | None, census_every: int | None, **torchrun: Any) -> None:
-    """Find memory that grows step after step: on which rank, in which layer, and why.
-
-    \b
-    ddpdoctor memleak --script train.py --steps 200
-    """
-    cfg = Config(timeout=timeout, fail_on=fail_on)
-    report = run_command("memleak", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
-                         junit_path, extra={"memory": {"census_every": census_every}, "stop": {"steps": steps}})
-    sys.exit(report.exit_code)
-
-
-@cli.command()
-@run_options
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="End the run once every rank has made this many DDP steps.")
-@click.option("--nsys", "use_nsys", is_flag=True,
-              help="Run each rank under Nsight Systems (`nsys profile`), one report per rank, with ddpdoctor's "
-                   "NVTX ranges.")
-@click.option("--nsys-args", default="", help="Extra arguments for `nsys profile` (one string, split like a shell).")
-def profile(script: str | None, timeout: float, launch: str, run_dir: str | None, max_time: float | None,
-            json_path: str | None, junit_path: str | None, fail_on: str, script_args: tuple[str, ...],
-            steps: int | None, use_nsys: bool, nsys_args: str, **torchrun: Any) -> None:
-    """Where each rank's step time goes: step breakdown, stragglers, data-loader waits, NVTX for Nsight.
-
-    \b
-    ddpdoctor profile --script train.py --steps 200            # own timeline: trace.json (Perfetto)
-    ddpdoctor profile --script train.py --nsys                 # plus one nsys report per rank
-    """
-    import shlex
-    import shutil
-
-    wrapper: tuple[str, ...] = ()
-    if use_nsys:
-        nsys = shutil.which("nsys")
-        if nsys is None:
-            raise DdpdoctorError("nsys (Nsight Systems) is not on PATH: install it from "
-                                 "https://developer.nvidia.com/nsight-systems, or run `ddpdoctor profile` without "
-                                 "--nsys for ddpdoctor's own timeline", ExitCode.NOT_RUN)
-        try:
-            extra_args = shlex.split(nsys_args)
-        except ValueError as e:
-            raise DdpdoctorError(f"--nsys-args: {e}") from None
-        wrapper = (nsys, "profile", "-t", "cuda,nvtx,osrt", "--force-overwrite", "true", *extra_args, "-o",
-                   "NSYS_OUTPUT")
-    cfg = Config(timeout=timeout, fail_on=fail_on)
-    report = run_command("profile", script, script_args, torchrun, launch, run_dir, max_time, cfg, json_path,
-                         junit_path, extra={"profile": {"nsys": use_nsys}, "stop": {"steps": steps}},
-                         wrapper=wrapper)
-    sys.exit(report.exit_code)
+for _spec in COMMANDS.values():
+    cli.add_command(_run_command(_spec))
 
 
 @cli.command()
 @click.option("--only", multiple=True, help="Run only these probes (file names, e.g. crash.py).")
 @click.option("--run-dir", "runs_root", type=click.Path(file_okay=False),
               help="Folder for the probes' run directories (default ./ddpdoctor-runs/doctor-...).")
-@output_options
-def doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, junit_path: str | None,
-           fail_on: str) -> None:
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+              help="Write a JUnit XML report: one test case per probe.")
+def doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, junit_path: str | None) -> None:
     """Self-test: run every built-in probe and check each gives the finding its docstring names."""
     from ddpdoctor.selftest import run_selftest
 
@@ -196,7 +113,8 @@ def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | N
         raise DdpdoctorError(str(e)) from None
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
-    report = attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record, command)
+    report = attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record,
+                             spec_of(command))
     emit(report, json_path, junit_path)
     sys.exit(report.exit_code)
 

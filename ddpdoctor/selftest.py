@@ -13,7 +13,7 @@ from importlib.resources import files
 
 import click
 
-from ddpdoctor.analysis.model import Config, ExitCode
+from ddpdoctor.analysis.model import ExitCode
 
 _EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z-]+)", re.M)
 _OPTS = re.compile(r"^Self-test: (.+)$", re.M)
@@ -46,42 +46,24 @@ def probes() -> list[Probe]:
     return out
 
 
-def _split(options: tuple[str, ...]) -> tuple[float, tuple[str, ...], dict[str, str]]:
-    """``--timeout S --census-every K -- script args`` -> (timeout, script args, other options)."""
-    args: tuple[str, ...] = ()
-    if "--" in options:
-        i = options.index("--")
-        options, args = options[:i], options[i + 1:]
-    opts = dict(zip(options[::2], options[1::2]))
-    return float(opts.pop("--timeout", 60.0)), tuple(args), opts
-
-
-def _extra(command: str, opts: dict[str, str]) -> dict | None:
-    if command == "check":
-        return {"checks": {"every": int(opts.get("--fingerprint-every", 10))}, "stop": {}}
-    if command == "profile":
-        return {"profile": {"nsys": False}, "stop": {}}
-    if command == "memleak":
-        ce = opts.get("--census-every")
-        return {"memory": {"census_every": int(ce) if ce else None}, "stop": {}}
-    return None
-
-
 def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | None,
                  junit_path: str | None) -> int:
-    from ddpdoctor.launch.command import run_command
 
     root = os.path.abspath(runs_root or os.path.join("ddpdoctor-runs", f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"))
     os.makedirs(root, mode=0o700, exist_ok=True)
     results = []
+    from ddpdoctor.cli import cli
+    from ddpdoctor.commands import COMMANDS
+    from ddpdoctor.launch.command import run_params
+
     for p in probes():
         if only and p.name not in only:
             continue
-        timeout, args, opts = _split(p.options)
         t0 = time.time()
-        extra = _extra(p.command, opts)
-        report = run_command(p.command, p.path, args, {}, "auto", os.path.join(root, p.name[:-3]), None,
-                             Config(timeout=timeout), None, None, quiet=True, extra=extra)
+        # the probe's options are parsed by the command itself, exactly as on the command line
+        args = ["--script", p.path, "--run-dir", os.path.join(root, p.name[:-3]), *p.options]
+        params = cli.commands[p.command].make_context(p.command, args).params
+        report = run_params(COMMANDS[p.command], params, quiet=True)
         got = [f.id for f in report.findings if f.severity in ("error", "warning")]
         ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
         results.append({"probe": p.name, "expected": p.expected or "none", "got": got, "ok": ok,
@@ -95,4 +77,20 @@ def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | 
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump({"schema": "ddpdoctor.doctor", "version": 1, "results": results}, f, indent=2)
+    if junit_path:
+        with open(junit_path, "w", encoding="utf-8") as f:
+            f.write(_junit(results))
     return ExitCode.FINDINGS if bad else ExitCode.OK
+
+
+def _junit(results: list[dict]) -> str:
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name="ddpdoctor.doctor", tests=str(len(results)),
+                       failures=str(sum(not r["ok"] for r in results)), errors="0", skipped="0")
+    for r in results:
+        tc = ET.SubElement(suite, "testcase", classname="ddpdoctor.doctor", name=r["probe"], time=str(r["seconds"]))
+        if not r["ok"]:
+            ET.SubElement(tc, "failure", message=f"expected {r['expected']}, got {', '.join(r['got']) or 'nothing'}",
+                          type="probe").text = r["run_dir"]
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

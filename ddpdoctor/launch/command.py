@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ddpdoctor.analysis.model import Config, ExitCode, Report
+from ddpdoctor.commands import CommandSpec
 from ddpdoctor.errors import DdpdoctorError
 
 TORCHRUN_OPTIONS = [
@@ -102,41 +103,53 @@ def _write_private(path: str, text: str, what: str) -> str:
         return f"could not write {path}: {e.strerror}"
 
 
-def attach_pictures(report: Report, record: Any, command: str) -> Report:
-    """memleak: the memory picture; profile: the Perfetto trace. Written into the run directory."""
+def attach_pictures(report: Report, record: Any, spec: CommandSpec | None) -> Report:
+    """Write the pictures the command asks for (render.pictures) into the run directory; note each."""
     import glob
 
+    from ddpdoctor.render.pictures import PICTURES
+
     notes = list(report.notes)
-    if command == "profile" and any(r.timeline for r in record.ranks.values()):
-        from ddpdoctor.render.perfetto import render as render_trace
-
-        notes.append(_write_private(os.path.join(record.run_dir, "trace.json"), render_trace(record),
-                                    "timeline (open in https://ui.perfetto.dev)"))
-        reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
-        if reports:
-            notes.append("Nsight Systems reports: " + ", ".join(reports))
-    elif command == "memleak" and any(r.memory for r in record.ranks.values()):
-        from ddpdoctor.render.svg import memory_svg
-
-        notes.append(_write_private(os.path.join(record.run_dir, "memory.svg"), memory_svg(record),
-                                    "memory per rank per step"))
-        if not any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
-            notes.append("no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)")
-    else:
-        return report
-    return dataclasses.replace(report, notes=tuple(notes))
+    for name in spec.pictures if spec else ():
+        pic = PICTURES[name]
+        if pic.applies(record):
+            notes.append(_write_private(os.path.join(record.run_dir, pic.filename), pic.render(record), pic.note))
+            if (remark := pic.remark(record)):
+                notes.append(remark)
+    reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
+    if reports:
+        notes.append("Nsight Systems reports: " + ", ".join(reports))
+    return dataclasses.replace(report, notes=tuple(notes)) if notes != list(report.notes) else report
 
 
-def run_command(command: str, script: str | None, script_args: tuple[str, ...], torchrun: dict[str, Any],
-                launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
-                json_path: str | None, junit_path: str | None, quiet: bool = False,
-                extra: dict[str, Any] | None = None, wrapper: tuple[str, ...] = ()) -> Report:
+TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, _t, _h in TORCHRUN_OPTIONS}
+_COMMON = ("script", "timeout", "launch", "run_dir", "max_time", "json_path", "junit_path", "fail_on", "script_args")
+
+
+def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
+    """Run a command from its click parameters (the CLI, and ``doctor`` parsing a probe's options)."""
+    p = dict(params)
+    common = {k: p.pop(k, None) for k in _COMMON}
+    torchrun = {k: p.pop(k) for k in list(p) if k in TORCHRUN_KEYS}
+    cfg = Config(timeout=float(common["timeout"] or 60.0), fail_on=common["fail_on"] or "error")
+    return run_command(spec, p, common["script"], tuple(common["script_args"] or ()), torchrun,
+                       common["launch"] or "auto", common["run_dir"], common["max_time"], cfg, common["json_path"],
+                       common["junit_path"], quiet=quiet)
+
+
+def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, script_args: tuple[str, ...],
+                torchrun: dict[str, Any], launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
+                json_path: str | None, junit_path: str | None, quiet: bool = False) -> Report:
+    """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
     from ddpdoctor.launch.script import check_script, uses_mp_spawn
     from ddpdoctor.record.reader import load_run
 
+    spec.validate(values)
+    wrapper = spec.wrapper(values)
+    stop = spec.stop(values)
     check_writable(json_path)
     check_writable(junit_path)
     if json_path == "-" and junit_path == "-":
@@ -145,22 +158,21 @@ def run_command(command: str, script: str | None, script_args: tuple[str, ...], 
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     targs = torchrun_args(torchrun, mode == "spawn")
-    stop = (extra or {}).get("stop") or {}
-    path = rd.create(run_dir or rd.default_run_dir(command), {
-        "command": command, "mode": mode, "script": script, "script_args": list(script_args),
-        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat, **(extra or {})})
+    path = rd.create(run_dir or rd.default_run_dir(spec.name), {
+        "command": spec.name, "mode": mode, "script": script, "script_args": list(script_args),
+        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat,
+        "stop": {"steps": stop.steps, "epochs": stop.epochs}, **spec.settings(values)})
     if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
         os.makedirs(os.path.join(path, "nsys"), mode=0o700, exist_ok=True)
         wrapper = tuple(os.path.join(path, "nsys", "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
-    spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.get("steps"), stop.get("epochs"),
-                      wrapper)
+    launch_spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper)
     if not quiet:
-        click.echo(f"ddpdoctor: {command}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
+        click.echo(f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)
-    outcome = Monitor(spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
+    outcome = Monitor(launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
     record = load_run(path)
-    report = diagnose(record, cfg, command)
-    report = attach_pictures(report, record, command)
+    report = diagnose(record, cfg, spec.name)
+    report = attach_pictures(report, record, spec)
     if outcome.interrupted:
         # never "OK": the run did not finish; findings of what did run are kept (and decide the verdict)
         errors = any(f.severity == "error" for f in report.findings)
