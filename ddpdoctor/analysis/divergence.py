@@ -69,7 +69,7 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     if len(ranks) < 2:
         return None
     # the heartbeat's counter may be older than the ledger (a fast rank that aborted between beats)
-    final = {r: max([int(states[r].seq[group])] + [int(e["seq"][1]) for e in record.ranks[r].ledger[-8:]
+    final = {r: max([int((states[r].seq or {})[group])] + [int(e["seq"][1]) for e in record.ranks[r].ledger[-8:]
                                                     if e.get("group") == group and e.get("seq")])
              for r in ranks}
     # a pending collective counts as issued; a rank still computing has not issued further ones

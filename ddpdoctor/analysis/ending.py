@@ -57,8 +57,8 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     """The finding for ranks that ended abnormally when no error-severity finding explains the run."""
     if any(f.severity == "error" for f in findings):
         return []
-    if record.monitor_event(schema.K_KILL) and str(record.monitor_event(schema.K_KILL).get("reason", "")
-                                                   ).startswith("signal"):
+    kill = record.monitor_event(schema.K_KILL)
+    if kill and str(kill.get("reason", "")).startswith("signal"):
         return []  # interrupted by the user: the report says so
     ended = {r: how for r in record.ranks if (how := how_ended(record, r))}
     if any(TEARDOWN_ABORT in rec.stderr_tail and rec.event(schema.K_FINISH) for rec in record.ranks.values()):

@@ -141,7 +141,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         left = _departed(record, div)
         if left is not None:
             if lens_differ:
-                return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc]
+                return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
             return [_early_exit(record, div, states, ev, *left)]
     if div is not None and div.exclusive:
         return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
@@ -150,7 +150,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return [_from_div(record, "hang.shape-mismatch", div, states, ev,
                           "ranks passed different shapes/dtypes to the same collective")]
     if lens_differ:
-        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc]
+        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
     if div is not None and div.kind == "exited":
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
     if div is not None:

@@ -32,7 +32,7 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
         op, g, seq = p.get("op"), p.get("group"), p.get("seq")
         if op in P2P:
             continue
-        what = f"rank {a.rank} waits {now - a.since:.1f} s in {describe_op(op, p.get('shapes'))}"
+        what = f"rank {a.rank} waits {now - (a.since or now):.1f} s in {describe_op(op, p.get('shapes'))}"
         for b in states.values():
             if b.rank == a.rank or not b.seq or g not in b.seq:
                 continue  # not (known to be) a member of that group

@@ -58,7 +58,7 @@ def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
     and that drop is not the leak ending."""
     out = {}
     for r, rec in record.ranks.items():
-        cs = []
+        cs: list[dict[str, Any]] = []
         for e in rec.memory:
             if e.get("kind") != schema.K_CENSUS:
                 continue
@@ -126,7 +126,7 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
         sparse = [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])]
         for how, pts in (("dense", dense), ("census", sparse)):
             g = growth(pts)
-            if _leaking(g, 0.5, 5):
+            if g is not None and _leaking(g, 0.5, 5):
                 hits[r] = g
                 found[r] = how
                 break
@@ -193,7 +193,7 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
                                                                          g["grad_fn"]) == k), 0)
                 pts.append((c["step"], float(n)))
             g = growth(pts)
-            if _leaking(g, 1.0, 3 * max(1.0, g["late_slope"] if g else 1.0)) and (best is None or
+            if g is not None and _leaking(g, 1.0, 3 * max(1.0, g["late_slope"])) and (best is None or
                                                                                    g["late_slope"] > best[1]["late_slope"]):
                 best = (k, g)
         if best:
@@ -236,11 +236,11 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
          lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
     ]
     for fid, layer, series, unit in specs:
-        hits = {}
+        hits: dict[int, dict[str, float]] = {}
         for r in ranks:
             g = growth(series(r))
             thr = (20.0, 200.0) if unit == "objects" else (64 * 1024.0, 8 * 2**20)
-            if _leaking(g, *thr):
+            if g is not None and _leaking(g, *thr):
                 hits[r] = g
         if not hits:
             continue
@@ -261,7 +261,8 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
 def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dict[str, Any]) -> tuple:
     """Native memory only when censuses covered the growth and saw nothing grow; otherwise say that the
     census could not explain it, and how to make it cover the growth."""
-    covered, few = [], []
+    covered: list[tuple] = []
+    few: list[tuple] = []
     for r, g in hits.items():
         lo, hi = g["first_step"], g["last_step"]
         cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]

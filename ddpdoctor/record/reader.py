@@ -67,7 +67,8 @@ class RunRecord:
 
     @property
     def world_size(self) -> int | None:
-        sizes = [e.get("world_size") for r in self.ranks.values() if (e := r.event(schema.K_INIT))]
+        sizes = [int(e["world_size"]) for r in self.ranks.values()
+                 if (e := r.event(schema.K_INIT)) and e.get("world_size") is not None]
         return max(sizes) if sizes else None
 
     def latest_t(self) -> float:
