@@ -21,9 +21,6 @@ class ExitCode:
     INTERRUPTED = 130
 
 
-SEVERITIES = ("error", "warning", "note")
-
-
 @dataclass(frozen=True)
 class Config:
     """Thresholds for detection; the CLI maps options onto it."""

@@ -70,8 +70,6 @@ def fatal_frame(text: str, record: RunRecord) -> tuple[list | None, str | None]:
                 op = next((g[2] for g in reversed(frames[:i]) if g[0].endswith("distributed_c10d.py")), None)
                 return fr, op
     return None, None
-    user = [f for f in frames if is_user_path(f[0], record)]
-    return user[-1] if user else None
 
 
 def complete_errors(record: RunRecord) -> RunRecord:

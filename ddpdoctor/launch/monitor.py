@@ -39,9 +39,9 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class Outcome:
-    returncode: int | None
+    """How the monitored run ended, as far as the caller needs to know (the rest is in the record)."""
+
     interrupted: bool
-    verdict: tuple[str, str] | None
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
@@ -111,7 +111,7 @@ class Monitor:
         except OSError as e:
             tlog.close()
             self.log.write(schema.K_EXIT, None, returncode=None, error=str(e))
-            return Outcome(None, False, None)
+            return Outcome(False)
         self.log.write(schema.K_SPAWNED, None, pid=proc.pid, cmd=cmd)
         out, err = (sys.stdout.buffer, sys.stderr.buffer) if self.echo else (None, None)
         if self.stdout_free and out is not None:
@@ -169,7 +169,7 @@ class Monitor:
                 t.join(timeout=self.cfg.grace)
             tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
-        return Outcome(proc.returncode, self._signal is not None, verdict)
+        return Outcome(self._signal is not None)
 
     def _enough(self, record: Any) -> str | None:
         """The --steps / --epochs the user asked for, reached on every rank."""
