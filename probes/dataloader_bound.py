@@ -1,6 +1,7 @@
 """Profile probe: a Dataset whose __getitem__ is slow, read with num_workers=0: every step waits for data.
 
-Expected finding: profile.dataloader-bound, ranks 0 and 1, at the line marked LOOP.
+Expected finding: profile.dataloader-bound, ranks 0 and 1, at the sleep in __getitem__ (it runs in the
+training process) and at the line marked LOOP (where the loop waits).
 Command: profile
 """
 

@@ -1,7 +1,8 @@
 """Profile probe: rank 1 is slower in the forward pass (an extra 15 ms of host work per step in its
 model); rank 0 waits for it in the gradient all-reduce every step.
 
-Expected finding: profile.straggler, rank 1, phase forward.
+Expected finding: profile.straggler, rank 1 (the only culprit), phase forward, at the line marked SLOW;
+rank 0 waiting at loss.backward().
 Command: profile
 """
 

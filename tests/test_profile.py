@@ -5,7 +5,6 @@ format."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections import Counter, defaultdict
@@ -13,7 +12,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from builder import RunBuilder
 from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
+
+from ddpdoctor.analysis import profile as profile_analysis
+from ddpdoctor.analysis.model import Config
+from ddpdoctor.record.reader import load_run
 
 STEPS = 6
 
@@ -91,20 +95,156 @@ def test_no_nvtx_call_without_a_tool(tmp_path, monkeypatch):
     assert info and info[0]["nvtx"] is False
 
 
-def test_straggler_rank_and_phase(tmp_path):
-    r = ddpdoctor(["profile", "--script", str(PROBES / "straggler.py")], tmp_path)
+def line_of(path: Path, text: str) -> int:
+    """The number of the script line that contains ``text`` (found in the script, not hard-coded)."""
+    hits = [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line]
+    assert len(hits) == 1, (text, hits)
+    return hits[0]
+
+
+def roles(f: dict) -> dict[tuple[int, str], set[int]]:
+    out: dict[tuple[int, str], set[int]] = defaultdict(set)
+    for l in f["locations"]:
+        out[(l["rank"], l["role"])].add(l["line"])
+    return dict(out)
+
+
+def test_straggler_rank_phase_and_line(tmp_path):
+    script = PROBES / "straggler.py"
+    r = ddpdoctor(["profile", "--script", str(script)], tmp_path)
     f = finding(r.report, "profile.straggler")
+    assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
     assert f["evidence"]["rank"] == 1 and f["evidence"]["phase"] == "forward"
     assert 10 <= f["evidence"]["excess_ms"] <= 40
+    got = roles(f)
+    assert got[(1, "slow")] == {marker_line(script, "SLOW")}
+    assert got[(0, "waiting")] == {line_of(script, "        loss.backward()")}  # DDP's all-reduce waits inside backward
+    assert f"straggler.py:{marker_line(script, 'SLOW')}" in f["message"]
     assert r.code == 0  # a warning; --fail-on warning makes it fail a CI job
 
 
-def test_dataloader_bound(tmp_path):
-    r = ddpdoctor(["profile", "--script", str(PROBES / "dataloader_bound.py"), "--fail-on", "warning"], tmp_path)
+HELPER_STRAGGLER = """\
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def log_metrics(loss, rank):
+    if rank == 1:
+        time.sleep(0.3)
+    return loss.item()
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(8):
+        loss = model(torch.randn(16, 32)).pow(2).mean()
+        log_metrics(loss, rank)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_straggler_sleeping_in_a_helper_between_forward_and_backward(tmp_path):
+    """A script written without the tool in mind: rank 1 sleeps 0.3 s in a helper between forward and
+    backward. The finding names rank 1 alone as culprit, the sleep, and where rank 0 waits."""
+    script = tmp_path / "train.py"
+    script.write_text(HELPER_STRAGGLER)
+    r = ddpdoctor(["profile", "--script", str(script)], tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    f = finding(r.report, "profile.straggler")
+    assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
+    assert f["evidence"]["phase"] == "other" and 250 <= f["evidence"]["excess_ms"] <= 400
+    sleep, call, back = (line_of(script, t) for t in ("time.sleep(0.3)", "        log_metrics(loss, rank)",
+                                                      "loss.backward()"))
+    got = roles(f)
+    assert got[(1, "slow")] <= {sleep, call} and got[(1, "slow")]
+    assert got[(0, "waiting")] == {back}
+    assert f"train.py:{sleep}" in f["message"] and "between forward and backward" in f["message"]
+    assert "`time.sleep(0.3)`" in f["message"]
+
+
+def test_dataloader_bound_names_getitem_and_the_loop(tmp_path):
+    script = PROBES / "dataloader_bound.py"
+    r = ddpdoctor(["profile", "--script", str(script), "--fail-on", "warning"], tmp_path)
     f = finding(r.report, "profile.dataloader-bound")
-    assert f["ranks"] == [0, 1]
-    assert lines_of(f, 0) == {marker_line(PROBES / "dataloader_bound.py", "LOOP")}
+    assert f["ranks"] == [0, 1] and f["culprits"] == [0, 1]
+    getitem = line_of(script, "time.sleep(0.002)")  # num_workers=0: __getitem__ runs in the training process
+    for rank in (0, 1):
+        assert lines_of(f, rank) == {getitem, marker_line(script, "LOOP")}
+        assert roles(f)[(rank, "slow")] == {getitem}
+    assert f"dataloader_bound.py:{getitem}" in f["message"]
     assert r.code == 1
+
+
+# -- pure: hand-built timelines -----------------------------------------------------------------------
+
+def _timeline(b: RunBuilder, rank: int, steps: list[dict[str, float]], sample_rows: list | None = None) -> None:
+    """Ranges of ``steps`` (ms per phase: data, forward, other, backward, optimizer) on one main thread."""
+    t = 1_000_000_000
+    for i, ph in enumerate(steps):
+        t0 = t
+        for name, key in (("dataloader wait", "data"), ("forward", "forward"), (None, "other"),
+                          ("backward", "backward"), ("optimizer step", "optimizer")):
+            d = int(ph.get(key, 0.0) * 1e6)
+            if name:
+                b.add(rank, "timeline.jsonl", "range", 1.0, name=name, cat="compute", tid=7, t0=t, t1=t + d, payload=None)
+            t += d
+        b.add(rank, "timeline.jsonl", "range", 1.0, name="step", cat=None, tid=7, t0=t0, t1=t, payload=i)
+    if sample_rows:
+        b.add(rank, "timeline.jsonl", "samples", 2.0, period_s=0.005, step=len(steps), first_step=1, rows=sample_rows)
+
+
+def test_scheduling_noise_is_no_straggler(tmp_path):
+    """Two healthy ranks on a busy 2-core host: phases jitter by up to 4 ms a step and rank 1, scheduled less,
+    spends 3 ms more per step between forward and backward. Below the 5 ms floor: no straggler."""
+    import random
+
+    rng = random.Random(3)
+    b = RunBuilder(tmp_path / "run", command="profile")
+    for rank in (0, 1):
+        b.start(rank)
+        _timeline(b, rank, [{"data": 0.4 + 4 * rng.random(), "forward": 0.5 + 4 * rng.random(),
+                             "other": 0.5 + 3 * rank + 4 * rng.random(), "backward": 2.0 + 3 * rng.random(),
+                             "optimizer": 0.2 + 3 * rng.random()} for _ in range(30)])
+    ids = [f.id for f in profile_analysis.detect(load_run(str(b.root)), Config())]
+    assert "profile.straggler" not in ids and all(f.severity != "error" for f in
+                                                  profile_analysis.detect(load_run(str(b.root)), Config()))
+
+
+def test_straggler_at_scale_groups_ranks_and_names_culprits_only(tmp_path):
+    """64 ranks, ranks 5 and 9 spend 40 ms more in forward at model.py:12: culprits [5,9], a short message,
+    a bounded list of locations."""
+    b = RunBuilder(tmp_path / "run", command="profile")
+    for rank in range(64):
+        b.start(rank)
+        slow = rank in (5, 9)
+        steps = [{"data": 1, "forward": 45 if slow else 5, "other": 1, "backward": 5 if slow else 45, "optimizer": 1}
+                 for _ in range(20)]
+        rows = [["forward", "/w/model.py", 20, "forward", "/w/train.py", 30, 10, "y = self.body(x)"]]
+        if slow:
+            rows.append(["forward", "/w/model.py", 12, "forward", "/w/train.py", 30, 80, "self.log_activations(x)"])
+        rows.append(["backward", "/w/train.py", 31, "main", None, None, 40 if not slow else 5, "loss.backward()"])
+        _timeline(b, rank, steps, rows)
+    f = next(f for f in profile_analysis.detect(load_run(str(b.root)), Config()) if f.id == "profile.straggler")
+    assert f.culprits == (5, 9) and f.ranks == tuple(range(64))
+    assert {(l.rank, l.line) for l in f.locations if l.role == "slow"} == {(5, 12), (9, 12)}
+    waiting = [l for l in f.locations if l.role == "waiting"]
+    assert {l.line for l in waiting} == {31} and len(waiting) <= 4
+    assert "2 ranks [5,9]" in f.message and "62 ranks [0-4,6-8,10-63]" in f.message and "model.py:12" in f.message
+    assert len(f.message) < 400
 
 
 TRACE_SCHEMA = {
@@ -144,3 +284,23 @@ def test_nsys_missing_is_one_line_and_could_not_run(tmp_path, monkeypatch):
     assert r.code == 4
     assert r.err.strip().startswith("ddpdoctor: error: nsys (Nsight Systems) is not on PATH")
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_a_rank_waiting_for_data_is_dataloader_bound_not_a_straggler(tmp_path):
+    """Both ranks read through one slow worker each; rank 1's worker is a batch behind, so rank 1 waits for
+    data (92 %) and rank 0 waits for rank 1 in its all-reduce. The DataLoader sets the pace: one
+    profile.dataloader-bound naming rank 1 (its loop) and where rank 0 waits, no profile.straggler."""
+    b = RunBuilder(tmp_path / "run", command="profile")
+    for rank, (data, back) in enumerate(((9.0, 25.0), (32.0, 2.0))):
+        b.start(rank)
+        b.add(rank, "events.jsonl", "dataloader", 0.5, len=32, site=["/w/train.py", 25, "main"])
+        rows = [["data", "/w/train.py", 25, "main", None, None, int(data), "for x, y in loader:"],
+                ["backward", "/w/train.py", 26, "main", None, None, int(back), "loss.backward()"]]
+        _timeline(b, rank, [{"data": data, "forward": 0.4, "other": 0.5, "backward": back, "optimizer": 0.1}] * 30,
+                  rows)
+    found = {f.id: f for f in profile_analysis.detect(load_run(str(b.root)), Config())}
+    assert "profile.straggler" not in found
+    f = found["profile.dataloader-bound"]
+    assert f.culprits == (1,) and f.ranks == (0, 1)
+    assert {(l.rank, l.line, l.role) for l in f.locations} == {(1, 25, "slow"), (0, 26, "waiting")}
+    assert "rank 0 waits for it in backward" in f.message

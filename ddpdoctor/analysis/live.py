@@ -73,7 +73,16 @@ def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
             return True
         if s.ended:
             return True
+        if s.state == "busy" and s.stalled_for >= cfg.timeout / 2:
+            return True  # the no-progress rule needs the ledgers (is an async Work outstanding?)
     return False
+
+
+def awaits_async(record: RunRecord, rank: int) -> bool:
+    """The rank's latest collective returned a Work (async_op=True, isend/irecv) that it may be waiting on:
+    a rank that stalls after it is blocked in ``Work.wait()`` or at a sync point, not merely sleeping."""
+    ledger = record.ranks[rank].ledger
+    return bool(ledger) and ledger[-1].get("st") == "async"
 
 
 def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
@@ -91,7 +100,8 @@ def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] 
             return "timeout", (f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
                                f"{ranks_phrase(unseen)} on other nodes")
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live):
+    if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live) and \
+            any(awaits_async(record, s.rank) for s in live):
         # nobody is inside a collective, yet nobody moves: blocked at a sync point (Work.wait(), .item())
         return "timeout", (f"no rank made progress (no step, no collective, no CPU time) for "
                            f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})")

@@ -1,31 +1,53 @@
 """Where each rank's step time goes: breakdown, stragglers, data-loader-bound steps, GPU utilisation. Pure.
 
-Works on ddpdoctor's own timeline (``timeline.jsonl``), so it needs neither nsys nor a GPU.
+Works on ddpdoctor's own timeline (``timeline.jsonl``), so it needs neither nsys nor a GPU. The phase
+medians come from the timeline's ranges; the user line inside a phase comes from the main-thread samples
+(``samples`` records: counts per phase and line), turned into ms per step as the line's share of the phase's
+samples times the phase's median.
 """
 
 from __future__ import annotations
 
-from statistics import median
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from statistics import median, median_low
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, Location
+from ddpdoctor.analysis.model import Config, Finding, Location, rank_list, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-PHASES = ("data", "forward", "backward+comm", "optimizer", "other")
+PHASES = ("data", "forward", "backward+comm", "optimizer", "collective", "other")
 _PHASE_OF = {"dataloader wait": "data", "forward": "forward", "backward": "backward+comm",
              "optimizer step": "optimizer"}
+_SAMPLE_PHASE = {"data": "data", "forward": "forward", "backward": "backward+comm", "optimizer": "optimizer",
+                 "collective": "collective"}
+_RANGE_WORDS = {"dataloader wait": "data loading", "forward": "forward", "backward": "backward",
+                "optimizer step": "optimizer step"}
+_AFTER = {"data": "dataloader wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
+STRAGGLER_PHASES = ("data", "forward", "optimizer", "other")  # a wait lands in backward+comm or collective
 DATA_BOUND = 0.30       # data wait above this share of the step
-STRAGGLER_SHARE = 0.10  # a rank's excess in one phase above this share of the step
+STRAGGLER_SHARE = 0.10  # a rank's excess in one phase above this share of the median step ...
+STRAGGLER_MIN_MS = 5.0  # ... and above this many ms (scheduling noise on a busy host stays below)
+LINE_MIN_SAMPLES = 2    # a line needs this many samples to be named
 GPU_UTIL_MIN = 90
+MAX_LOCS_PER_LINE = 4   # per (line, role): at most this many ranks' locations; the message groups the rest
+
+
+def _is_collective(e: dict[str, Any]) -> bool:
+    return e.get("cat") == "comm" and not str(e.get("name", "")).startswith("all_reduce bucket")
 
 
 def breakdown(timeline: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Per step (after the first): milliseconds per phase; ranges are assigned to the step they start in."""
+    """Per step: milliseconds per phase; ranges are assigned to the step they start in. A Python collective
+    outside the other phases (a metric all_reduce, a barrier) is the phase "collective"."""
     ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
     steps = sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"])
-    others = sorted((e for e in ranges if e.get("name") in _PHASE_OF), key=lambda e: e["t0"])
+    main_tids = {e.get("tid") for e in steps}
+    others = sorted((e for e in ranges if e.get("name") in _PHASE_OF or (_is_collective(e) and e.get("tid") in main_tids)),
+                    key=lambda e: e["t0"])
     out = []
     j = 0
     for st in steps:
@@ -33,10 +55,19 @@ def breakdown(timeline: list[dict[str, Any]]) -> list[dict[str, float]]:
         while j < len(others) and others[j]["t0"] < st["t0"]:
             j += 1
         k = j
+        inside: list[dict[str, Any]] = []
+        colls: list[dict[str, Any]] = []
         while k < len(others) and others[k]["t0"] < st["t1"]:
             e = others[k]
-            ph[_PHASE_OF[e["name"]]] += (e["t1"] - e["t0"]) / 1e6
+            if e["name"] in _PHASE_OF:
+                ph[_PHASE_OF[e["name"]]] += (e["t1"] - e["t0"]) / 1e6
+                inside.append(e)
+            else:
+                colls.append(e)
             k += 1
+        for c in colls:  # a collective inside forward (SyncBatchNorm) or the optimizer is already counted
+            if not any(i["t0"] <= c["t0"] and c["t1"] <= i["t1"] for i in inside):
+                ph["collective"] += (c["t1"] - c["t0"]) / 1e6
         total = (st["t1"] - st["t0"]) / 1e6
         ph["other"] = max(0.0, total - sum(ph[p] for p in PHASES if p != "other"))
         ph["step"] = total
@@ -59,63 +90,356 @@ def medians(record: RunRecord) -> dict[int, dict[str, float]]:
     return out
 
 
+# -- main-thread samples ------------------------------------------------------------------------------
+
+@dataclass
+class Hot:
+    """One user line in one phase of one rank."""
+
+    file: str
+    line: int
+    func: str
+    count: int
+    ms: float                         # estimated ms per step at this line
+    text: str = ""
+    caller: tuple[str, int] | None = None
+    after: str = ""                   # for "other": the range that ended before it ("forward", ...)
+
+
+@dataclass
+class Samples:
+    """A rank's sample counts: phase -> (file, line) -> count, plus func, caller, text and sub-position."""
+
+    counts: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    total: Counter = field(default_factory=Counter)
+    func: dict[tuple[str, int], str] = field(default_factory=dict)
+    text: dict[tuple[str, int], str] = field(default_factory=dict)
+    callers: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    after: dict[tuple[str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    def hot(self, phase: str, phase_ms: float) -> list[Hot]:
+        """The phase's lines, most sampled first, with their estimated ms per step."""
+        n = self.total[phase]
+        out = []
+        for (f, l), c in self.counts[phase].most_common():
+            callers = self.callers.get((phase, f, l))
+            caller = callers.most_common(1)[0][0] if callers else None
+            after = self.after[(f, l)].most_common(1)[0][0] if phase == "other" and self.after.get((f, l)) else ""
+            out.append(Hot(f, l, self.func.get((f, l), ""), c, phase_ms * c / n if n else 0.0,
+                           _code(self.text.get((f, l), "")), caller, after))
+        return out
+
+    def ms_at(self, phase: str, key: tuple[str, int], phase_ms: float) -> float:
+        n = self.total[phase]
+        return phase_ms * self.counts[phase].get(key, 0) / n if n else 0.0
+
+
+def samples_of(timeline: list[dict[str, Any]]) -> Samples:
+    s = Samples()
+    for e in timeline:
+        if e.get("kind") != "samples":
+            continue
+        for row in e.get("rows") or []:
+            if not isinstance(row, list) or len(row) < 8 or not isinstance(row[6], int):
+                continue
+            key, f, l, func, cf, cl, n, text = row[:8]
+            phase = _SAMPLE_PHASE.get(key) or ("other" if str(key).startswith("other") else None)
+            if phase is None:
+                continue
+            s.total[phase] += n
+            if not isinstance(l, int) or f is None:
+                continue
+            s.counts[phase][(f, l)] += n
+            if func:
+                s.func[(f, l)] = func
+            if text:
+                s.text.setdefault((f, l), text)
+            if cf is not None and isinstance(cl, int):
+                s.callers[(phase, f, l)][(cf, cl)] += n
+            if phase == "other":
+                s.after[(f, l)][str(key).partition(":")[2]] += n
+    return s
+
+
+def _step_order(timeline: list[dict[str, Any]]) -> list[str]:
+    """The main thread's phase ranges in one steady step, in order (``["dataloader wait", "forward", ...]``)."""
+    ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
+    steps = sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"])
+    if not steps:
+        return []
+    st = steps[len(steps) // 2]
+    seq: list[str] = []
+    for e in sorted((e for e in ranges if e.get("name") in _PHASE_OF and st["t0"] <= e["t0"] < st["t1"]),
+                    key=lambda e: e["t0"]):
+        if not seq or seq[-1] != e["name"]:
+            seq.append(e["name"])
+    return seq
+
+
+def _between(after: str, order: list[str]) -> str:
+    """``between forward and backward`` for the 'other' time after the range ``after``."""
+    prev = _AFTER.get(after)
+    if prev is None or prev not in order:
+        return f"before {_RANGE_WORDS[order[0]]}" if order and not after else ""
+    i = order.index(prev)
+    nxt = order[i + 1] if i + 1 < len(order) else order[0]
+    if nxt == prev:
+        return f"after {_RANGE_WORDS[prev]}"
+    return f"between {_RANGE_WORDS[prev]} and {_RANGE_WORDS[nxt]}"
+
+
+def _code(text: str) -> str:
+    """A source line without its trailing comment."""
+    import io
+    import tokenize
+
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                return text[:tok.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        if "  #" in text:
+            return text.split("  #", 1)[0].rstrip()
+    return text
+
+
+def _short(path: str) -> str:
+    return os.path.basename(path)
+
+
+def _line_phrase(h: Hot, loop_func: str | None = None) -> str:
+    text = f" (`{h.text}`" + (f", ~{h.ms:.0f} ms/step)" if h.ms >= 1 else ")") if h.text else (
+        f" (~{h.ms:.0f} ms/step)" if h.ms >= 1 else "")
+    fn = f" in {h.func}" if h.func and h.func not in ("<module>", loop_func) else ""
+    out = f"{_short(h.file)}:{h.line}{fn}{text}"
+    if h.caller and fn:
+        out += f", called from {_short(h.caller[0])}:{h.caller[1]}"
+    return out
+
+
+# -- detectors ---------------------------------------------------------------------------------------
+
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if not any(rec.timeline for rec in record.ranks.values()):
         return []
     med = medians(record)
+    samples = {r: samples_of(rec.timeline) for r, rec in record.ranks.items()}
     out: list[Finding] = []
     if len(med) >= 2:
-        out += _straggler(record, med)
-    out += _data_bound(record, med)
+        out += _straggler(record, med, samples)
+    out += _data_bound(record, med, samples)
     out += _gpu(record)
     out += _summary(record, med)
     return out
 
 
-def _straggler(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
+def _grouped(locs: list[Location]) -> tuple[Location, ...]:
+    """At most MAX_LOCS_PER_LINE ranks per (line, role): short at any world size."""
+    seen: Counter = Counter()
+    out = []
+    for l in sorted(locs, key=lambda l: l.rank):
+        k = (l.file, l.line, l.role)
+        seen[k] += 1
+        if seen[k] <= MAX_LOCS_PER_LINE:
+            out.append(l)
+    return tuple(out)
+
+
+def _slow_line(r: int, phase: str, med: dict[int, dict[str, float]], samples: dict[int, Samples],
+               peers: list[int]) -> Hot | None:
+    """The culprit's line in ``phase`` with the most ms per step beyond what its peers spend there."""
+    best, best_x = None, 0.0
+    for h in samples[r].hot(phase, med[r][phase]):
+        if h.count < LINE_MIN_SAMPLES:
+            continue
+        theirs = [samples[o].ms_at(phase, (h.file, h.line), med[o][phase]) for o in peers if o in samples and o in med]
+        x = h.ms - (median(theirs) if theirs else 0.0)
+        if best is None or x > best_x:
+            best, best_x = h, x
+    return best
+
+
+def _wait_phase(r: int, culprits: list[int], med: dict[int, dict[str, float]]) -> str:
+    """Where a rank that waits for the culprits spends the extra time (usually backward: DDP's all-reduce)."""
+    theirs = {p: median(med[c][p] for c in culprits) for p in PHASES}
+    return max(("backward+comm", "collective", "data", "forward", "optimizer", "other"),
+               key=lambda p: med[r][p] - theirs[p])
+
+
+def _loop_func(samples: dict[int, Samples]) -> str | None:
+    """The function that calls ``backward()`` (the training loop), from the samples of any rank."""
+    c: Counter = Counter()
+    for s in samples.values():
+        for key, n in s.counts["backward+comm"].items():
+            c[s.func.get(key, "")] += n
+    return c.most_common(1)[0][0] if c else None
+
+
+def _waiters(culprits: list[int], others: list[int], med: dict[int, dict[str, float]], samples: dict[int, Samples]
+             ) -> tuple[str, list[Location], dict[int, float]]:
+    """Where the ranks that wait for the culprits wait: a message tail, their locations, ms per step."""
+    if not others:
+        return "", [], {}
+    locs: list[Location] = []
+    wait_lines: dict[tuple[str, int], list[int]] = defaultdict(list)
+    wait_hot: dict[tuple[str, int], Hot] = {}
+    wait_ms: dict[int, float] = {}
+    wphase_of = {}
+    for r in others:
+        wp = _wait_phase(r, culprits, med)
+        wphase_of[r] = wp
+        wait_ms[r] = med[r][wp] - median(med[c][wp] for c in culprits)
+        hs = [x for x in samples[r].hot(wp, med[r][wp]) if x.count >= LINE_MIN_SAMPLES] if r in samples else []
+        if hs:
+            wait_lines[(hs[0].file, hs[0].line)].append(r)
+            wait_hot.setdefault((hs[0].file, hs[0].line), hs[0])
+            locs.append(Location(r, hs[0].file, hs[0].line, hs[0].func, "waiting"))
+    wp = Counter(wphase_of.values()).most_common(1)[0][0]
+    what = {"backward+comm": "backward (DDP's gradient all-reduce)", "collective": "a collective"}.get(wp, wp)
+    verb = "waits" if len(others) == 1 else "wait"
+    them = "it" if len(culprits) == 1 else "them"
+    tail = f"; {ranks_phrase(others)} {verb} for {them} in {what}"
+    if wait_lines:
+        key, rs = max(wait_lines.items(), key=lambda kv: len(kv[1]))
+        w = wait_hot[key]
+        text = f" (`{w.text}`)" if w.text else ""
+        tail += f" at {_short(w.file)}:{w.line}{text}"
+        if len(wait_lines) > 1:
+            tail += f" ({ranks_phrase(rs)}; the others at {len(wait_lines) - 1} other line(s))"
+    tail += f", +{median(wait_ms.values()):.0f} ms/step"
+    return tail, locs, wait_ms
+
+
+def _data_bound_ranks(med: dict[int, dict[str, float]]) -> dict[int, float]:
+    return {r: m["data"] / m["step"] for r, m in med.items() if m["step"] > 0 and m["data"] / m["step"] >= DATA_BOUND}
+
+
+def _straggler(record: RunRecord, med: dict[int, dict[str, float]], samples: dict[int, Samples]) -> list[Finding]:
     step = median(m["step"] for m in med.values())
+    thr = max(STRAGGLER_MIN_MS, STRAGGLER_SHARE * step)
+    bound = _data_bound_ranks(med)
     best = None
-    for phase in ("data", "forward", "optimizer", "other"):
+    for phase in STRAGGLER_PHASES:
         vals = {r: m[phase] for r, m in med.items()}
-        slow = max(vals, key=lambda r: vals[r])
-        rest = median(v for r, v in vals.items() if r != slow)
-        excess = vals[slow] - rest
-        if excess >= max(2.0, STRAGGLER_SHARE * step) and (best is None or excess > best[2]):
-            best = (slow, phase, excess, rest, vals[slow])
+        base = median_low(vals.values())  # of 2 ranks: the faster one
+        slow = {r: v - base for r, v in vals.items() if v - base >= thr}
+        if phase == "data" and slow and set(slow) <= set(bound):
+            continue  # the DataLoader sets the pace: profile.dataloader-bound says so, with who waits
+        if slow and 2 * len(slow) < len(vals) + 1 and (best is None or max(slow.values()) > max(best[2].values())):
+            best = (phase, base, slow)
     if best is None:
         return []
-    slow, phase, excess, rest, mine = best
-    others = sorted(r for r in med if r != slow)
-    waits = {r: round(med[r]["backward+comm"] - med[slow]["backward+comm"], 2) for r in others}
-    where = _dataloader_site(record, slow) if phase == "data" else None
-    return [Finding("profile.straggler", "warning",
-                    f"rank {slow} is the straggler: its {phase} takes {mine:.1f} ms per step vs {rest:.1f} ms on the "
-                    f"others (+{excess:.1f} ms, {100 * excess / step:.0f}% of a {step:.1f} ms step); the other ranks "
-                    f"wait for it in their gradient all-reduce ({', '.join(f'rank {r} +{w:.1f} ms' for r, w in waits.items())})",
-                    "Look at what only this rank does in that phase (rank-only logging or evaluation, a slower "
-                    "device or host, uneven sample sizes); every step runs at the slowest rank's pace.",
-                    (slow, *others), (where,) if where else (),
-                    {"rank": slow, "phase": phase, "excess_ms": excess, "phase_ms": mine, "others_ms": rest,
-                     "step_ms": step}), ]
+    phase, base, slow = best
+    culprits = sorted(slow)
+    worst = max(culprits, key=lambda r: slow[r])
+    others = sorted(r for r in med if r not in slow)
+    loop_func = _loop_func(samples)
+
+    # the culprits' lines
+    locs: list[Location] = []
+    hot: dict[int, Hot] = {}
+    for r in culprits:
+        h = _slow_line(r, phase, med, samples, others)
+        if h is not None:
+            hot[r] = h
+            locs.append(Location(r, h.file, h.line, h.func, "slow"))
+    order = _step_order(record.ranks[worst].timeline)
+    where_ph = f"'{phase}'" if phase == "other" else phase
+    h = hot.get(worst)
+    if phase == "other":
+        sub = _between(h.after if h else "", order)
+        if sub:
+            where_ph += f" {sub}"
+    if phase == "data" and not h:
+        dl = _dataloader_site(record, worst, "slow")
+        if dl:
+            locs.append(dl)
+    xs = [slow[r] for r in culprits]
+    if len(culprits) == 1:
+        head = f"rank {worst} is {xs[0]:.0f} ms/step slower than the median in {where_ph}"
+    else:
+        span = f"{min(xs):.0f}" if round(min(xs)) == round(max(xs)) else f"{min(xs):.0f}-{max(xs):.0f}"
+        head = f"{ranks_phrase(culprits)} are {span} ms/step slower than the median in {where_ph}"
+    if h:
+        head += f", at {_line_phrase(h, loop_func)}"
+        n_lines = len({(x.file, x.line) for x in hot.values()})
+        if n_lines > 1:
+            head += f" (rank {worst}; {n_lines - 1} other line(s) on the other slow ranks)"
+
+    # where the others wait
+    tail, wlocs, wait_ms = _waiters(culprits, others, med, samples)
+    locs += wlocs
+    return [Finding("profile.straggler", "warning", head + tail,
+                    "Look at what only the slow rank does at that line (rank-only logging, evaluation or "
+                    "checkpointing, a slower device or host, uneven sample sizes); every step runs at the slowest "
+                    "rank's pace. Move rank-only work out of the step, or make it asynchronous.",
+                    tuple(sorted(med)), _grouped(locs),
+                    {"rank": worst, "phase": phase, "excess_ms": slow[worst], "phase_ms": med[worst][phase],
+                     "others_ms": base, "step_ms": step, "threshold_ms": thr,
+                     "culprits": rank_list(culprits), "excess_by_rank": {str(r): round(slow[r], 2) for r in culprits},
+                     "line": [h.file, h.line, h.func] if h else None, "line_ms": round(h.ms, 2) if h else None,
+                     "between": _between(h.after, order) if h and phase == "other" else None,
+                     "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()} if len(others) <= 64 else
+                     {"median": round(median(wait_ms.values()), 2)} if wait_ms else {}},
+                    culprits=tuple(culprits))]
 
 
-def _dataloader_site(record: RunRecord, rank: int) -> Location | None:
+def _dataloader_site(record: RunRecord, rank: int, role: str = "data loop") -> Location | None:
     e = record.ranks[rank].event("dataloader")
-    return loc(rank, e.get("site"), "DataLoader loop") if e else None
+    return loc(rank, e.get("site"), role) if e else None
 
 
-def _data_bound(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
-    hits = {r: m["data"] / m["step"] for r, m in med.items() if m["step"] > 0 and m["data"] / m["step"] >= DATA_BOUND}
+def _data_bound(record: RunRecord, med: dict[int, dict[str, float]], samples: dict[int, Samples]) -> list[Finding]:
+    """Ranks that wait 30 % of a step or more for the DataLoader. When the others do not, it is because they
+    wait for these in their gradient all-reduce (the job runs at the data's pace): they are named as waiting."""
+    hits = _data_bound_ranks(med)
     if not hits:
         return []
     ranks = tuple(sorted(hits))
-    locs = tuple(l for r in ranks if (l := _dataloader_site(record, r)))
+    locs: list[Location] = []
+    hot_lines: Counter = Counter()
+    hot: dict[tuple[str, int], Hot] = {}
+    loop_lines = set()
+    for r in ranks:
+        dl = _dataloader_site(record, r)
+        hs = [h for h in samples[r].hot("data", med[r]["data"]) if h.count >= LINE_MIN_SAMPLES] if r in samples else []
+        in_process = bool(hs) and (hs[0].file, hs[0].line) != ((dl.file, dl.line) if dl else None)
+        if in_process:  # num_workers=0: __getitem__ runs on the main thread, the samples show its line
+            locs.append(Location(r, hs[0].file, hs[0].line, hs[0].func, "slow"))
+            hot_lines[(hs[0].file, hs[0].line)] += 1
+            hot.setdefault((hs[0].file, hs[0].line), hs[0])
+        if dl:  # the loop: with workers, the main thread waits here for them
+            loop_lines.add((dl.file, dl.line))
+            locs.append(dl if in_process else Location(r, dl.file, dl.line, dl.func, "slow"))
     share = median(hits.values())
-    return [Finding("profile.dataloader-bound", "warning",
-                    f"rank(s) {list(ranks)} spend {100 * share:.0f}% of each step waiting for the DataLoader",
+    msg = f"{ranks_phrase(ranks)} {'spends' if len(ranks) == 1 else 'spend'} {100 * share:.0f}% of each step " \
+          f"waiting for the DataLoader"
+    if hot_lines:
+        h = hot[hot_lines.most_common(1)[0][0]]
+        text = f" (`{h.text}`)" if h.text else ""
+        fn = f" in {h.func}" if h.func else ""
+        msg += (f"; the time goes to {_short(h.file)}:{h.line}{fn}{text}, ~{h.ms:.0f} ms/step, in the training "
+                f"process itself (num_workers=0)")
+    elif loop_lines:
+        f, l = sorted(loop_lines)[0]
+        msg += f", at the loop {_short(f)}:{l} (the workers do not keep up)"
+    others = sorted(r for r in med if r not in hits)
+    wait_ms: dict[int, float] = {}
+    if others and len(med) >= 2:
+        tail, wlocs, wait_ms = _waiters(list(ranks), others, med, samples)
+        if wait_ms and median(wait_ms.values()) >= STRAGGLER_MIN_MS:
+            msg += tail + " (every rank runs at the DataLoader's pace)"
+            locs += wlocs
+        else:
+            wait_ms = {}
+    return [Finding("profile.dataloader-bound", "warning", msg,
                     "Raise num_workers (and use persistent_workers=True, pin_memory=True on GPU), make "
-                    "__getitem__ cheaper, or prefetch; the model waits for data.", ranks, locs,
-                    {"data_share": {str(r): round(v, 3) for r, v in hits.items()}})]
+                    "__getitem__ cheaper, or prefetch; the model waits for data.", tuple(sorted(med)),
+                    _grouped(locs),
+                    {"data_share": {str(r): round(v, 3) for r, v in hits.items()} if len(hits) <= 64 else
+                     {"median": round(share, 3)},
+                     "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()} if len(wait_ms) <= 64 else
+                     {"median": round(median(wait_ms.values()), 2)}}, culprits=ranks)]
 
 
 def _gpu(record: RunRecord) -> list[Finding]:
@@ -126,10 +450,14 @@ def _gpu(record: RunRecord) -> list[Finding]:
             low[r] = median(util)
     if not low:
         return []
+    groups: dict[int, list[int]] = defaultdict(list)
+    for r, u in low.items():
+        groups[int(round(u / 10) * 10)].append(r)
     return [Finding("profile.low-gpu-util", "warning",
-                    f"GPU utilisation below {GPU_UTIL_MIN}% (NVML): " + ", ".join(f"rank {r} {u:.0f}%" for r, u in low.items()),
+                    f"GPU utilisation below {GPU_UTIL_MIN}% (NVML): " +
+                    ", ".join(f"{ranks_phrase(rs)} ~{u}%" for u, rs in sorted(groups.items())),
                     "The GPU waits for the host: data loading, Python overhead, small kernels or communication.",
-                    tuple(sorted(low)), (), {"util": {str(r): u for r, u in low.items()}})]
+                    tuple(sorted(low)), (), {"util": {str(r): u for r, u in low.items()}}, culprits=tuple(sorted(low)))]
 
 
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
@@ -137,10 +465,16 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
             for r, rec in record.ranks.items()}
     if not med:
         return []
+    shown = [p for p in PHASES if p != "collective" or any(m[p] > 0 for m in med.values())]
     parts = []
+    # ranks with the same rounded breakdown are grouped: short at any world size
+    groups: dict[str, list[int]] = defaultdict(list)
     for r, m in sorted(med.items()):
-        parts.append(f"rank {r}: step {m['step']:.1f} ms = " +
-                     " + ".join(f"{p} {m[p]:.1f}" for p in PHASES))
+        groups[f"step {m['step']:.1f} ms = " + " + ".join(f"{p} {m[p]:.1f}" for p in shown)].append(r)
+    for text, rs in sorted(groups.items(), key=lambda kv: kv[1][0])[:16]:
+        parts.append(f"{ranks_phrase(rs)}: {text}")
+    if len(groups) > 16:
+        parts.append(f"... {len(groups) - 16} more groups")
     i0 = next(iter(info.values()), {})
     buckets = i0.get("buckets") or []
     steps, fwd = i0.get("steps") or 0, i0.get("forwards") or 0
@@ -150,5 +484,5 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
               f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}")
     return [Finding("profile.summary", "note", "; ".join(parts) + ". " + tuning,
                     "Steady state after the first 20% of steps. Open trace.json in ui.perfetto.dev for the timeline.",
-                    tuple(sorted(med)), (), {"median_ms": {str(r): m for r, m in med.items()},
+                    tuple(sorted(med)), (), {"median_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
                                              "buckets": buckets, "amp": i0.get("amp"), "accumulation": accum})]

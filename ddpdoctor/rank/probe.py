@@ -75,11 +75,22 @@ class Probe:
 
     # -- the heartbeat thread -----------------------------------------------------------------
     def _run(self) -> None:
-        last_check = 0.0
-        while not self._stop.wait(self.interval):
+        last_check = last_tick = 0.0
+        while True:
+            tl = self.timeline  # profile: sample the main thread's line every few ms between ticks
+            if self._stop.wait(tl.period if tl is not None and tl.period > 0 else self.interval):
+                break
             try:
-                self.tick()
                 now = time.monotonic()
+                if tl is not None and tl.period > 0:
+                    try:
+                        tl.sample()
+                    except Exception:  # a sampling bug must not stop the heartbeats
+                        pass
+                    if now - last_tick < self.interval - tl.period / 2:
+                        continue
+                last_tick = now
+                self.tick()
                 if now - last_check > 1.0:
                     last_check = now
                     self._check_monitor()
@@ -215,7 +226,7 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     if (manifest or {}).get("profile"):
         from ddpdoctor.rank import timeline as timeline_mod
 
-        timeline_mod.install(probe)
+        timeline_mod.install(probe, (manifest or {}).get("profile"))
 
     sites.reset_prefixes()
     collectives.install(dist)
