@@ -83,10 +83,13 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
         assert_no_orphans(token)
     reports = [json.loads((tmp_path / f"node{n}.json").read_text()) for n in (0, 1)]
     for p, rep, (out, err) in zip(procs, reports, outs):
-        assert p.returncode != 0 and rep["verdict"] != "ok", out + err[-2000:]
+        # a node whose own ranks finished may say OK for them, never for the job
+        assert rep["verdict"] != "ok" or "OK ON THIS NODE" in out, out + err[-2000:]
         assert not any(f["id"] == "hang.transport-stall" for f in rep["findings"])
         assert any("not visible here" in f["message"] for f in rep["findings"]), rep["findings"]
         assert "ddpdoctor analyze" in out
+    # the node that ran rank 0 (stuck in the barrier) never passes
+    assert any(p.returncode != 0 and rep["verdict"] != "ok" for p, rep in zip(procs, reports))
     r = ddpdoctor(["analyze", str(tmp_path / "node0"), str(tmp_path / "node1")], tmp_path)
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0]

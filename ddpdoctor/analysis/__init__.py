@@ -42,6 +42,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         findings = [f for f in findings if f.id.startswith(("run.", "teardown."))]
     # the invariant: a rank that ended abnormally never leaves the verdict at OK
     findings += ending.unexplained(record, findings)
+    findings += ending.partial_view(record, findings)
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.analysis.model import Finding, analyze_command, group_values, unseen_phrase
+from ddpdoctor.analysis.model import Finding, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.state import TEARDOWN_ABORT, is_transport_error, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -51,6 +51,20 @@ def how_ended(record: RunRecord, rank: int) -> str | None:
     if rec.terminated.strip():
         return "was ended (SIGTERM) before it finished"
     return "ended without finishing (killed)"
+
+
+def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
+    """A node's run directory holds only its own ranks: say which ranks it could not see, so that an OK
+    here is never read as an OK for the job."""
+    world = record.world_size or 0
+    unseen = [r for r in range(world) if r not in record.ranks]
+    if not unseen or not record.ranks or any("not visible here" in f.message for f in findings):
+        return []
+    return [Finding("multinode.partial-view", "warning",
+                    f"this run saw {ranks_phrase(record.ranks)} of {world}; {unseen_phrase(unseen)}",
+                    "A verdict here covers this node's ranks only. Run ddpdoctor analyze with every node's run "
+                    f"directory, {analyze_command(record.run_dir)}, for the whole job.",
+                    tuple(sorted(record.ranks)), (), {"unseen_ranks": unseen}, culprits=())]
 
 
 def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:

@@ -8,7 +8,10 @@ _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 
 
 def render(report: Report) -> str:
-    out = [f"ddpdoctor {report.command}: {report.verdict.upper()} (exit code {report.exit_code})"]
+    verdict = report.verdict.upper()
+    if report.verdict == "ok" and any(f.id == "multinode.partial-view" for f in report.findings):
+        verdict = "OK ON THIS NODE"  # never an OK for ranks it could not see
+    out = [f"ddpdoctor {report.command}: {verdict} (exit code {report.exit_code})"]
     for f in report.findings:
         out.append(f"  [{_MARK.get(f.severity, f.severity)}] {f.id}: {f.message}")
         # one line per place, the ranks at it grouped: short at any world size
