@@ -301,3 +301,26 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
 
         __iter__.__ddpdoctor_wrapped__ = it  # type: ignore[attr-defined]
         DataLoader.__iter__ = __iter__
+
+    rebind_user_imports(dist)
+
+
+def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:
+    """``from torch.distributed import init_process_group, all_reduce`` in a module imported before the probes
+    were installed (an mp.spawn child unpickles its target, importing the script first) holds the unwrapped
+    functions: point those names at the wrappers, in the user's modules and in ``namespaces`` (the globals
+    of the spawn target: multiprocessing runs the script with runpy, whose functions keep a copy of the
+    module's dict)."""
+    wrapped = {}
+    for name in dir(dist):
+        fn = getattr(dist, name, None)
+        orig = getattr(fn, "__ddpdoctor_wrapped__", None)
+        if orig is not None:
+            wrapped[id(orig)] = fn
+    spaces = [vars(m) for m in list(sys.modules.values())
+              if getattr(m, "__file__", None) and sites.is_user_file(m.__file__)] + list(namespaces)
+    for ns in spaces:
+        for name, val in list(ns.items()):
+            w = wrapped.get(id(val))
+            if w is not None:
+                ns[name] = w

@@ -31,6 +31,9 @@ class ProbedEntry:
         bootstrap._enable_faulthandler(p.dir)
         p.start(local_rank=i, host=socket.gethostname(), script=sys.argv[0], spawned=True)
         probe.install(p, manifest)
+        import torch.distributed as dist
+
+        probe.rebind_user_imports(dist, (getattr(self.fn, "__globals__", None) or {},))
         try:
             out = self.fn(i, *args)
         except SystemExit as e:
