@@ -25,6 +25,9 @@ def torchrun_options(f: Callable) -> Callable:
 
 
 def output_options(f: Callable) -> Callable:
+    f = click.option("--html", "html_path", type=click.Path(dir_okay=False),
+                     help="Write the HTML report here too (one self-contained file; every run directory "
+                          "holds report.html).")(f)
     f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")(f)
     f = click.option("--json", "json_path", type=click.Path(dir_okay=False),
                      help="Write the JSON report (docs/json-schema.md); '-' for stdout.")(f)
@@ -99,14 +102,16 @@ def doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, 
 @click.option("--timeout", type=float, default=None, help="Re-judge with another --timeout (default: the run's own).")
 @output_options
 def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | None, junit_path: str | None,
-            fail_on: str) -> None:
+            fail_on: str, html_path: str | None = None) -> None:
     """Re-diagnose a saved run directory without re-running it (no torch needed).
 
     For a multi-node job give every node's run directory: the ranks are compared across nodes.
     """
     from ddpdoctor.analysis import diagnose
+    from ddpdoctor.launch.command import check_html_path
     from ddpdoctor.record.reader import RunDirError, load_runs
 
+    check_html_path(html_path)
     try:
         record = load_runs(list(run_dirs))
     except RunDirError as e:
@@ -114,7 +119,7 @@ def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | N
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
     report = attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record,
-                             spec_of(command))
+                             spec_of(command), html_path)
     emit(report, json_path, junit_path)
     sys.exit(report.exit_code)
 

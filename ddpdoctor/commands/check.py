@@ -32,4 +32,5 @@ SPEC = CommandSpec(
     settings=lambda v: {"checks": {"every": int(v.get("fingerprint_every") or 10)}},
     stop=lambda v: Stop(steps=v.get("steps"), epochs=v.get("epochs")),
     validate=_validate,
+    pictures=("html",),
 )

@@ -10,4 +10,5 @@ SPEC = CommandSpec(
     \b
     ddpdoctor hang --script train.py --nproc-per-node 2 -- --epochs 3
     """,
+    pictures=("html",),
 )

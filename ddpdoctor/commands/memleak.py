@@ -22,5 +22,5 @@ SPEC = CommandSpec(
     ),
     settings=lambda v: {"memory": {"census_every": v.get("census_every")}},
     stop=lambda v: Stop(steps=v.get("steps")),
-    pictures=("memory",),
+    pictures=("memory", "html"),
 )

@@ -46,5 +46,5 @@ SPEC = CommandSpec(
     settings=lambda v: {"profile": {"nsys": bool(v.get("use_nsys"))}},
     stop=lambda v: Stop(steps=v.get("steps")),
     wrapper=_nsys,
-    pictures=("trace",),
+    pictures=("trace", "html"),
 )

@@ -73,6 +73,12 @@ def check_writable(path: str | None) -> None:
             raise DdpdoctorError(f"cannot write {path}: folder missing or not writable")
 
 
+def check_html_path(path: str | None) -> None:
+    if path == "-":
+        raise DdpdoctorError("--html needs a file name (the HTML report does not go to standard output)")
+    check_writable(path)
+
+
 def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_text: bool = False) -> None:
     from ddpdoctor.render import RENDERERS
 
@@ -103,27 +109,39 @@ def _write_private(path: str, text: str, what: str) -> str:
         return f"could not write {path}: {e.strerror}"
 
 
-def attach_pictures(report: Report, record: Any, spec: CommandSpec | None) -> Report:
-    """Write the pictures the command asks for (render.pictures) into the run directory; note each."""
+def attach_pictures(report: Report, record: Any, spec: CommandSpec | None, html_path: str | None = None) -> Report:
+    """Write the pictures the command asks for (render.pictures) into the run directory; note each.
+    A picture drawn from the report too (report.html) sees the notes of the pictures before it.
+    ``html_path`` (``--html FILE``): the HTML report written there as well."""
     import glob
 
     from ddpdoctor.render.pictures import PICTURES
 
     notes = list(report.notes)
-    for name in spec.pictures if spec else ():
-        pic = PICTURES[name]
-        if pic.applies(record):
-            notes.append(_write_private(os.path.join(record.run_dir, pic.filename), pic.render(record), pic.note))
-            if (remark := pic.remark(record)):
-                notes.append(remark)
     reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
     if reports:
         notes.append("Nsight Systems reports: " + ", ".join(reports))
+    for name in spec.pictures if spec else ():
+        pic = PICTURES[name]
+        if pic.applies(record):
+            text = pic.make(record, dataclasses.replace(report, notes=tuple(notes)))
+            notes.append(_write_private(os.path.join(record.run_dir, pic.filename), text, pic.note))
+            if (remark := pic.remark(record)):
+                notes.append(remark)
+    if html_path:
+        text = PICTURES["html"].make(record, dataclasses.replace(report, notes=tuple(notes)))
+        try:
+            with open(html_path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise DdpdoctorError(f"cannot write {html_path}: {e.strerror}") from None
+        notes.append(f"HTML report: {html_path}")
     return dataclasses.replace(report, notes=tuple(notes)) if notes != list(report.notes) else report
 
 
 TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, _t, _h in TORCHRUN_OPTIONS}
-_COMMON = ("script", "timeout", "launch", "run_dir", "max_time", "json_path", "junit_path", "fail_on", "script_args")
+_COMMON = ("script", "timeout", "launch", "run_dir", "max_time", "json_path", "junit_path", "fail_on", "script_args",
+           "html_path")
 
 
 def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
@@ -134,17 +152,18 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
     cfg = Config(timeout=float(common["timeout"] or 60.0), fail_on=common["fail_on"] or "error")
     return run_command(spec, p, common["script"], tuple(common["script_args"] or ()), torchrun,
                        common["launch"] or "auto", common["run_dir"], common["max_time"], cfg, common["json_path"],
-                       common["junit_path"], quiet=quiet)
+                       common["junit_path"], quiet=quiet, html_path=common["html_path"])
 
 
 def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, script_args: tuple[str, ...],
                 torchrun: dict[str, Any], launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
-                json_path: str | None, junit_path: str | None, quiet: bool = False) -> Report:
+                json_path: str | None, junit_path: str | None, quiet: bool = False,
+                html_path: str | None = None) -> Report:
     """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
-    from ddpdoctor.launch.script import check_script, uses_mp_spawn
+    from ddpdoctor.launch.script import check_script, trainer_devices, uses_mp_spawn
     from ddpdoctor.record.reader import load_run
 
     spec.validate(values)
@@ -152,11 +171,14 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
     stop = spec.stop(values)
     check_writable(json_path)
     check_writable(junit_path)
+    check_html_path(html_path)
     if json_path == "-" and junit_path == "-":
         raise DdpdoctorError("--json - and --junit -: only one report can go to standard output")
     script = script or probe_path("healthy.py")
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
+    if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):
+        torchrun = {**torchrun, "nproc_per_node": str(n)}   # Lightning: as many ranks as Trainer(devices=N)
     targs = torchrun_args(torchrun, mode == "spawn")
     path = rd.create(run_dir or rd.default_run_dir(spec.name), {
         "command": spec.name, "mode": mode, "script": script, "script_args": list(script_args),
@@ -172,7 +194,6 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
     outcome = Monitor(launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
     record = load_run(path)
     report = diagnose(record, cfg, spec.name)
-    report = attach_pictures(report, record, spec)
     if outcome.interrupted:
         # never "OK": the run did not finish; findings of what did run are kept (and decide the verdict)
         errors = any(f.severity == "error" for f in report.findings)
@@ -181,5 +202,6 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
             summary=report.summary if errors else "interrupted before the run finished: no verdict on the rest",
             notes=report.notes + ("interrupted (Ctrl-C or SIGTERM): every process was ended; the records so far "
                                   f"are in {report.run_dir}",))
+    report = attach_pictures(report, record, spec, html_path)
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

@@ -1,5 +1,6 @@
 """The pictures a run leaves in its run directory, keyed by name: which file, when a record has the data
-for it, how to render it (pure: ``RunRecord -> str``) and the report's note about it. The command specs
+for it, how to render it (pure: ``RunRecord -> str``, or ``(Report, RunRecord) -> str`` for a picture
+that shows the diagnosis too, such as report.html) and the report's note about it. The command specs
 name the pictures they want; the launcher writes the files."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ddpdoctor.analysis.model import Report
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -17,6 +19,10 @@ class Picture:
     render: Callable[[RunRecord], str]
     note: str
     remark: Callable[[RunRecord], str | None] = lambda _rec: None   # a second note, when it has something to say
+    with_report: Callable[[Report, RunRecord], str] | None = None     # renders from the report too (html)
+
+    def make(self, record: RunRecord, report: Report) -> str:
+        return self.with_report(report, record) if self.with_report else self.render(record)
 
 
 def _no_cuda(record: RunRecord) -> str | None:
@@ -37,9 +43,18 @@ def _trace(record: RunRecord) -> str:
     return render(record)
 
 
+def _html(report: Report, record: RunRecord) -> str:
+    from ddpdoctor.render.html import render
+
+    return render(report, record)
+
+
 PICTURES: dict[str, Picture] = {
     "memory": Picture("memory.svg", lambda rec: any(r.memory for r in rec.ranks.values()), _memory_svg,
                       "memory per rank per step", _no_cuda),
     "trace": Picture("trace.json", lambda rec: any(r.timeline for r in rec.ranks.values()), _trace,
                      "timeline (open in https://ui.perfetto.dev)"),
+    # last in every spec's list: it links the files the pictures before it wrote
+    "html": Picture("report.html", lambda _rec: True, lambda _rec: "", "report to open in a browser",
+                    with_report=_html),
 }
