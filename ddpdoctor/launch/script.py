@@ -53,3 +53,47 @@ def uses_mp_spawn(tree: ast.Module) -> bool:
             if base in mp_aliases or base == "torch.multiprocessing":
                 return True
     return False
+
+
+_TRAINERS = {"Trainer", "Fabric"}   # Lightning's Trainer and Fabric start their own ranks from `devices`
+
+
+def _devices_value(node: ast.expr) -> int | None:
+    """``devices=2``, ``devices="2"``, ``devices=[0, 1]`` -> the number of ranks; "auto", -1 and
+    anything computed -> None."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v if v >= 1 else None
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v.strip()) or None
+        return None
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts and \
+            all(isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool)
+                for e in node.elts):
+        return len(node.elts)
+    return None
+
+
+def trainer_devices(tree: ast.Module) -> int | None:
+    """The number of ranks a Lightning script asks for: ``devices=N`` (a literal) in its ``Trainer(...)`` /
+    ``L.Trainer(...)`` / ``Fabric(...)`` calls, when all of them agree. Lightning started by
+    ``python train.py`` spawns that many ranks itself by re-running the script; under torchrun it uses
+    torchrun's ranks instead, but only when their number matches ``devices``."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if name not in _TRAINERS:
+            continue
+        for kw in node.keywords:
+            if kw.arg == "devices":
+                n = _devices_value(kw.value)
+                if n is None:
+                    return None
+                found.add(n)
+    return found.pop() if len(found) == 1 else None
