@@ -31,11 +31,17 @@ def _models(record: RunRecord) -> list[int]:
 def _first_diff(record: RunRecord, part: str, model: int = 0) -> tuple[int, str, list[str], dict[int, Any]] | None:
     """(step, where, differing tensor names, per-rank fingerprints) at the first step they differ."""
     by_step: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    fwd: dict[tuple, int] = {}   # the forward number to show for a key
     for r, rec in record.ranks.items():
         for e in rec.fingerprints:
             if int(e.get("model", 0)) == model:
-                by_step[(e.get("step", 0), e.get("where", ""))][r] = e.get(part) or {}
-    for (step, where), fps in sorted(by_step.items(), key=lambda kv: (kv[0][0], kv[0][1] != "ddp-init")):
+                # ranks at the same collective position made the same steps (model.join(), uneven eval
+                # forwards and the like shift their forward counts, not their positions)
+                key = e.get("seq") if e.get("where") == "forward" and e.get("seq") is not None else e.get("step", 0)
+                by_step[(key, e.get("where", ""))][r] = e.get(part) or {}
+                fwd.setdefault((key, e.get("where", "")), int(e.get("step", 0)))
+    for (key, where), fps in sorted(by_step.items(), key=lambda kv: (kv[0][0], kv[0][1] != "ddp-init")):
+        step = fwd[(key, where)]
         if len(fps) < max(2, len(record.ranks)):
             continue
         names = sorted(set().union(*fps.values()))

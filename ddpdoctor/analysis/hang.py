@@ -11,7 +11,7 @@ from typing import Any
 from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
 from ddpdoctor.analysis.model import Config, Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.live import op_key
-from ddpdoctor.analysis.paths import Departure, departure, rank_guard
+from ddpdoctor.analysis.paths import Departure, departure, loop_exits, rank_guard
 from ddpdoctor.analysis.state import (SIZE_MISMATCH, RankState, all_states, describe_op, is_transport_error,
                                       loc)
 from ddpdoctor.record import schema
@@ -294,6 +294,18 @@ def hint_for(record: RunRecord, fid: str) -> str:
     return HINTS[fid] + "".join(FRAMEWORK_HINTS.get((fid, fw), "") for fw in frameworks(record))
 
 
+def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int, RankState]) -> list[Location]:
+    """A rank that exited without a Python collective on its ledger: the ways out of the loops the others
+    are still in (break, return, sys.exit), and their line, where it made its last DDP step with them."""
+    w = next((l for r in div.slots if r not in div.diverged and (l := best_where(record, states[r], ""))), None)
+    if w is None:
+        return []
+    exits = loop_exits(w.file, w.line, every_loop=True)
+    role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
+    out = [Location(rank, w.file, x, "", role) for x in exits[:3]]
+    return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]
+
+
 def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
     locs = []
     culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
@@ -302,6 +314,8 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
         l = _slot_loc(record, r, div.slots[r], states, role)
         if l:
             locs.append(l)
+        elif div.kind == "exited" and r in div.diverged:
+            locs += _exit_guess(record, r, div, states)
     # culprits first, then the others, ranks with the same slot grouped
     desc = group_values({r: _slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
     msg = f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); " \

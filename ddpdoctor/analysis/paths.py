@@ -75,16 +75,21 @@ def _loops(path: str) -> tuple[tuple[int, int], ...]:
                                          if isinstance(n, _LOOP))
 
 
-def loop_exits(path: str, line: int) -> tuple[int, ...]:
+def loop_exits(path: str, line: int, every_loop: bool = False) -> tuple[int, ...]:
     """Lines of the ``break``/``return``/``sys.exit`` statements that leave the outermost loop holding
-    ``line`` (a break of a nested loop only leaves that one)."""
+    ``line`` (a break of a nested loop only leaves that one); ``every_loop``: of every loop holding it."""
     tree = _tree(path)
     if tree is None:
         return ()
     loops = [n for n in ast.walk(tree) if isinstance(n, _LOOP) and n.lineno <= line <= (n.end_lineno or 0)]
     if not loops:
         return ()
-    outer = min(loops, key=lambda n: n.lineno)
+    if every_loop:
+        return tuple(sorted({x for lp in loops for x in _exits_of(lp)}))
+    return _exits_of(min(loops, key=lambda n: n.lineno))
+
+
+def _exits_of(outer: ast.AST) -> tuple[int, ...]:
     out: list[int] = []
 
     def visit(node: ast.AST, depth: int) -> None:
@@ -99,7 +104,7 @@ def loop_exits(path: str, line: int) -> tuple[int, ...]:
                 out.append(child.lineno)
             visit(child, depth + 1 if isinstance(child, _LOOP) else depth)
 
-    for stmt in outer.body:  # not orelse: the else of a loop runs when it was not left by break
+    for stmt in outer.body:  # type: ignore[attr-defined]  # not orelse: runs when no break left the loop
         visit(ast.Module(body=[stmt], type_ignores=[]), 0)
     return tuple(sorted(set(out)))
 

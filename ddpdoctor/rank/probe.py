@@ -279,6 +279,19 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
         forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
         DDP.forward = forward
 
+    # model.join() and Join([model]) both ask DDP for its join hook: uneven inputs handled on purpose
+    join_hook = DDP.join_hook
+    if not hasattr(join_hook, "__ddpdoctor_wrapped__"):
+        @functools.wraps(join_hook)
+        def ddp_join_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+            p = _probe
+            if p is not None:
+                p.events.write(schema.K_JOIN, p.rank, site=sites.user_site(sys._getframe(1)))
+            return join_hook(self, *args, **kwargs)
+
+        ddp_join_hook.__ddpdoctor_wrapped__ = join_hook  # type: ignore[attr-defined]
+        DDP.join_hook = ddp_join_hook
+
     from torch.utils.data import DataLoader
 
     it = DataLoader.__iter__

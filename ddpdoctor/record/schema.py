@@ -67,3 +67,4 @@ K_VERDICT = "verdict"      # monitor: a verdict reached while running
 K_EXIT = "exit"            # monitor: torchrun ended (returncode)
 K_KILL = "kill"            # monitor: the process tree was ended (reason)
 K_SPAWNED = "spawned"      # monitor: torchrun started (pid)
+K_JOIN = "join"            # rank: the script entered DDP's join() context (uneven inputs by design)
