@@ -1,9 +1,9 @@
-"""``ddpdoctor doctor``: run each built-in probe and compare its findings with the one its docstring
-names (``Expected finding: <id>`` / ``Expected findings: none``; ``Self-test: <options>``)."""
+"""``ddpdoctor doctor``: the health check (``ddpdoctor.health``: environment, every collective, bandwidth) and
+the self-test, which runs each built-in probe and compares its findings with the one its docstring names
+(``Expected finding: <id>`` / ``Expected findings: none``; ``Self-test: <options>``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -46,16 +46,23 @@ def probes() -> list[Probe]:
     return out
 
 
-def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | None,
-                 junit_path: str | None) -> int:
+def check_only(only: tuple[str, ...]) -> None:
+    names = {p.name for p in probes()}
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        from ddpdoctor.errors import DdpdoctorError
 
-    root = os.path.abspath(runs_root or os.path.join("ddpdoctor-runs", f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"))
-    os.makedirs(root, mode=0o700, exist_ok=True)
+        raise DdpdoctorError(f"--only {unknown[0]}: no such probe (probes: {', '.join(sorted(names))})")
+
+
+def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
+    """Run each probe (or only those named) under its command; one line per probe; the results."""
     results = []
     from ddpdoctor.cli import cli
     from ddpdoctor.commands import COMMANDS
     from ddpdoctor.launch.command import run_params
 
+    check_only(only)
     for p in probes():
         if only and p.name not in only:
             continue
@@ -71,26 +78,78 @@ def run_selftest(only: tuple[str, ...], runs_root: str | None, json_path: str | 
         mark = "ok  " if ok else "FAIL"
         click.echo(f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
                    f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)")
-    bad = [r for r in results if not r["ok"]]
-    click.echo(f"ddpdoctor doctor: {len(results) - len(bad)}/{len(results)} probes gave their expected verdict; "
-               f"runs in {root}")
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump({"schema": "ddpdoctor.doctor", "version": 1, "results": results}, f, indent=2)
-    if junit_path:
-        with open(junit_path, "w", encoding="utf-8") as f:
-            f.write(_junit(results))
-    return ExitCode.FINDINGS if bad else ExitCode.OK
+    return results
 
 
-def _junit(results: list[dict]) -> str:
-    from xml.etree import ElementTree as ET
+_ORDER = {"error": 0, "warning": 1, "note": 2}
 
-    suite = ET.Element("testsuite", name="ddpdoctor.doctor", tests=str(len(results)),
-                       failures=str(sum(not r["ok"] for r in results)), errors="0", skipped="0")
-    for r in results:
-        tc = ET.SubElement(suite, "testcase", classname="ddpdoctor.doctor", name=r["probe"], time=str(r["seconds"]))
-        if not r["ok"]:
-            ET.SubElement(tc, "failure", message=f"expected {r['expected']}, got {', '.join(r['got']) or 'nothing'}",
-                          type="probe").text = r["run_dir"]
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+def run_doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, junit_path: str | None,
+               fail_on: str = "error", skip_probes: bool = False, skip_health: bool = False,
+               torchrun: dict | None = None, backend: str = "auto", timeout: float = 60.0,
+               sizes: list[int] | None = None, min_busbw: float | None = None) -> int:
+    """The health check (environment, collectives, bandwidth) and the probes' self-test; the reports."""
+    from ddpdoctor.health import report as hr
+    from ddpdoctor.launch.command import check_writable
+
+    check_writable(json_path)
+    check_writable(junit_path)
+    if json_path == "-" and junit_path == "-":
+        from ddpdoctor.errors import DdpdoctorError
+
+        raise DdpdoctorError("--json - and --junit -: only one report can go to standard output")
+    to_stdout = "-" in (json_path, junit_path)
+    check_only(only)
+
+    def say(text: str) -> None:
+        click.echo(text, err=to_stdout, nl=False)
+
+    root = os.path.abspath(runs_root or os.path.join("ddpdoctor-runs", f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"))
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    result: dict = {"run_dir": root, "findings": [], "results": None, "health": None, "fail_on": fail_on}
+    if not skip_health:
+        from ddpdoctor.health.run import run_health
+
+        h = run_health(root, torchrun or {}, backend, timeout, sizes, min_busbw,
+                       echo=lambda line: click.echo(line, err=True))
+        result["health"] = h
+        result["findings"] = list(h["findings"])
+        say(hr.text(result))
+    if not skip_probes:
+        if to_stdout:  # the probes' lines go to stderr when stdout carries a report
+            import contextlib
+            import sys
+
+            with contextlib.redirect_stdout(sys.stderr):
+                result["results"] = run_probes(only, root)
+        else:
+            result["results"] = run_probes(only, root)
+        for r in result["results"]:
+            if not r["ok"]:
+                from ddpdoctor.analysis.model import Finding
+
+                result["findings"].append(Finding(
+                    "doctor.probe-failed", "error", f"probe {r['probe']} expected {r['expected']}, got "
+                    f"{', '.join(r['got']) or 'no findings'}",
+                    f"A ddpdoctor detector does not work on this machine: see {r['run_dir']} (`ddpdoctor analyze` "
+                    "it) and report it with the run directory."))
+    result["findings"].sort(key=lambda f: _ORDER.get(f.severity, 3))
+    bad = [f for f in result["findings"] if _ORDER.get(f.severity, 3) <= _ORDER[fail_on]]
+    result["verdict"] = "findings" if bad else "ok"
+    result["exit_code"] = ExitCode.FINDINGS if bad else ExitCode.OK
+    say(hr.verdict_lines(result))
+    for path, render in ((json_path, hr.json_text), (junit_path, hr.junit)):
+        if not path:
+            continue
+        if path == "-":
+            click.echo(render(result), nl=False)
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(render(result))
+        except OSError as e:
+            from ddpdoctor.errors import DdpdoctorError
+
+            raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
+    return result["exit_code"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import checkpoint, crash, data, drift, ending, hang, memory, perf, profile, run, teardown
+from ddpdoctor.analysis import checkpoint, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -65,7 +65,8 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
             code = ExitCode.FINDINGS
     return Report(command=command or str(record.manifest.get("command", "analyze")), verdict=verdict,
                   exit_code=code, run_dir=record.run_dir, findings=tuple(findings),
-                  ranks=tuple(rank_lines(record, config)), summary=_summary(verdict, findings))
+                  ranks=tuple(rank_lines(record, config)), summary=_summary(verdict, findings),
+                  figures=figures.compute(record))
 
 
 def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:

@@ -5,6 +5,11 @@ how many indices it handed out, whether the optimizer stepped while it was open)
 that trained. A training epoch is a pass that trained; a peek (``next(iter(loader))``, a pass that
 handed out a few batches and was abandoned, or one followed by ``set_epoch`` with a new value) and an
 evaluation loop are not epochs.
+
+Shards are judged from what each rank's DataLoader iterators really fetched (``loader_pass`` records:
+the indices its index sampler handed out, whoever built the loader), so loaders that a framework made or
+wrapped (Accelerate's ``BatchSamplerShard``, Lightning's DistributedSampler replacement) are judged like
+hand-made ones. Records without loader passes fall back to how the loaders were built.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class RankData:
     trained_loaders: dict[int, set[str]]          # loader ordinal -> {"step", "fwd"}
     has_optimizer: bool
     has_marks: bool                               # the rank recorded training marks (newer records)
+    lpasses: list[dict[str, Any]] = field(default_factory=list)   # loader_pass events (what was fetched)
 
 
 def _rank_data(checks: list[dict[str, Any]]) -> RankData:
@@ -53,8 +59,12 @@ def _rank_data(checks: list[dict[str, Any]]) -> RankData:
     trained_loaders: dict[int, set[str]] = defaultdict(set)
     sid_ordinal: dict[Any, int] = {}
     has_opt = has_marks = False
+    lpasses: list[dict] = []
     for e in checks:
         kind = e.get("kind")
+        if kind == "loader_pass":
+            lpasses.append(e)
+            continue
         if kind == "sampler_init":
             inits[int(e.get("ordinal", len(inits)))] = e
         elif kind == "sampler":
@@ -89,7 +99,7 @@ def _rank_data(checks: list[dict[str, Any]]) -> RankData:
             trained_loaders[int(e.get("ordinal", -1))].add(str(e.get("by")))
         elif kind == "optstep" or (kind == "accum_summary" and e.get("opt_steps")):
             has_opt = True
-    return RankData(passes, inits, set_epochs, loaders, trained_loaders, has_opt, has_marks)
+    return RankData(passes, inits, set_epochs, loaders, trained_loaders, has_opt, has_marks, lpasses)
 
 
 def _trained(d: RankData, by: set[str]) -> bool:
@@ -125,7 +135,7 @@ def _epochs(d: RankData, seq: list[Pass]) -> list[Pass]:
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     data = {r: _rank_data(rec.checks) for r, rec in record.ranks.items()}
     out: list[Finding] = []
-    out += _missing_set_epoch(data)
+    out += _missing_set_epoch(data, record)
     out += _sampler_seeds(data)
     out += _shards(record, data)
     out += _uneven(record, data)
@@ -149,7 +159,7 @@ def _sequential(seqs: list[list[Pass]]) -> bool:
     return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 
-def _missing_set_epoch(data: dict[int, RankData]) -> list[Finding]:
+def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = None) -> list[Finding]:
     hits: dict[int, dict[str, Any]] = {}
     for r, d in data.items():
         for o, seq in sorted(d.passes.items()):
@@ -207,6 +217,8 @@ def _missing_set_epoch(data: dict[int, RankData]) -> list[Finding]:
         for site, role in (((hr["init"] or {}).get("site"), "sampler built"), (hr["b"].e.get("site"), "epoch loop")):
             if (l := loc(r, site, role)) and l not in locs:
                 locs.append(l)
+    if record is not None:
+        hint += _framework_hint(record, "data.missing-set-epoch", {})
     return [Finding("data.missing-set-epoch", "error", msg, hint, tuple(sorted(data)), tuple(locs),
                     {"epoch_value": a.epoch, "training_epochs": h["epochs"], "same_order": h["same"],
                      "epochs_seen": h["same"], "peeks": h["peeks"], "set_epoch_calls": len(h["set_epoch"]),
@@ -278,9 +290,12 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
         return out
     # 1. no DistributedSampler: the loader that trains iterates the whole data set on every rank, unless
     #    the ranks hold different data (per-rank Subsets, or pre-sharded data sets)
+    fetched = any(data[r].lpasses for r in ranks)   # newer records: judge what the iterators fetched (below)
     train = {r: _trained_loaders(data[r]) for r in ranks}
-    plain = {r: [l for l in train[r] if not l.get("distributed") and not l.get("iterable")] for r in ranks}
-    if all(plain.get(r) for r in ranks) and not any(any(l.get("distributed") for l in train[r]) for r in ranks):
+    plain = {r: [l for l in train[r] if not l.get("distributed") and not l.get("iterable") and not l.get("shard")]
+             for r in ranks}
+    if not fetched and all(plain.get(r) for r in ranks) and \
+            not any(any(l.get("distributed") for l in train[r]) for r in ranks):
         firsts = {r: plain[r][0] for r in ranks}
         subsets = {r: l.get("subset_digest") for r, l in firsts.items()}
         fps = {r: l.get("data_fp") for r, l in firsts.items()}
@@ -340,7 +355,201 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
                                f"divide over {len(ranks)} ranks (drop_last=False)",
                                "Fine for training; for exact evaluation metrics use drop_last=True or de-duplicate.",
                                tuple(ranks), (), {"padding": padding, "dataset_len": n}, culprits=tuple(ranks)))
+    # 3. what the DataLoader iterators fetched, pass by pass, whoever built or wrapped the loader
+    if fetched:
+        out += _fetched_shards(record, data, ranks, skip_overlap=any(f.id == "data.shard-overlap" for f in out))
     return out
+
+
+# -- shards, from what the iterators fetched ------------------------------------------------------------------
+
+FETCH_KEYS = 16   # matched training passes compared per run (the rank side keeps indices for 8 passes a loader)
+
+
+def _lp_trained(d: RankData, lp: dict[str, Any]) -> bool:
+    return bool(lp.get("steps")) if d.has_optimizer else bool(lp.get("steps") or lp.get("fwds"))
+
+
+def _fetched_passes(d: RankData) -> dict[tuple, tuple[dict, dict]]:
+    """Training loader passes keyed so that ranks can be matched: (loader site, n-th loader built at that
+    site, pass number) -> (loader event, loader_pass event)."""
+    by_ord: dict[int, dict] = {}
+    nth: dict[tuple, int] = defaultdict(int)
+    keys: dict[int, tuple] = {}
+    for l in d.loaders:
+        o = int(l.get("ordinal", -1))
+        site = tuple((l.get("site") or [None, None])[:2])
+        keys[o] = (site, nth[site])
+        nth[site] += 1
+        by_ord[o] = l
+    out: dict[tuple, tuple[dict, dict]] = {}
+    for lp in d.lpasses:
+        o = int(lp.get("ordinal", -1))
+        if o in by_ord and _lp_trained(d, lp):
+            out[(*keys[o], int(lp.get("k", 0)))] = (by_ord[o], lp)
+    return out
+
+
+def _complete(l: dict[str, Any], lp: dict[str, Any]) -> bool:
+    """The pass fetched the whole epoch (to StopIteration, or as many batches as the loader has) and kept
+    every index."""
+    if lp.get("truncated"):
+        return False
+    return bool(lp.get("exhausted")) or (l.get("batches") is not None and int(lp.get("batches") or 0) >= int(l["batches"]))
+
+
+def _layer(l: dict[str, Any]) -> str:
+    """The DataLoader's sampling layers as a user would name them."""
+    chain = [c for c in (l.get("chain") or []) if c != "BatchSampler"]
+    return " over ".join(chain) if chain else str(l.get("sampler"))
+
+
+def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[int],
+                    skip_overlap: bool) -> list[Finding]:
+    per = {r: _fetched_passes(data[r]) for r in ranks}
+    common = [k for k in per[ranks[0]] if all(k in per[r] for r in ranks[1:])]
+    world = len(ranks)
+    out: list[Finding] = []
+    gaps_done = False
+    for key in common[:FETCH_KEYS]:
+        loaders = {r: per[r][key][0] for r in ranks}
+        lps = {r: per[r][key][1] for r in ranks}
+        if any(lp.get("index_kind", "int") != "int" or lp.get("indices") is None for lp in lps.values()):
+            continue
+        idx = {r: lp["indices"] for r, lp in lps.items()}
+        subsets = {r: l.get("subset") for r, l in loaders.items()}
+        fps = {r: l.get("data_fp") for r, l in loaders.items()}
+        mapped = False
+        if all(subsets.values()):
+            try:   # per-rank Subsets: compare the samples of the base data set
+                idx = {r: [subsets[r][i] for i in v] for r, v in idx.items()}
+                mapped = True
+            except (IndexError, TypeError):
+                continue
+        elif any(l.get("subset_digest") for l in loaders.values()):
+            continue
+        elif all(f is not None for f in fps.values()) and len(set(fps.values())) > 1:
+            continue   # each rank holds its own data (pre-sharded): the indices name different samples
+        n = None if mapped else loaders[ranks[0]].get("dataset_len")
+        seen: dict[int, int] = defaultdict(int)
+        for v in idx.values():
+            for i in v:
+                seen[i] += 1
+        dup = sum(c - 1 for c in seen.values() if c > 1)
+        total = sum(len(v) for v in idx.values())
+        maxb = max(int(lp.get("maxb") or 1) for lp in lps.values())
+        allowance = 0 if mapped or not n else min(max(0, total - n), world * maxb)
+        if dup > allowance and not skip_overlap:
+            out.append(_fetched_overlap(record, data, ranks, key, loaders, lps, idx, dup, n, mapped))
+            skip_overlap = True
+            continue
+        complete = all(_complete(loaders[r], lp) for r, lp in lps.items())
+        skipping = any("SkipBatchSampler" in (l.get("chain") or []) for l in loaders.values())
+        gaps = (n - len(seen)) if n else 0
+        if not gaps_done and not skip_overlap and not dup and complete and not skipping and n and \
+                gaps > max(world * maxb, n // 100):   # an overlap explains its own gaps
+            gaps_done = True
+            out.append(_fetched_gaps(record, data, ranks, key, loaders, lps, gaps, n))
+    return out
+
+
+def _framework_hint(record: RunRecord, fid: str, loaders: dict[int, dict]) -> str:
+    from ddpdoctor.analysis.hang import frameworks
+
+    fws = set(frameworks(record)) | {l.get("made_by") for l in loaders.values() if l.get("made_by")} | \
+        {(l.get("shard") or {}).get("by") for l in loaders.values() if l.get("shard")}
+    return "".join(DATA_FRAMEWORK_HINTS.get((fid, fw), "") for fw in ("lightning", "accelerate") if fw in fws)
+
+
+DATA_FRAMEWORK_HINTS = {
+    ("data.shard-overlap", "lightning"): (
+        " Lightning: leave Trainer(use_distributed_sampler=True) (the default), which replaces the sampler of the "
+        "loaders you return with a DistributedSampler; with use_distributed_sampler=False, shard the data yourself."),
+    ("data.shard-overlap", "accelerate"): (
+        " Accelerate: pass the DataLoader to accelerator.prepare(...) and iterate the loader it returns (it shards "
+        "the batches per process); do not iterate the original loader."),
+    ("data.shard-gaps", "accelerate"): (
+        " Accelerate: give accelerator.prepare(...) a DataLoader with a plain sampler (shuffle=True, no "
+        "DistributedSampler): it shards the batches itself."),
+    ("data.shard-gaps", "lightning"): (
+        " Lightning: return a plain DataLoader and let Lightning add the DistributedSampler "
+        "(use_distributed_sampler=True)."),
+    ("data.missing-set-epoch", "lightning"): (
+        " Lightning calls set_epoch on the samplers of the loaders it runs; a loop you run yourself must call it."),
+    ("data.missing-set-epoch", "accelerate"): (
+        " Accelerate: a DataLoader built with shuffle=True (no DistributedSampler) and passed through "
+        "accelerator.prepare(...) is sharded and gets its epoch set on every pass; a loader you iterate without "
+        "prepare needs sampler.set_epoch(epoch)."),
+}
+
+
+def _fetched_overlap(record: RunRecord, data: dict[int, RankData], ranks: list[int], key: tuple,
+                     loaders: dict[int, dict], lps: dict[int, dict], idx: dict[int, list[int]], dup: int,
+                     n: int | None, mapped: bool) -> Finding:
+    k = key[-1]
+    first = loaders[ranks[0]]
+    sets = {r: set(v) for r, v in idx.items()}
+    complete = all(_complete(loaders[r], lp) for r, lp in lps.items())
+    whole = bool(n) and complete and all(len(s) >= n - int(lps[r].get("maxb") or 1) * len(ranks) for r, s in sets.items())
+    made = {l.get("made_by") for l in loaders.values()} - {None}
+    by = f" ({', '.join(sorted(made))} built it)" if made else ""
+    ev: dict[str, Any] = {"pass": k, "overlap_samples": dup, "dataset_len": n, "fetched": {r: len(v) for r, v in idx.items()},
+                          "layers": _layer(first), "made_by": sorted(made) or None}
+    if whole:
+        culprits = tuple(ranks)
+        shard = first.get("shard")
+        what = (f"{(shard or {}).get('by', '')} {shard.get('layer')}".strip() if shard else
+                f"DataLoader without DistributedSampler ({_layer(first)})")
+        msg = (f"{what}{by}: every rank iterated all {n} samples of the same data set in pass {k}, so each "
+               f"sample is seen {len(ranks)}x per epoch")
+        hint = ("Use DistributedSampler(dataset) as the DataLoader's sampler (and call set_epoch each epoch), or "
+                "give each rank its own shard of the data.")
+        ev["overlap"] = 1.0
+    else:
+        pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1:]]
+        shared = [(a, b, m) for a, b, m in pairs if m]
+        culprits = tuple(sorted({x for a, b, _m in shared for x in (a, b)})) or tuple(ranks)
+        a, b, m = max(shared, key=lambda t: t[2]) if shared else (ranks[0], ranks[-1], 0)
+        src = "their Subsets" if mapped else f"the DataLoader ({_layer(first)}){by}"
+        msg = (f"the ranks' shards overlap: in pass {k} ranks {a} and {b} fetched {m} of the same samples from "
+               f"{src} ({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})")
+        hint = ("Make the per-rank shards disjoint (DistributedSampler with the same data set and seed on every rank, "
+                "or indices[rank::world_size]).")
+        ev["pairs"] = len(shared)
+    hint += _framework_hint(record, "data.shard-overlap", loaders)
+    locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
+    return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=culprits)
+
+
+def _fetched_gaps(record: RunRecord, data: dict[int, RankData], ranks: list[int], key: tuple,
+                  loaders: dict[int, dict], lps: dict[int, dict], gaps: int, n: int) -> Finding:
+    k = key[-1]
+    first = loaders[ranks[0]]
+    chain = first.get("chain") or []
+    shard = first.get("shard") or {}
+    if shard and "DistributedSampler" in chain:
+        why = (f"{shard.get('by', 'the framework').capitalize()} shards the batches ({shard.get('layer')}) of a "
+               f"DataLoader whose DistributedSampler already gave each rank its shard, so each rank trains on "
+               f"1/{len(ranks)} of its shard")
+        hint = "Shard once: drop the DistributedSampler (use shuffle=True) and let the framework shard the batches."
+    else:
+        why = f"the ranks' shards ({_layer(first)}) do not cover the data set"
+        hint = ("Give the ranks shards that together cover the data set: DistributedSampler(dataset) over the same "
+                "data set on every rank, with nothing else sharding it again.")
+    hint += _framework_hint(record, "data.shard-gaps", loaders)
+    fetched = {r: int(lp.get("n") or 0) for r, lp in lps.items()}
+    locs: list[Location] = []
+    for r in ranks:
+        sid = loaders[r].get("sampler_sid")
+        init = next((e for e in data[r].inits.values() if sid is not None and e.get("sid") == sid), {})
+        for site, role in ((loaders[r].get("site"), "DataLoader"), (init.get("site"), "sampler built")):
+            if (l := loc(r, site, role)) and all((x.rank, x.file, x.line) != (l.rank, l.file, l.line) for x in locs):
+                locs.append(l)
+    return Finding("data.shard-gaps", "error",
+                   f"pass {k}: the ranks together fetched {n - gaps} of the {n} samples; {gaps} are never trained "
+                   f"on in an epoch: {why}", hint, tuple(ranks), tuple(locs),
+                   {"pass": k, "gaps": gaps, "dataset_len": n, "fetched": fetched, "layers": _layer(first)},
+                   culprits=tuple(ranks))
 
 
 def _overlap_finding(record: RunRecord, data: dict[int, RankData], ps: dict[int, Pass], k: int, overlap: int,

@@ -128,3 +128,4 @@ class Report:
     ranks: tuple[RankLine, ...] = ()
     summary: str = ""
     notes: tuple[str, ...] = ()
+    figures: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)   # analysis/figures.py

@@ -9,6 +9,16 @@ from its ``__iter__`` until the iterator is freed (the end of the ``for`` loop, 
 as ``next(iter(loader))``). A pass records how many indices it handed out and whether the optimizer
 stepped (or a DDP forward with grad ran) inside its window: the analysis counts only passes that trained
 as epochs, so a peek or an evaluation loop is not an epoch.
+
+What each rank really iterated. Every DataLoader iterator asks its index sampler for the next batch of
+indices through ``_BaseDataLoaderIter._next_index`` (in the main process, with or without workers), so
+wrapping it sees the indices of framework-made loaders as well as hand-made ones (Accelerate's
+``BatchSamplerShard``, Lightning's DistributedSampler replacement, ``skip_first_batches``). Each pass of an
+iterator (a new ``_sampler_iter``) is a *loader pass*: its count, a running digest of every index, the
+first ``LOADER_INDEX_CAP`` indices of its first ``INDEX_PASSES`` passes, and the training it fed: an
+optimizer step (or DDP forward with grad) is credited to the passes that fetched since the previous
+forward, so an evaluation loop that runs in between (no-grad forwards) is not credited. Cost: one
+``array`` conversion and a SHA-1 update per batch (about 1-2 us).
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ INDEX_PASSES = 8             # passes of one sampler whose indices are kept (dig
 OPTSTEP_DETAIL = 64          # optimizer steps recorded one by one; then a summary at the end
 SET_EPOCH_DETAIL = 8         # set_epoch calls recorded per sampler
 FP_SAMPLE = 1024             # elements read from a data tensor/array for the data set fingerprint
+LOADER_INDEX_CAP = 200_000   # indices kept per loader pass (the first ones; a digest of all)
+CHAIN_DEPTH = 6              # samplers followed down batch_sampler/sampler attributes
+FRAMEWORK_PKGS = {"lightning": "lightning", "pytorch_lightning": "lightning", "lightning_fabric": "lightning",
+                  "accelerate": "accelerate", "transformers": "transformers"}
 
 
 def _digest(values: Any) -> str:
@@ -49,6 +63,7 @@ class Checks:
         self.every = max(1, int(every))
         self.w = JsonlWriter(os.path.join(probe.dir, schema.CHECKS))
         self.fp = JsonlWriter(os.path.join(probe.dir, schema.FINGERPRINTS))
+        self.pid = os.getpid()
         self.synced = 0       # DDP forwards with gradient sync since the last optimizer step
         self.unsynced = 0     # ... inside no_sync()
         self.opt_steps = 0
@@ -56,6 +71,12 @@ class Checks:
         self.accum: dict[str, int] = {}
         self.samplers: dict[int, list] = {}      # id(sampler) -> [ordinal, passes, set_epoch calls, weakref]
         self.loaders: dict[int, int] = {}        # id(loader) -> ordinal
+        self.loader_k: dict[int, int] = {}       # loader ordinal -> loader passes so far
+        self.lpasses: list[_LoaderPass] = []     # loader passes not yet closed
+        self.fresh: list[_LoaderPass] = []       # ... that fetched since the last DDP forward / optimizer step
+        self.fed: list[_LoaderPass] = []         # ... that fed a forward with grad since the last optimizer step
+        self.last: _LoaderPass | None = None     # the loader pass that fetched last
+        self.fetching: _LoaderPass | None = None # the loader pass whose _next_index is running
         self.live: list[_Pass] = []              # passes whose window is open
         self.unmarked_step: list[_Pass] = []     # ... that have not seen an optimizer step yet
         self.unmarked_fwd: list[_Pass] = []      # ... nor a DDP forward with grad
@@ -66,13 +87,16 @@ class Checks:
         self.opt_models: dict[int, list[int]] = {}        # id(optimizer) -> the DDP models it steps
 
     def main_thread(self) -> bool:
-        return threading.get_ident() == self.p.main_ident
+        # a forked DataLoader worker keeps the parent's thread id: it is not the rank's main thread
+        return threading.get_ident() == self.p.main_ident and os.getpid() == self.pid
 
     def event(self, kind: str, **fields: Any) -> None:
         self.w.write(kind, self.p.rank, **fields)
 
     # -- fingerprints ------------------------------------------------------------------------------
-    def fingerprint(self, module: Any, step: int, where: str, model: int = 0) -> None:
+    def fingerprint(self, module: Any, step: int, where: str, model: int = 0, seq: int | None = None) -> None:
+        """Two float64 sums per tensor. ``seq``: the default group's collective position at that moment;
+        ranks at the same position have made the same collectives, so their parameters must agree."""
         import torch
 
         def fp(t: Any) -> list:
@@ -86,7 +110,8 @@ class Checks:
         with torch.no_grad():
             params = {n: fp(t) for n, t in module.named_parameters()}
             bufs = {n: fp(t) for n, t in module.named_buffers()}
-        self.fp.write(schema.K_FP, self.p.rank, step=step, where=where, model=model, params=params, buffers=bufs)
+        self.fp.write(schema.K_FP, self.p.rank, step=step, where=where, model=model, params=params, buffers=bufs,
+                      seq=seq)
 
     # -- passes ------------------------------------------------------------------------------------
     def open_pass(self, what: str, key: int, k: int, n: int | None, inner: Any = None) -> "_Pass":
@@ -130,6 +155,79 @@ class Checks:
             self.train_fwds += 1
             if self.unmarked_fwd:
                 self._mark(self.unmarked_fwd, "fwd")
+        if self.fresh:   # the batches fetched since the last forward fed this one
+            if grad:
+                for lp in self.fresh:
+                    lp.fwds += 1
+                    if lp.fwds == 1:
+                        self._credit(lp, "fwd")
+                    if lp not in self.fed:
+                        self.fed.append(lp)
+            for lp in self.fresh:
+                lp.fresh = False
+            self.fresh.clear()
+
+    def _credit(self, lp: "_LoaderPass", by: str) -> None:
+        if (lp.ordinal, by) not in self.trained_loaders:   # a loader is marked once
+            self.trained_loaders.add((lp.ordinal, by))
+            self.event("loader_train", ordinal=lp.ordinal, by=by)
+        for ps in lp.samplers:
+            if not ps.done:
+                self.event("sampler_train", ordinal=ps.key, k=ps.k, by=by)
+
+    def _credit_step(self) -> None:
+        targets = self.fed or self.fresh
+        if not targets and self.last is not None and not self.last.done:
+            targets = [self.last]
+        for lp in targets:
+            lp.steps += 1
+            if lp.steps == 1:
+                self._credit(lp, "step")
+        for lp in self.fresh:
+            lp.fresh = False
+        self.fresh.clear()
+        self.fed.clear()
+
+    # -- loader passes: what the iterator really fetched ----------------------------------------------
+    def new_loader_pass(self, it: Any, old: "_LoaderPass | None", frame: Any) -> "_LoaderPass | None":
+        if old is not None:
+            self.close_loader_pass(old, "next")
+        o = it.__dict__.get("_ddpdoctor_loader")
+        if o is None or not self.main_thread():
+            return None
+        k = self.loader_k.get(o, 0)
+        self.loader_k[o] = k + 1
+        lp = _LoaderPass(o, k, it._sampler_iter, k < INDEX_PASSES, sites.user_site(frame))
+        it._ddpdoctor_pass = lp
+        self.lpasses.append(lp)
+        try:
+            fin = weakref.finalize(it, self.close_loader_pass, lp, "freed")
+            fin.atexit = False
+        except TypeError:
+            pass
+        return lp
+
+    def close_loader_pass(self, lp: "_LoaderPass", why: str) -> None:
+        if lp.done:
+            return
+        lp.done = True
+        lp.src = None
+        for lst in (self.lpasses, self.fresh, self.fed):
+            try:
+                lst.remove(lp)
+            except ValueError:
+                pass
+        if self.last is lp:
+            self.last = None
+        keep, lp.keep = lp.keep, None
+        try:
+            self.event("loader_pass", ordinal=lp.ordinal, k=lp.k, n=lp.n, batches=lp.batches, maxb=lp.maxb,
+                       index_kind=lp.kind, digest=lp.h.hexdigest()[:16] if lp.kind == "int" else None,
+                       indices=keep.tolist() if keep is not None and lp.kind == "int" else None,
+                       truncated=lp.truncated, steps=lp.steps, fwds=lp.fwds, exhausted=lp.exhausted, why=why,
+                       site=lp.site)
+        except Exception:
+            pass
 
     # -- optimizer steps -----------------------------------------------------------------------------
     def on_sync_forward(self, model: int, frame: Any) -> None:
@@ -151,6 +249,7 @@ class Checks:
         self.opt_steps += 1
         if self.unmarked_step:
             self._mark(self.unmarked_step, "step")
+        self._credit_step()
         key = f"{self.synced}/{self.unsynced}"
         self.accum[key] = self.accum.get(key, 0) + 1
         # micro-steps: synced forwards of one model from one line (a loop) before its optimizer steps;
@@ -165,6 +264,8 @@ class Checks:
         self.synced = self.unsynced = 0
 
     def finish(self) -> None:
+        for lp in list(self.lpasses):
+            self.close_loader_pass(lp, "finish")
         for ps in list(self.live):
             self.close_pass(ps, "finish")
         self.event("accum_summary", opt_steps=self.opt_steps, histogram=self.accum)
@@ -178,6 +279,55 @@ class _Pass:
     def __init__(self, what: str, key: int, k: int, n: int | None, inner: Any, s0: int, f0: int) -> None:
         self.what, self.key, self.k, self.n, self.inner, self.s0, self.f0 = what, key, k, n, inner, s0, f0
         self.done = False
+
+
+class _LoaderPass:
+    """One pass of a DataLoader iterator, as fetched: counts, a digest of every index, the first indices."""
+
+    __slots__ = ("ordinal", "k", "src", "n", "batches", "maxb", "h", "keep", "truncated", "kind", "steps", "fwds",
+                 "exhausted", "fresh", "done", "site", "samplers")
+
+    def __init__(self, ordinal: int, k: int, src: Any, keep: bool, site: Any) -> None:
+        self.ordinal, self.k, self.src, self.site = ordinal, k, src, site
+        self.n = self.batches = self.maxb = self.steps = self.fwds = 0
+        self.h = hashlib.sha1()
+        self.keep: array | None = array("q") if keep else None
+        self.truncated = self.exhausted = self.fresh = self.done = False
+        self.kind = "int"
+        self.samplers: list[_Pass] = []
+
+    def add(self, idx: Any) -> None:
+        self.batches += 1
+        if self.kind != "int":
+            return
+        t = type(idx)
+        try:
+            if t is list or t is tuple:
+                a = array("q", idx)
+            elif t is int:
+                a = array("q", (idx,))
+            elif idx is None:
+                self.kind = "none"   # an IterableDataset: no indices
+                return
+            else:
+                v = idx.tolist() if hasattr(idx, "tolist") else list(idx)
+                a = array("q", v if isinstance(v, list) else (v,))
+        except (TypeError, ValueError, OverflowError):
+            self.kind = "none" if t is list and idx and idx[0] is None else "opaque"
+            return
+        m = len(a)
+        self.n += m
+        if m > self.maxb:
+            self.maxb = m
+        self.h.update(a)
+        keep = self.keep
+        if keep is not None and not self.truncated:
+            room = LOADER_INDEX_CAP - len(keep)
+            if m <= room:
+                keep.extend(a)
+            else:
+                keep.extend(a[:room])
+                self.truncated = True
 
 
 def _feed(inner: Any) -> Any:
@@ -256,6 +406,11 @@ def install(probe: Any, every: int) -> Checks:
                 indices=idx if keep else None, site=sites.user_site(sys._getframe(1)))
         inner = iter(idx)
         ps = c.open_pass("sampler", st[0], k, len(idx), inner)
+        lp = c.fetching
+        if lp is not None:   # drawn by a DataLoader pass: it trained when that pass trained
+            lp.samplers.append(ps)
+            c.unmarked_step.remove(ps)
+            c.unmarked_fwd.remove(ps)
         gen = _feed(inner)
         _watch(c, gen, ps)
         return gen
@@ -275,10 +430,16 @@ def install(probe: Any, every: int) -> Checks:
             smp = self.sampler
             if not isinstance(smp, DistributedSampler) and self.batch_sampler is not None:
                 smp = getattr(self.batch_sampler, "sampler", smp)
+            chain = _sampler_chain(self)
+            dsmp = next((s for s in chain if isinstance(s, DistributedSampler)), None)
+            if dsmp is not None:
+                smp = dsmp
             dist_smp = isinstance(smp, DistributedSampler)
+            shard = _framework_shard(self, chain)
             c.loaders[id(self)] = len(c.loaders)
             c.event("loader", lid=id(self), ordinal=c.loaders[id(self)], sampler=type(smp).__name__,
                     sampler_sid=id(smp) if dist_smp else None, distributed=dist_smp,
+                    chain=[type(s).__name__ for s in chain], made_by=_made_by(sys._getframe(1)), shard=shard,
                     shuffle=bool(getattr(smp, "shuffle", True)) if dist_smp else
                     type(smp).__name__ == "RandomSampler",
                     iterable=isinstance(ds, torch.utils.data.IterableDataset),
@@ -292,20 +453,57 @@ def install(probe: Any, every: int) -> Checks:
 
     DataLoader.__init__ = loader_init
 
-    get_iter = DataLoader._get_iterator
+    # what each iterator really fetched: _next_index runs in the main process for every batch
+    from torch.utils.data import dataloader as dl_mod
 
-    @functools.wraps(get_iter)
-    def loader_get_iterator(self: Any) -> Any:
-        it = get_iter(self)
-        if c.main_thread() and id(self) in c.loaders:
+    base_iter = dl_mod._BaseDataLoaderIter
+    it_init = base_iter.__init__
+
+    @functools.wraps(it_init)
+    def loader_iter_init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+        it_init(self, loader, *args, **kwargs)
+        # which loader this iterator serves (before a multi-process iterator prefetches in its __init__)
+        o = c.loaders.get(id(loader))
+        if o is not None and c.main_thread():
             try:
-                ps = c.open_pass("loader", c.loaders[id(self)], 0, None)
-                _watch(c, it, ps)
+                self._ddpdoctor_loader = o
             except Exception:
                 pass
-        return it
 
-    DataLoader._get_iterator = loader_get_iterator
+    base_iter.__init__ = loader_iter_init
+    next_index = base_iter._next_index
+
+    @functools.wraps(next_index)
+    def loader_next_index(self: Any) -> Any:
+        lp = self.__dict__.get("_ddpdoctor_pass")
+        if lp is None or lp.src is not self._sampler_iter:
+            if "_ddpdoctor_loader" not in self.__dict__:
+                return next_index(self)
+            try:
+                lp = c.new_loader_pass(self, lp, sys._getframe(1))
+            except Exception:
+                lp = None
+            if lp is None:
+                return next_index(self)
+        c.fetching = lp
+        try:
+            idx = next_index(self)
+        except StopIteration:
+            lp.exhausted = True
+            raise
+        finally:
+            c.fetching = None
+        try:
+            lp.add(idx)
+        except Exception:
+            lp.kind = "opaque"
+        if not lp.fresh:
+            lp.fresh = True
+            c.fresh.append(lp)
+        c.last = lp
+        return idx
+
+    base_iter._next_index = loader_next_index
 
     # seeds: where and with what the script seeds torch
     seed_fn = torch.manual_seed
@@ -349,17 +547,22 @@ def install(probe: Any, every: int) -> Checks:
                 # runs after DDP synced buffers for this forward, before the module computes
                 if not c.main_thread():
                     return
-                counter["n"] += 1
-                n = counter["n"]
                 grad = torch.is_grad_enabled()
                 c.on_forward(grad)
                 ddp = ddp_ref()
-                if grad and ddp is not None and ddp.require_backward_grad_sync:
-                    c.on_sync_forward(model, sys._getframe(1))
+                if not (grad and ddp is not None and ddp.require_backward_grad_sync):
+                    return  # an eval forward (model.module on rank 0, no_grad) is no training step
+                c.on_sync_forward(model, sys._getframe(1))
+                counter["n"] += 1
+                n = counter["n"]
                 if n == 1 and model == 0:
                     c.event("rng_first_step", rng=_rng_digests(torch))
                 if n == 1 or n % c.every == 0:
-                    c.fingerprint(mod, n, "forward", model)
+                    try:
+                        seq = int(ddp.process_group._get_sequence_number_for_group())
+                    except Exception:
+                        seq = None
+                    c.fingerprint(mod, n, "forward", model, seq)
 
             module.register_forward_pre_hook(pre_hook)
         except Exception:
@@ -385,6 +588,48 @@ def install(probe: Any, every: int) -> Checks:
 
     register_optimizer_step_pre_hook(lambda opt, _a, _k: c.on_opt_step(opt) if c.main_thread() else None)
     return c
+
+
+def _sampler_chain(loader: Any) -> list[Any]:
+    """The loader's index sampler and the samplers below it (batch_sampler/sampler attributes), outermost first."""
+    out: list[Any] = []
+    s = getattr(loader, "batch_sampler", None)
+    if s is None:
+        s = getattr(loader, "sampler", None)
+    while s is not None and len(out) < CHAIN_DEPTH and all(s is not x for x in out):
+        out.append(s)
+        nxt = s.__dict__.get("batch_sampler") if hasattr(s, "__dict__") else None
+        if nxt is None:
+            nxt = s.__dict__.get("sampler") if hasattr(s, "__dict__") else None
+        s = nxt
+    return out
+
+
+def _framework_shard(loader: Any, chain: list[Any]) -> dict[str, Any] | None:
+    """A framework layer that shards batches or samples per process (Accelerate's BatchSamplerShard or
+    IterableDatasetShard), read from its attributes."""
+    for obj in (*chain, getattr(loader, "dataset", None)):
+        name = type(obj).__name__
+        if name in ("BatchSamplerShard", "IterableDatasetShard"):
+            return {"by": type(obj).__module__.split(".")[0], "layer": name,
+                    "num_processes": _int_or_none(getattr(obj, "num_processes", None)),
+                    "process_index": _int_or_none(getattr(obj, "process_index", None)),
+                    "even_batches": getattr(obj, "even_batches", None),
+                    "split_batches": getattr(obj, "split_batches", None)}
+    return None
+
+
+def _made_by(frame: Any) -> str | None:
+    """The training framework whose code built this DataLoader (None: the user's code)."""
+    f = frame
+    while f is not None:
+        mod = str(f.f_globals.get("__name__", "")).split(".")[0]
+        # Lightning wraps DataLoader.__init__ (a `wrapper`) while it calls the user's *_dataloader hooks
+        if mod not in ("torch", "ddpdoctor", "functools", "contextlib") and \
+                not (mod in FRAMEWORK_PKGS and f.f_code.co_name in ("wrapper", "init_wrapper")):
+            return FRAMEWORK_PKGS.get(mod)
+        f = f.f_back
+    return None
 
 
 def _safe_len(ds: Any) -> int | None:

@@ -27,6 +27,7 @@ def to_dict(report: Report) -> dict:
         "ranks": [{"rank": r.rank, "state": r.state, "detail": r.detail,
                    "location": asdict(r.location) if r.location else None} for r in report.ranks],
         "notes": list(report.notes),
+        "figures": report.figures,
     }
 
 

@@ -1,0 +1,147 @@
+"""Scripts written with PyTorch Lightning and Hugging Face Accelerate, run for real (torchrun, 2 ranks, gloo).
+
+Healthy ones get no error-severity finding; planted faults get the right id, culprit ranks and the user's
+line (never a line inside the framework). The framework tests are skipped where the library is not
+installed (``pip install -e '.[frameworks]'``); run them with that environment's python.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+
+import pytest
+
+from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
+
+FW = ROOT / "tests" / "frameworks"
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("lightning", "accelerate")}
+needs_lightning = pytest.mark.skipif(not HAVE["lightning"], reason="lightning is not installed (pip install -e '.[frameworks]')")
+needs_accelerate = pytest.mark.skipif(not HAVE["accelerate"],
+                                      reason="accelerate is not installed (pip install -e '.[frameworks]')")
+
+
+def _run(tmp_path, command, script, *extra, timeout=90):
+    return ddpdoctor([command, "--script", str(script), *extra], tmp_path, timeout=timeout)
+
+
+def _errors(r):
+    return [(f["id"], f["message"]) for f in r.report["findings"] if f["severity"] == "error"]
+
+
+def _check_fault(r, fid, script, culprits, markers=("FAULT",)):
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, fid)
+    assert tuple(f["culprits"]) == culprits, f
+    for m in markers:
+        line = marker_line(script, m)
+        for rank in culprits:
+            assert line in lines_of(f, rank), (m, line, f["locations"])
+    assert all(l["file"] == str(script) for l in f["locations"]), f["locations"]
+    return f
+
+
+# -- healthy scripts --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["hang", "check"])
+@pytest.mark.parametrize("name", [pytest.param("lightning_healthy", marks=needs_lightning),
+                                  pytest.param("accelerate_healthy", marks=needs_accelerate)])
+def test_healthy_framework_script_has_no_error(tmp_path, name, command):
+    r = _run(tmp_path, command, FW / f"{name}.py")
+    assert r.code == 0, r.out + r.err[-3000:]
+    assert not _errors(r), _errors(r)
+    assert len(r.report["ranks"]) == 2 and all(x["state"] == "finished" for x in r.report["ranks"]), r.report["ranks"]
+
+
+@needs_accelerate
+def test_accelerate_healthy_under_memleak(tmp_path):
+    r = _run(tmp_path, "memleak", FW / "accelerate_healthy.py")
+    assert r.code == 0 and not _errors(r), (_errors(r), r.err[-2000:])
+
+
+@needs_lightning
+def test_lightning_healthy_under_profile(tmp_path):
+    r = _run(tmp_path, "profile", FW / "lightning_healthy.py")
+    assert r.code == 0 and not _errors(r), (_errors(r), r.err[-2000:])
+
+
+@needs_lightning
+def test_lightning_own_sampler_is_healthy_and_devices_sets_the_rank_count(tmp_path):
+    """Lightning calls set_epoch on the module's own DistributedSampler; Trainer(devices=3) makes 3 ranks
+    without --nproc-per-node (with 2, Lightning would refuse torchrun's world size)."""
+    src = (FW / "lightning_own_sampler.py").read_text().replace("devices=2", "devices=3")
+    script = tmp_path / "lightning_own_sampler3.py"
+    script.write_text(src)
+    r = _run(tmp_path, "check", script, timeout=120)
+    assert "--nproc-per-node 3" in r.err, r.err[-2000:]
+    assert r.code == 0 and not _errors(r), (_errors(r), r.err[-3000:])
+    assert [x["rank"] for x in r.report["ranks"]] == [0, 1, 2], r.report["ranks"]
+    assert "data.missing-set-epoch" not in [f["id"] for f in r.report["findings"]]
+
+
+# -- planted faults ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [pytest.param("lightning_rank0_gather", marks=needs_lightning),
+                                  pytest.param("accelerate_rank0_gather", marks=needs_accelerate)])
+def test_rank0_only_collective_in_framework_code_is_located_at_the_users_line(tmp_path, name):
+    script = FW / f"{name}.py"
+    r = _run(tmp_path, "hang", script)
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0], f
+    assert marker_line(script, "FAULT") in lines_of(f, 0), f["locations"]
+
+
+@needs_accelerate
+def test_accelerate_custom_loop_without_set_epoch(tmp_path):
+    script = FW / "accelerate_no_set_epoch.py"
+    f = _check_fault(_run(tmp_path, "check", script), "data.missing-set-epoch", script, (0, 1),
+                     markers=("FAULT", "FAULT-LOOP"))
+    assert "accelerator.prepare" in f["hint"], f["hint"]
+
+
+@needs_accelerate
+def test_accelerate_over_a_distributed_sampler_shards_twice(tmp_path):
+    """Judged from what the ranks fetched: Accelerate's BatchSamplerShard over the user's DistributedSampler
+    leaves half of the data set out of every epoch."""
+    script = FW / "accelerate_double_shard.py"
+    f = _check_fault(_run(tmp_path, "check", script), "data.shard-gaps", script, (0, 1))
+    assert f["evidence"]["gaps"] == 128 and f["evidence"]["dataset_len"] == 256, f["evidence"]
+    assert "Accelerate" in f["message"] and "BatchSamplerShard" in f["message"], f["message"]
+
+
+@needs_lightning
+def test_lightning_without_distributed_sampler_overlaps(tmp_path):
+    script = FW / "lightning_no_dist_sampler.py"
+    f = _check_fault(_run(tmp_path, "check", script), "data.shard-overlap", script, (0, 1))
+    assert f["evidence"]["overlap"] == 1.0 and "use_distributed_sampler" in f["hint"], f
+
+
+def test_plain_script_without_sampler_still_overlaps(tmp_path):
+    script = PROBES / "check_no_sampler.py"
+    r = _run(tmp_path, "check", script)
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, "data.shard-overlap")
+    assert tuple(f["culprits"]) == (0, 1)
+    line = marker_line(script, "LOADER")
+    assert lines_of(f, 0) == {line} and lines_of(f, 1) == {line}
+
+
+# -- Lightning's own launcher: devices=N read from the script -----------------------------------------------------
+
+@pytest.mark.parametrize("src,want", [
+    ("import lightning as L\nL.Trainer(devices=4, strategy='ddp')", 4),
+    ("from lightning.pytorch import Trainer\nTrainer(accelerator='cpu', devices='3')", 3),
+    ("import pytorch_lightning as pl\npl.Trainer(devices=[0, 1])", 2),
+    ("Trainer(devices='auto')", None),
+    ("Trainer(devices=-1)", None),
+    ("Trainer(devices=n)", None),
+    ("Trainer(devices=2)\nTrainer(devices=2, fast_dev_run=True)", 2),
+    ("Trainer(devices=2)\nTrainer(devices=4)", None),
+    ("Fabric(devices=2)", 2),
+    ("model.fit(devices=3)", None),
+])
+def test_trainer_devices_from_the_script(src, want):
+    from ddpdoctor.launch.script import trainer_devices
+
+    assert trainer_devices(ast.parse(src)) == want
