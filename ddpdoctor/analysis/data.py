@@ -20,6 +20,7 @@ from typing import Any
 
 from ddpdoctor.analysis.model import Config, Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import loc
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 PEEK_FALLBACK = 0.1   # without the loader's batch size, a pass that used at most this share is a peek
@@ -414,6 +415,13 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
     for key in common[:FETCH_KEYS]:
         loaders = {r: per[r][key][0] for r in ranks}
         lps = {r: per[r][key][1] for r in ranks}
+        if all(lp.get("index_kind") == "none" for lp in lps.values()):
+            firsts = {r: lp.get("first_batch") for r, lp in lps.items()}
+            if not skip_overlap and None not in firsts.values() and "?" not in firsts.values() and \
+                    len(set(firsts.values())) == 1:
+                out.append(_stream_overlap(record, ranks, key, loaders, lps))
+                skip_overlap = True
+            continue
         if any(lp.get("index_kind", "int") != "int" or lp.get("indices") is None for lp in lps.values()):
             continue
         idx = {r: lp["indices"] for r, lp in lps.items()}
@@ -521,6 +529,22 @@ def _fetched_overlap(record: RunRecord, data: dict[int, RankData], ranks: list[i
     return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=culprits)
 
 
+def _stream_overlap(record: RunRecord, ranks: list[int], key: tuple, loaders: dict[int, dict],
+                    lps: dict[int, dict]) -> Finding:
+    """An IterableDataset has no indices to compare: every rank's first batch of the pass was the same."""
+    k = key[-1]
+    msg = (f"every rank read the same stream from its IterableDataset in pass {k} (the first batch is identical "
+           f"on {ranks_phrase(ranks)}): the data is not sharded by rank, so each sample is trained on "
+           f"{len(ranks)}x per epoch")
+    hint = ("An IterableDataset must shard itself: skip to this rank's part in __iter__ (e.g. "
+            "`itertools.islice(stream, rank, None, world_size)`, and by worker with get_worker_info()), or use "
+            "a map-style Dataset with DistributedSampler.")
+    hint += _framework_hint(record, "data.shard-overlap", loaders)
+    locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
+    ev = {"pass": k, "first_batch": lps[ranks[0]].get("first_batch"), "iterable": True}
+    return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=tuple(ranks))
+
+
 def _fetched_gaps(record: RunRecord, data: dict[int, RankData], ranks: list[int], key: tuple,
                   loaders: dict[int, dict], lps: dict[int, dict], gaps: int, n: int) -> Finding:
     k = key[-1]
@@ -614,6 +638,8 @@ def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
     ranks = sorted(record.ranks)
     if len(ranks) < 2:
         return []
+    if any(rec.event(schema.K_JOIN) for rec in record.ranks.values()):
+        return []  # model.join() / Join([...]): uneven inputs handled by design
     loaders = {r: _trained_loaders(data[r]) for r in ranks}
     if all(loaders[r] and loaders[r][0].get("batches") is not None for r in ranks):
         firsts = {r: loaders[r][0] for r in ranks}

@@ -43,13 +43,18 @@ def growth(points: list[tuple[float, float]]) -> dict[str, float] | None:
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     hx, hy = [p[0] for p in half], [p[1] for p in half]
     ups = sum(1 for a, b in zip(hy, hy[1:]) if b > a)
+    # a leak keeps setting new highs; a level that only wobbles (a dip, then back) does not
+    prior = [p[1] for p in pts if p[0] < hx[0]]
+    above = ys[-1] - max(prior) if prior else ys[-1] - ys[0]
     return {"slope": theil_sen(xs, ys), "late_slope": theil_sen(hx, hy), "total": ys[-1] - ys[0],
+            "above_prior": above,
             "late_total": hy[-1] - hy[0], "up_fraction": ups / max(1, len(hy) - 1), "steps": xs[-1] - xs[0],
             "last": ys[-1], "first_step": xs[0], "last_step": xs[-1]}
 
 
 def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> bool:
-    return bool(g and g["late_slope"] >= min_slope and g["late_total"] >= min_total and g["up_fraction"] >= 0.5)
+    return bool(g and g["late_slope"] >= min_slope and g["late_total"] >= min_total and g["up_fraction"] >= 0.5
+                and g.get("above_prior", min_total) >= min_total / 2)
 
 
 def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
@@ -193,7 +198,7 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
                                                                          g["grad_fn"]) == k), 0)
                 pts.append((c["step"], float(n)))
             g = growth(pts)
-            if g is not None and _leaking(g, 1.0, 3 * max(1.0, g["late_slope"])) and (best is None or
+            if g is not None and _leaking(g, 8.0, 3 * max(8.0, g["late_slope"])) and (best is None or
                                                                                    g["late_slope"] > best[1]["late_slope"]):
                 best = (k, g)
         if best:

@@ -225,7 +225,7 @@ class Checks:
                        index_kind=lp.kind, digest=lp.h.hexdigest()[:16] if lp.kind == "int" else None,
                        indices=keep.tolist() if keep is not None and lp.kind == "int" else None,
                        truncated=lp.truncated, steps=lp.steps, fwds=lp.fwds, exhausted=lp.exhausted, why=why,
-                       site=lp.site)
+                       site=lp.site, first_batch=lp.first)
         except Exception:
             pass
 
@@ -285,7 +285,7 @@ class _LoaderPass:
     """One pass of a DataLoader iterator, as fetched: counts, a digest of every index, the first indices."""
 
     __slots__ = ("ordinal", "k", "src", "n", "batches", "maxb", "h", "keep", "truncated", "kind", "steps", "fwds",
-                 "exhausted", "fresh", "done", "site", "samplers")
+                 "exhausted", "fresh", "done", "site", "samplers", "first")
 
     def __init__(self, ordinal: int, k: int, src: Any, keep: bool, site: Any) -> None:
         self.ordinal, self.k, self.src, self.site = ordinal, k, src, site
@@ -295,6 +295,7 @@ class _LoaderPass:
         self.truncated = self.exhausted = self.fresh = self.done = False
         self.kind = "int"
         self.samplers: list[_Pass] = []
+        self.first: str | None = None   # a digest of the first batch (an IterableDataset has no indices)
 
     def add(self, idx: Any) -> None:
         self.batches += 1
@@ -504,6 +505,21 @@ def install(probe: Any, every: int) -> Checks:
         return idx
 
     base_iter._next_index = loader_next_index
+    it_next = base_iter.__next__
+
+    @functools.wraps(it_next)
+    def loader_next(self: Any) -> Any:
+        batch = it_next(self)
+        lp = self.__dict__.get("_ddpdoctor_pass")
+        if lp is not None and lp.first is None and lp.kind == "none":
+            # an IterableDataset yields no indices: the first batch tells whether ranks read the same stream
+            try:
+                lp.first = _batch_digest(batch)
+            except Exception:
+                lp.first = "?"
+        return batch
+
+    base_iter.__next__ = loader_next
 
     # seeds: where and with what the script seeds torch
     seed_fn = torch.manual_seed
@@ -649,6 +665,29 @@ def _int_or_none(v: Any) -> int | None:
         return int(v)
     except Exception:
         return None
+
+
+def _batch_digest(batch: Any) -> str:
+    """Shapes and float64 sums of the tensors in a batch (lists, tuples, dicts), as a short hash."""
+    import torch
+
+    h = hashlib.sha1()
+    stack, n = [batch], 0
+    while stack and n < 16:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            n += 1
+            t = x.detach()
+            h.update(repr((tuple(t.shape), str(t.dtype))).encode())
+            if t.numel():
+                h.update(repr(float(t.double().sum()) if not t.is_complex() else 0.0).encode())
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        else:
+            h.update(repr(x)[:64].encode())
+    return h.hexdigest()[:16]
 
 
 def _data_fingerprint(ds: Any) -> str | None:

@@ -133,7 +133,7 @@ CASES += [
           tolerate={"data.shard-overlap"}),
     _case("f37_iterable_no_shard:check", "f37_iterable_no_shard.py", "check",
           verdict="findings", exit_code=1, error_ids={"data.shard-overlap"}, primary="data.shard-overlap",
-          culprits=[(0, 1)]),
+          culprits=[(0, 1)], fast=True),
     _case("f38_spawn_exception:hang", "f38_spawn_exception.py", "hang",
           verdict="crash", exit_code=1, error_ids={"crash.exception"}, primary="crash.exception", culprits=[(1,)]),
     _case("f39_bn_no_broadcast:check", "f39_bn_no_broadcast.py", "check",
