@@ -145,3 +145,28 @@ def test_trainer_devices_from_the_script(src, want):
     from ddpdoctor.launch.script import trainer_devices
 
     assert trainer_devices(ast.parse(src)) == want
+
+
+# -- leaks and stragglers through the frameworks ----------------------------------------------------------------
+
+@needs_lightning
+def test_lightning_healthy_under_memleak(tmp_path):
+    r = _run(tmp_path, "memleak", FW / "lightning_healthy.py")
+    assert r.code == 0 and not _errors(r), (_errors(r), r.err[-2000:])
+
+
+@needs_lightning
+def test_lightning_module_keeping_losses_with_graphs_is_a_leak_at_the_users_line(tmp_path):
+    script = FW / "lightning_leak_history.py"
+    r = _run(tmp_path, "memleak", script, timeout=120)
+    _check_fault(r, "memleak.autograd-graph", script, (0, 1))
+
+
+@needs_accelerate
+def test_accelerate_straggler_is_named_with_its_line(tmp_path):
+    script = FW / "accelerate_straggler.py"
+    r = _run(tmp_path, "profile", script, timeout=120)
+    assert r.code == 0, r.out + r.err[-3000:]   # a straggler is a warning
+    f = finding(r.report, "profile.straggler")
+    assert f["culprits"] == [1], f
+    assert marker_line(script, "FAULT") in lines_of(f, 1), f["locations"]
