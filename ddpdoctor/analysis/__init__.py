@@ -1,96 +1,17 @@
 """Pure analysis: ``diagnose(record, config) -> Report``. No torch, no click, no subprocess.
 
-The live monitor and ``ddpdoctor analyze`` call the same detectors.
+The live monitor and ``ddpdoctor analyze`` call the same detectors (``analysis/registry.py``). The detectors
+are imported on first use, so that ``ddpdoctor --help`` (which needs only the model) stays fast.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
-from ddpdoctor.analysis import checkpoint, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
-from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
-from ddpdoctor.analysis.state import all_states, complete_errors
-from ddpdoctor.record import schema
-from ddpdoctor.record.reader import RunRecord
-
-Detector = Callable[[RunRecord, Config], "list[Finding]"]
-
-# One entry per fault family; each is pure and sees the whole record.
-REGISTRY: dict[str, Detector] = {
-    "run": run.detect,
-    "crash": crash.detect,
-    "hang": hang.detect,
-    "teardown": teardown.detect,
-    "data": data.detect,
-    "drift": drift.detect,
-    "checkpoint": checkpoint.detect,
-    "perf": perf.detect,
-    "memleak": memory.detect,
-    "profile": profile.detect,
-}
-
-_ORDER = {"error": 0, "warning": 1, "note": 2}
+from typing import Any
 
 
-def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
-    record = complete_errors(record)  # a new record: diagnose never changes its input
-    findings: list[Finding] = []
-    for det in REGISTRY.values():
-        findings += det(record, config)
-    if any(f.id.startswith("run.") for f in findings):
-        # the job never became distributed: crash/hang findings would only repeat it
-        findings = [f for f in findings if f.id.startswith(("run.", "teardown."))]
-    # the invariant: a rank that ended abnormally never leaves the verdict at OK
-    findings += ending.unexplained(record, findings)
-    findings += ending.partial_view(record, findings)
-    ids = {f.id for f in findings}
-    if "hang.uneven-batches" in ids:
-        findings = [f for f in findings if f.id != "data.uneven-batches"]
-    findings.sort(key=lambda f: _ORDER.get(f.severity, 3))
-    errors = [f for f in findings if f.severity == "error"]
-    fam = {f.id.split(".", 1)[0] for f in errors}
-    if "run" in fam:
-        verdict = "error"
-        code = ExitCode.USAGE if any(f.id == "run.no-distributed" for f in errors) else ExitCode.NOT_RUN
-    elif "hang" in fam:
-        verdict, code = "hang", ExitCode.HANG
-    elif "crash" in fam:
-        verdict, code = "crash", ExitCode.FINDINGS
-    elif errors:
-        verdict, code = "findings", ExitCode.FINDINGS
-    else:
-        verdict, code = "ok", ExitCode.OK
-        if config.fail_on in ("warning", "note") and any(
-                _ORDER[f.severity] <= _ORDER[config.fail_on] for f in findings):
-            code = ExitCode.FINDINGS
-    return Report(command=command or str(record.manifest.get("command", "analyze")), verdict=verdict,
-                  exit_code=code, run_dir=record.run_dir, findings=tuple(findings),
-                  ranks=tuple(rank_lines(record, config)), summary=_summary(verdict, findings),
-                  figures=figures.compute(record))
+def __getattr__(name: str) -> Any:
+    if name in ("diagnose", "rank_lines", "REGISTRY"):
+        from ddpdoctor.analysis import registry as _d
 
-
-def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
-    verdict = record.monitor_event(schema.K_VERDICT)
-    now = float(verdict["t"]) if verdict else record.latest_t()
-    out = []
-    for r, st in all_states(record, now, config).items():
-        if st.state == "waiting":
-            p = st.pending or {}
-            detail = f"waiting in {p.get('op')} (#{p.get('seq')}) for {now - (st.since or now):.1f} s"
-        elif st.state == "ddp-wait":
-            detail = "inside DDP backward/forward (its all-reduce)"
-        elif st.state == "finished":
-            detail = f"finished (exit code {st.exit_code})"
-        elif st.state == "crashed":
-            err = record.ranks[r].error or {}
-            detail = f"raised {err.get('type', '?')}"
-        else:
-            detail = st.state
-        out.append(RankLine(r, st.state, f"{detail}; {st.ddp_fwd} DDP steps", st.where))
-    return out
-
-
-def _summary(verdict: str, findings: list[Finding]) -> str:
-    if not findings:
-        return "healthy: no findings"
-    return findings[0].message
+        return getattr(_d, name)
+    raise AttributeError(name)
