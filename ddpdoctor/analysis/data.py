@@ -78,19 +78,19 @@ def _rank_data(checks: list[dict[str, Any]]) -> RankData:
             passes[o].append(p)
             by_key[(o, k)] = p
         elif kind == "sampler_end":
-            p = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
-            if p is not None:
-                p.end = e
+            pe = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
+            if pe is not None:
+                pe.end = e
                 has_marks = True
                 if e.get("steps"):
-                    p.by.add("step")
+                    pe.by.add("step")
                 if e.get("fwds"):
-                    p.by.add("fwd")
+                    pe.by.add("fwd")
         elif kind == "sampler_train":
             has_marks = True
-            p = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
-            if p is not None:
-                p.by.add(str(e.get("by")))
+            pt = by_key.get((int(e.get("ordinal", -1)), int(e.get("k", -1))))
+            if pt is not None:
+                pt.by.add(str(e.get("by")))
         elif kind == "set_epoch":
             set_epochs[int(e.get("ordinal", -1))].append(e)
         elif kind == "loader":
@@ -318,13 +318,13 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
                 all(d is None for d in subsets.values()):
             pass   # each rank holds its own data: pre-sharded, nothing to compare
         else:
-            n = firsts[ranks[0]].get("dataset_len")
+            size = firsts[ranks[0]].get("dataset_len")
             out.append(Finding("data.shard-overlap", "error",
                                f"DataLoader without DistributedSampler ({firsts[ranks[0]].get('sampler')}): every rank "
-                               f"iterates the same data set of {n} samples, so each sample is seen {len(ranks)}x per "
+                               f"iterates the same data set of {size} samples, so each sample is seen {len(ranks)}x per "
                                "epoch", "Use DistributedSampler(dataset) as the DataLoader's sampler (and call "
                                "set_epoch each epoch), or give each rank its own shard of the data.", tuple(ranks),
-                               locs, {"dataset_len": n, "overlap": 1.0}, culprits=tuple(ranks)))
+                               locs, {"dataset_len": size, "overlap": 1.0}, culprits=tuple(ranks)))
     # 2. DistributedSampler: per pass, what the ranks actually drew
     by_pass: dict[tuple[int, int], dict[int, Pass]] = defaultdict(dict)
     for r in ranks:
@@ -430,7 +430,7 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
         mapped = False
         if all(subsets.values()):
             try:   # per-rank Subsets: compare the samples of the base data set
-                idx = {r: [subsets[r][i] for i in v] for r, v in idx.items()}
+                idx = {r: [subsets[r][i] for i in v] for r, v in idx.items()}  # type: ignore[index]
                 mapped = True
             except (IndexError, TypeError):
                 continue
@@ -498,9 +498,10 @@ def _fetched_overlap(record: RunRecord, data: dict[int, RankData], ranks: list[i
     first = loaders[ranks[0]]
     sets = {r: set(v) for r, v in idx.items()}
     complete = all(_complete(loaders[r], lp) for r, lp in lps.items())
-    whole = bool(n) and complete and all(len(s) >= n - int(lps[r].get("maxb") or 1) * len(ranks) for r, s in sets.items())
+    whole = bool(n) and complete and all(len(s) >= (n or 0) - int(lps[r].get("maxb") or 1) * len(ranks)
+                                         for r, s in sets.items())
     made = {l.get("made_by") for l in loaders.values()} - {None}
-    by = f" ({', '.join(sorted(made))} built it)" if made else ""
+    by = f" ({', '.join(sorted(str(m) for m in made))} built it)" if made else ""
     ev: dict[str, Any] = {"pass": k, "overlap_samples": dup, "dataset_len": n, "fetched": {r: len(v) for r, v in idx.items()},
                           "layers": _layer(first), "made_by": sorted(made) or None}
     if whole:
@@ -643,10 +644,11 @@ def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
     loaders = {r: _trained_loaders(data[r]) for r in ranks}
     if all(loaders[r] and loaders[r][0].get("batches") is not None for r in ranks):
         firsts = {r: loaders[r][0] for r in ranks}
-        batches = {r: l.get("batches") for r, l in firsts.items()}
+        batches: dict[int, Any] = {r: l.get("batches") for r, l in firsts.items()}
     else:   # older records: the first DataLoader each rank iterated
-        lens = {r: [e.get("len") for e in rec.events if e.get("kind") == "dataloader"] for r, rec in record.ranks.items()}
-        batches = {r: v[0] for r, v in lens.items() if v}
+        dl_lens = {r: [e.get("len") for e in rec.events if e.get("kind") == "dataloader"]
+                   for r, rec in record.ranks.items()}
+        batches = {r: v[0] for r, v in dl_lens.items() if v}
         firsts = {}
         if len(batches) < len(ranks):
             return []

@@ -461,7 +461,7 @@ def _gpu(record: RunRecord) -> list[Finding]:
 
 
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
-    info = {r: next((e for e in reversed(rec.timeline) if e.get("kind") == "profile_info"), {})
+    info: dict[int, dict[str, Any]] = {r: next((e for e in reversed(rec.timeline) if e.get("kind") == "profile_info"), {})
             for r, rec in record.ranks.items()}
     if not med:
         return []
