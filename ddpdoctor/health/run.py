@@ -44,19 +44,10 @@ def _expected_world(torchrun: dict[str, Any], targs: list[str]) -> int | None:
 
 
 def _end(procs: list[psutil.Process], grace: float = 3.0) -> None:
-    """TERM, wait, KILL, wait: by pid (psutil checks a pid was not reused)."""
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _gone, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
+    """TERM, wait, KILL, wait: by pid, as the monitor ends a run's process tree."""
+    from ddpdoctor.launch.monitor import terminate
+
+    terminate(procs, grace)
 
 
 def _read_ranks(run_dir: str) -> dict[int, dict[str, Any]]:

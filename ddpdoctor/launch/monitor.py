@@ -223,7 +223,7 @@ class Monitor:
             procs = [root] + root.children(recursive=True)
         except psutil.Error:
             pass
-        _terminate(procs + [p for p in self.seen.values() if p not in procs], self.cfg.grace)
+        terminate(procs + [p for p in self.seen.values() if p not in procs], self.cfg.grace)
         try:
             proc.wait(timeout=self.cfg.grace)
         except subprocess.TimeoutExpired:
@@ -239,7 +239,7 @@ class Monitor:
                     left += [p] + p.children(recursive=True)
             except psutil.Error:
                 pass
-        _terminate(left, self.cfg.grace)
+        terminate(left, self.cfg.grace)
 
 
 def _epochs(events: list[dict[str, Any]]) -> int:
@@ -254,7 +254,7 @@ def _epochs(events: list[dict[str, Any]]) -> int:
     return max(per_site.values(), default=0)
 
 
-def _terminate(procs: list[psutil.Process], grace: float) -> None:
+def terminate(procs: list[psutil.Process], grace: float) -> None:
     """TERM, wait up to ``grace``, KILL, wait again: by pid (psutil checks the pid was not reused)."""
     for p in procs:
         try:
