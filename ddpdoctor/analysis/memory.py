@@ -198,7 +198,7 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
                                                                          g["grad_fn"]) == k), 0)
                 pts.append((c["step"], float(n)))
             g = growth(pts)
-            if g is not None and _leaking(g, 8.0, 3 * max(8.0, g["late_slope"])) and (best is None or
+            if g is not None and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"])) and (best is None or
                                                                                    g["late_slope"] > best[1]["late_slope"]):
                 best = (k, g)
         if best:

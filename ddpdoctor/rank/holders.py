@@ -97,6 +97,20 @@ def roots(frame: Any) -> list[tuple[str, Any, Holder | None, tuple]]:
             if name.startswith("__"):
                 continue
             out.append((name, val, (name, ("name", name), scope), scope))
+    # the user's modules that DDP wraps, even when no user frame names them (a framework built the DDP
+    # around them: Lightning's Trainer.fit(MyModule()), Accelerate's prepare)
+    from ddpdoctor.rank import probe as probe_mod
+
+    p = probe_mod._probe
+    for ddp in list(getattr(p, "ddp_models", ()) or ()):
+        try:
+            subs = [m for m in ddp.module.modules() if _user_type(type(m))]
+        except Exception:
+            continue
+        for m in subs[:4]:
+            name = type(m).__name__
+            scope = ("module", getattr(sys.modules.get(type(m).__module__), "__file__", "") or "")
+            out.append((name, m, (name, ("name", name), scope), scope))
     return out
 
 

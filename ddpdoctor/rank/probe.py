@@ -47,6 +47,9 @@ class Probe:
         self.ddp_fwd = 0
         self.counters = Counters(os.path.join(d, schema.COUNTERS))
         self.in_ddp_fwd = False
+        import weakref
+
+        self.ddp_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.groups: dict[str, Any] = {}
         self.depth = 0
         self.checks: Any = None       # ddpdoctor.rank.checks.Checks when the run checks data/state
@@ -261,6 +264,8 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
             if p is None:
                 return fwd(self, *args, **kwargs)
             p.ddp_fwd += 1
+            if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
+                p.ddp_models.add(self)
             p.counters.set_ddp_fwd(p.ddp_fwd)
             c = p.checks
             if c is not None and torch.is_grad_enabled():

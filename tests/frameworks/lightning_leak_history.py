@@ -36,7 +36,7 @@ def main():
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
     loader = DataLoader(data, batch_size=16, shuffle=True)
-    trainer = L.Trainer(max_epochs=6, accelerator="cpu", devices=2, strategy="ddp", logger=False,
+    trainer = L.Trainer(max_epochs=10, accelerator="cpu", devices=2, strategy="ddp", logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     val = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16)
     trainer.fit(Regressor(), loader, val)
