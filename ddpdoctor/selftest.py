@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from importlib.resources import files
+from typing import Any
 
 import click
 
@@ -55,6 +58,56 @@ def check_only(only: tuple[str, ...]) -> None:
         raise DdpdoctorError(f"--only {unknown[0]}: no such probe (probes: {', '.join(sorted(names))})")
 
 
+class Progress:
+    """Where the self-test is: ``[3/31] hang rank_conditional.py ...``. On a terminal the line is redrawn
+    in place with the seconds so far and replaced by the probe's result line; elsewhere (CI logs) it is
+    printed once, before the probe runs, so a log shows which probe a stuck run is in."""
+
+    def __init__(self, stream: Any, total: int) -> None:
+        from ddpdoctor.render.live import wanted
+
+        self.stream, self.total = stream, total
+        self.tty = wanted(stream)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _write(self, text: str) -> None:
+        with self._lock:
+            self.stream.write(text)
+            self.stream.flush()
+
+    def start(self, i: int, probe: Probe) -> None:
+        head = f"[{i}/{self.total}] {probe.command} {probe.name} ..."
+        if not self.tty:
+            self._write(head + "\n")
+            return
+        t0 = time.monotonic()
+        self._stop.clear()
+
+        def tick() -> None:
+            while True:
+                self._write(f"\r\x1b[K{head} {time.monotonic() - t0:.0f} s")
+                if self._stop.wait(0.5):
+                    return
+
+        self._thread = threading.Thread(target=tick, name="ddpdoctor-progress", daemon=True)
+        self._thread.start()
+
+    def clear(self) -> None:
+        """Stop redrawing and erase the progress line (a terminal only)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=2.0)
+            self._thread = None
+            self._write("\r\x1b[K")
+
+    def done(self, line: str) -> None:
+        """The probe's result line, in place of the progress line."""
+        self.clear()
+        self._write(line + "\n")
+
+
 def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
     """Run each probe (or only those named) under its command; one line per probe; the results."""
     results = []
@@ -63,21 +116,26 @@ def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
     from ddpdoctor.launch.command import run_params
 
     check_only(only)
-    for p in probes():
-        if only and p.name not in only:
-            continue
+    todo = [p for p in probes() if not only or p.name in only]
+    progress = Progress(sys.stdout, len(todo))
+    for i, p in enumerate(todo, 1):
+        progress.start(i, p)
         t0 = time.time()
         # the probe's options are parsed by the command itself, exactly as on the command line
         args = ["--script", p.path, "--run-dir", os.path.join(root, p.name[:-3]), *p.options]
         params = cli.commands[p.command].make_context(p.command, args).params
-        report = run_params(COMMANDS[p.command], params, quiet=True)
+        try:
+            report = run_params(COMMANDS[p.command], params, quiet=True)
+        except BaseException:
+            progress.clear()
+            raise
         got = [f.id for f in report.findings if f.severity in ("error", "warning")]
         ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
         results.append({"probe": p.name, "expected": p.expected or "none", "got": got, "ok": ok,
                         "seconds": round(time.time() - t0, 1), "run_dir": report.run_dir})
         mark = "ok  " if ok else "FAIL"
-        click.echo(f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
-                   f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)")
+        progress.done(f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
+                      f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)")
     return results
 
 

@@ -1,10 +1,10 @@
 """Fault probe: a deadlock outside any collective call. After a few steps each rank posts a receive from
 the other (irecv returns at once) and waits on it in a helper; nobody ever sends. Neither rank is inside
-a collective call while it blocks, so only the no-progress watchdog sees it: no step, no collective, no
-CPU time for --timeout seconds.
+a collective call while it blocks; each waits for an irecv its heartbeat knows to be incomplete, and no
+rank has a send outstanding: certain within seconds, whatever --timeout is.
 
-Expected finding: hang.timeout, both ranks blocked at WAIT.
-Self-test: --timeout 6
+Expected finding: hang.p2p-deadlock, both ranks blocked at WAIT.
+Self-test: --timeout 120
 """
 
 import torch

@@ -1,5 +1,7 @@
 """Healthy-but-slow probe: one step takes longer than --timeout on every rank with no collective in
-flight (a long data preparation). Nobody waits for anybody: not a hang.
+flight (a long data preparation that computes). Nobody waits for anybody and every rank burns CPU: not a
+hang. (A step that neither computes nor communicates on any rank for longer than --timeout is one: see
+hang.timeout.)
 
 Expected findings: none (run it with --timeout shorter than --sleep).
 Self-test: --timeout 2 -- --sleep 4
@@ -21,7 +23,9 @@ def main():
     model = DDP(torch.nn.Linear(8, 1))
     for step in range(3):
         if step == 1:
-            time.sleep(args.sleep)  # a long step, no collective in flight
+            end = time.time() + args.sleep
+            while time.time() < end:  # a long step, no collective in flight
+                torch.randn(128, 128) @ torch.randn(128, 128)
         model(torch.randn(4, 8)).sum().backward()
     dist.barrier()
     dist.destroy_process_group()

@@ -119,6 +119,8 @@ def runs(tmp_path_factory) -> dict:
                     "memleak.autograd-graph", {0, 1}, PROBES / "leak_graph.py", "ACCUM"),
         "check": (ddpdoctor(["check", "--script", str(PROBES / "check_set_epoch.py")], tmp),
                   "data.missing-set-epoch", {0, 1}, PROBES / "check_set_epoch.py", "SAMPLER"),
+        "profile": (ddpdoctor(["profile", "--script", str(PROBES / "straggler.py")], tmp),
+                    "profile.straggler", {1}, PROBES / "straggler.py", "SLOW"),
     }
     return {"tmp": tmp, **out}
 
@@ -154,7 +156,7 @@ def _check_offline(root: Node, html: str) -> None:
     assert not re.search(r"\b(src|href)\s*=\s*[\"']?https?://", html, re.I)
 
 
-@pytest.mark.parametrize("name", ["hang", "memleak", "check"])
+@pytest.mark.parametrize("name", ["hang", "memleak", "check", "profile"])
 def test_report_in_the_run_directory_parsed(runs, name):
     r, fid, culprits, script, marker = runs[name]
     assert r.report is not None and fid in [f["id"] for f in r.report["findings"]], r.err[-2000:]
@@ -169,7 +171,7 @@ def test_report_in_the_run_directory_parsed(runs, name):
 
 
 @needs_browser
-@pytest.mark.parametrize("name", ["hang", "memleak", "check"])
+@pytest.mark.parametrize("name", ["hang", "memleak", "check", "profile"])
 def test_report_in_a_browser(runs, name):
     r, fid, culprits, script, marker = runs[name]
     html = browser_dom(r.run_dir / "report.html", runs["tmp"] / name)
@@ -192,6 +194,85 @@ def test_report_in_a_browser(runs, name):
     if name == "memleak":
         assert root.find_all("svg"), "no memory chart"
         assert "total_loss" in root.find_all("section", id="memory")[0].text()
+    if name == "profile":
+        _check_timeline(root, {0, 1}, straggler=1)
+
+
+def _width(nodes: list[Node]) -> float:
+    return sum(float(n.attrs.get("width") or 0) for n in nodes)
+
+
+def _check_timeline(root: Node, ranks: set[int], straggler: int) -> None:
+    """The profile section's timeline: one lane per rank over the same steps, the phases drawn, the
+    straggler's lane marked and its forward visibly longer than the others'."""
+    sec = root.find_all("section", id="profile")
+    assert sec, "no profile section"
+    svgs = sec[0].find_all("svg", class_="timeline")
+    assert svgs, "no steady-state timeline in the profile section"
+    steps = [int(x) for x in svgs[0].attrs["data-steps"].split(",")]
+    assert 3 <= len(steps) <= 5 and steps == list(range(steps[0], steps[0] + len(steps))), steps
+    assert steps[0] >= 40 // 5, steps   # past the warm-up
+    lanes = {int(g.attrs["data-rank"]): g for g in svgs[0].find_all("g", class_="lane")}
+    assert set(lanes) == ranks, lanes.keys()
+    assert [r for r, g in lanes.items() if g.attrs.get("data-straggler") == "1"] == [straggler]
+    assert lanes[straggler].find_all("text")[0].text() == f"rank {straggler} (straggler)"
+    for r, g in lanes.items():
+        for phase in ("forward", "backward", "optimizer", "comm"):
+            assert g.find_all("rect", class_=f"ph-{phase}"), (r, phase)
+        assert len(g.find_all("line")) == len(steps)   # a step boundary per step
+    other = next(r for r in ranks if r != straggler)
+    # the straggler's 15 ms of extra forward per step; the other rank waits for it in the all-reduce
+    assert _width(lanes[straggler].find_all("rect", class_="ph-forward")) > \
+        3 * _width(lanes[other].find_all("rect", class_="ph-forward"))
+    assert _width(lanes[other].find_all("rect", class_="ph-comm")) > \
+        _width(lanes[straggler].find_all("rect", class_="ph-comm"))
+    assert "trace.json" in [a.attrs.get("href") for a in sec[0].find_all("a")]
+
+
+def test_profile_timeline_parsed(runs):
+    r = runs["profile"][0]
+    _check_timeline(dom((r.run_dir / "report.html").read_text()), {0, 1}, straggler=1)
+
+
+def test_profile_timeline_at_1024_ranks():
+    """Pure: 1,024 ranks' timelines give a few lanes (the straggler, the slowest, median and fastest)."""
+    from ddpdoctor.analysis.model import Finding, Report
+    from ddpdoctor.record.reader import RankRecord, RunRecord
+    from ddpdoctor.render import html_profile
+    from ddpdoctor.render.html import render
+
+    def timeline(r: int) -> list[dict]:
+        out, t = [], 1_000_000_000
+        fwd = (20 if r == 77 else 2 + r % 5) * 1_000_000
+        for step in range(10):
+            t0 = t
+            for name, cat, ms in (("forward", "compute", fwd), ("backward", "compute", 8_000_000),
+                                  ("optimizer step", "optim", 1_000_000)):
+                out.append({"kind": "range", "name": name, "cat": cat, "tid": 1, "t0": t, "t1": t + ms})
+                if name == "backward":
+                    out.append({"kind": "range", "name": "all_reduce bucket 0", "cat": "comm", "tid": 2,
+                                "t0": t + 1_000_000, "t1": t + ms})
+                t += ms
+            out.append({"kind": "range", "name": "step", "cat": None, "tid": 1, "t0": t0, "t1": t, "payload": step})
+        return out
+
+    record = RunRecord("/nonexistent", {"command": "profile"},
+                       {r: RankRecord(rank=r, timeline=timeline(r)) for r in range(1024)}, [])
+    f = Finding("profile.straggler", "warning", "rank 77 is slow", "", tuple(range(1024)), (), culprits=(77,))
+    html = render(Report("profile", "ok", 0, "/nonexistent", (f,)), record)
+    root = dom(html)
+    svg = root.find_all("svg", class_="timeline")[0]
+    lanes = {int(g.attrs["data-rank"]): g for g in svg.find_all("g", class_="lane")}
+    assert len(lanes) <= html_profile.MAX_LANES
+    assert lanes[77].attrs.get("data-straggler") == "1"
+    # besides the straggler (the slowest): the median and the fastest step (forward 2 ms: ranks 0, 5, ...)
+    labels = [g.find_all("text")[0].text() for g in lanes.values()]
+    assert any("fastest step" in x for x in labels) and any("median step" in x for x in labels), labels
+    assert "rank 0 (fastest step)" in labels
+    assert svg.attrs["data-steps"] == "4,5,6,7"
+    assert "Shown: 3 of 1024 ranks" in root.text()
+    assert len(html) < 60_000, len(html)
+    _check_offline(root, html)
 
 
 def test_html_option_on_analyze(runs, tmp_path):

@@ -96,15 +96,30 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
     assert marker_line(script, "EXTRA") in lines_of(f, 0)
 
 
-def test_deadlock_outside_any_collective_call_is_never_silent(tmp_path):
-    """Both ranks block in Work.wait() of an irecv nobody answers: no rank sits inside a collective call;
-    the no-progress watchdog ends it after --timeout with each rank's blocking line."""
+def test_receive_deadlock_outside_any_collective_call_is_certain_in_seconds(tmp_path):
+    """Both ranks block in Work.wait() of an irecv nobody answers: no rank sits inside a collective call,
+    yet the tracked Works prove it in seconds although --timeout is 300."""
     probe = PROBES / "recv_deadlock.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "6"], tmp_path, timeout=150)
+    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "300"], tmp_path, timeout=150)
     assert r.code == 3, r.err[-2000:]
-    f = finding(r.report, "hang.timeout")
-    assert f["message"].startswith("no rank made progress for 6 s: 2 ranks [0,1]: blocked at recv_deadlock.py:")
-    assert lines_of(f, 0) == lines_of(f, 1) == {marker_line(probe, "WAIT")}
+    f = finding(r.report, "hang.p2p-deadlock")
+    assert f["culprits"] == [0, 1]
+    assert "rank 0: blocked at recv_deadlock.py:" in f["message"] and "from rank 1" in f["message"]
+    wait, post = marker_line(probe, "WAIT"), marker_line(probe, "WAIT") - 1
+    assert lines_of(f, 0) == lines_of(f, 1) == {wait, post}
+    assert "every rank waits to receive" in r.err   # the live verdict, long before --timeout
+
+
+def test_async_mismatch_blocked_at_sync_points_is_certain_in_seconds(tmp_path):
+    """Every rank waits on its Works at SYNC; rank 0's extra async all_reduce meets rank 1's broadcast at
+    the same position: certain although --timeout is 300, naming the culprit and where each rank blocks."""
+    probe = PROBES / "async_sync_point.py"
+    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "300"], tmp_path, timeout=150)
+    assert r.code == 3, r.err[-2000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0] and marker_line(probe, "EXTRA") in lines_of(f, 0)
+    assert "blocked at a sync point" in f["message"] and marker_line(probe, "SYNC") in lines_of(f, 1)
+    assert "deadlock:" in r.err
 
 
 def test_async_collective_only_rank0_issues_waited_in_a_helper(tmp_path):

@@ -6,14 +6,16 @@ from collections import defaultdict
 
 from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """Findings about checkpoints: several ranks saving to the same path."""
     writers: dict[str, dict[int, dict]] = defaultdict(dict)
     for r, rec in record.ranks.items():
         for e in rec.checks:
-            if e.get("kind") == "save" and e.get("path"):
+            if e.get("kind") == schema.K_SAVE and e.get("path"):
                 writers[e["path"]].setdefault(r, e)
     out = []
     for path, by_rank in sorted(writers.items()):

@@ -16,6 +16,7 @@ _WORKER_HEAD = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """Findings for ranks that raised or died of a signal: the exception, its rank and the user's line."""
     roots = [(float(rec.error.get("t") or 0.0), r, rec.error) for r, rec in record.ranks.items()
              if rec.error and not is_transport_error(rec.error)]
     if not roots:

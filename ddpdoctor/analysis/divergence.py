@@ -39,17 +39,37 @@ class Divergence:
     exclusive: bool = False     # the diverged ranks' line here is one no other rank ever reaches
 
 
-def sequence(record: RunRecord, rank: int, group: str, final_seq: int) -> dict[int, Slot]:
+def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int = 1) -> dict[int, Slot]:
+    """Rank ``rank``'s slots of ``group`` from position ``lo`` (the first one every rank's ledger still
+    covers) to ``final_seq``."""
     out: dict[int, Slot] = {}
-    for e in record.ranks[rank].ledger:
+    for e in reversed(record.ranks[rank].ledger):   # newest first: stop at the window's start
         rng = e.get("seq")
-        if e.get("group") != group or not rng:
+        if not rng or e.get("group") != group:
             continue
-        for s in range(rng[0], rng[1] + 1):
-            out[s] = Slot(e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"))
-    for s in range(1, final_seq + 1):
+        if rng[1] < lo:
+            break
+        slot = Slot(e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"))
+        for s in range(max(rng[0], lo), rng[1] + 1):
+            out[s] = slot
+    for s in range(lo, final_seq + 1):
         out.setdefault(s, Slot(INTERNAL))
     return out
+
+
+def window_start(record: RunRecord, ranks: list[int], group: str) -> int:
+    """The first position of ``group`` that every rank's ledger still covers: 1 unless a ring dropped
+    older collectives, then the latest of the trimmed ledgers' first positions (a position before it may
+    be a rotated-away Python collective on one rank and look like an internal one)."""
+    lo = 1
+    for r in ranks:
+        rec = record.ranks[r]
+        if not rec.ledger_trimmed:
+            continue
+        first = next((e["seq"][0] for e in rec.ledger if e.get("group") == group and e.get("seq")), None)
+        if first is not None:
+            lo = max(lo, int(first))
+    return lo
 
 
 def main_group(record: RunRecord, states: dict[int, RankState]) -> str | None:
@@ -73,15 +93,30 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
                                                     if e.get("group") == group and e.get("seq")])
              for r in ranks}
     # a pending collective counts as issued; a rank still computing has not issued further ones
-    seqs = {r: sequence(record, r, group, final[r]) for r in ranks}
+    lo = window_start(record, ranks, group)
+    cache: dict[tuple, list] = {}
+    entries = {r: _entries(record.ranks[r].ledger, group, lo, cache) for r in ranks}
+    # every position before `start` holds the same collective on every rank: nothing to find there
+    start = max(lo, min(_first_difference(entries, ranks), min(final.values()) + 1))
+    seqs = {r: sequence(record, r, group, final[r], start) for r in ranks}
+    memo: dict[int, tuple] = {}
+    by_list: dict[tuple, set] = {}   # ranks read as one share their entries: their sites once
+    sites_of = {}
+    for r in ranks:
+        es = entries[r]
+        k = (id(es[0]), id(es[-1]), len(es)) if es else ()
+        if k not in by_list:
+            by_list[k] = {_site(e["site"], memo) for e in es if e.get("site")}
+        sites_of[r] = set(by_list[k])
     for r in ranks:
         p = states[r].pending
         if p and p.get("group") == group and p.get("seq"):
             seqs[r][int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None,
                                           p.get("shapes"))
-    sites_of = {r: {sl.site for sl in seqs[r].values() if sl.site} for r in ranks}
+            if p.get("site"):
+                sites_of[r].add(tuple(p["site"]))
     top = max(final.values())
-    for s in range(1, top + 1):
+    for s in range(start, top + 1):
         slots = {r: seqs[r].get(s, Slot(ABSENT)) for r in ranks}
         keys = {r: sl.key() for r, sl in slots.items()}
         absent = [r for r, sl in slots.items() if sl.op == ABSENT]
@@ -105,6 +140,50 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             if extra and len(extra) < len(ranks):
                 return Divergence(group, s, slots, tuple(extra), "extra-call", True)
     return None
+
+
+def _entries(ledger: list[dict[str, Any]], group: str, lo: int, cache: dict[tuple, list]) -> list[dict[str, Any]]:
+    """The ledger entries of ``group`` from position ``lo``; ranks whose ledgers were read as one (the same
+    entry objects) get the same list, computed once."""
+    if not ledger:
+        return []
+    key = (id(ledger[0]), id(ledger[-1]), len(ledger))   # the cache lives as long as the ledgers
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = [e for e in ledger if e.get("group") == group and e.get("seq") and e["seq"][1] >= lo]
+    return got
+
+
+def _site(site: Any, memo: dict[int, tuple]) -> tuple:
+    t = memo.get(id(site))
+    if t is None:
+        t = memo[id(site)] = tuple(site)
+    return t
+
+
+def _first_difference(entries: dict[int, list[dict[str, Any]]], ranks: list[int]) -> int:
+    """The first position where some rank's ledger may differ from the first rank's: its ledger entries
+    are compared in order (ranks whose ledgers were read as one share the entries themselves). Positions
+    between equal entries are the same DDP-internal ones on both. Linear in ranks x entries."""
+    ref = entries[ranks[0]]
+    start = None
+    for r in ranks[1:]:
+        other = entries[r]
+        i, n = 0, min(len(ref), len(other))
+        while i < n:
+            a, b = ref[i], other[i]
+            if a is not b and (a["seq"] != b["seq"] or a.get("op") != b.get("op") or a.get("site") != b.get("site")
+                               or a.get("shapes") != b.get("shapes")):
+                break
+            i += 1
+        if i < len(ref) or i < len(other):
+            here = min(e["seq"][0] for e in (ref[i:i + 1] + other[i:i + 1]))
+        else:
+            here = (ref[-1]["seq"][1] + 1) if ref else 1
+        if i and here > ref[i - 1]["seq"][1] + 1:
+            here = ref[i - 1]["seq"][1] + 1   # the gap after the last equal entry may differ (internal or not)
+        start = here if start is None else min(start, here)
+    return 1 if start is None else start
 
 
 def _exclusive(odd: tuple[int, ...], slots: dict[int, Slot], sites_of: dict[int, set]) -> bool:

@@ -11,13 +11,14 @@ from typing import Any
 
 from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
 def _ddp(record: RunRecord, model: int = 0) -> dict[int, dict[str, Any]]:
     out = {}
     for r, rec in record.ranks.items():
-        e = next((e for e in rec.checks if e.get("kind") == "ddp" and int(e.get("model", 0)) == model), None)
+        e = next((e for e in rec.checks if e.get("kind") == schema.K_DDP and int(e.get("model", 0)) == model), None)
         if e:
             out[r] = e
     return out
@@ -25,7 +26,7 @@ def _ddp(record: RunRecord, model: int = 0) -> dict[int, dict[str, Any]]:
 
 def _models(record: RunRecord) -> list[int]:
     return sorted({int(e.get("model", 0)) for rec in record.ranks.values() for e in rec.checks
-                   if e.get("kind") == "ddp"})
+                   if e.get("kind") == schema.K_DDP})
 
 
 def _first_diff(record: RunRecord, part: str, model: int = 0) -> tuple[int, str, list[str], dict[int, Any]] | None:
@@ -65,6 +66,7 @@ def _odd_ranks(fps: dict[int, Any], names: list[str]) -> tuple[int, ...]:
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The drift findings: parameters, buffers or RNG streams that differ across ranks, and seeding."""
     out: list[Finding] = []
     for model in _models(record):
         out += _detect_model(record, model)
@@ -121,7 +123,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
                            "statistics on every rank.", ranks, tuple(l for l in site.values() if l),
                            {"tensors": names, "since_forward": step, "forward_sync_buffers": not no_sync,
                             "batchnorm": bn}, culprits=culprits))
-    first = {r: next((e.get("rng") for e in rec.checks if e.get("kind") == "rng_first_step"), None) or
+    first = {r: next((e.get("rng") for e in rec.checks if e.get("kind") == schema.K_RNG_FIRST_STEP), None) or
              ddp[r].get("rng") or {} for r, rec in record.ranks.items() if r in ddp}
     same = [k for k in ("torch", "random", "numpy", "cuda")
             if all(k in g for g in first.values()) and len({g[k] for g in first.values()}) == 1]
@@ -145,7 +147,7 @@ def _short(site: Any) -> str:
 def _seed_sites(record: RunRecord) -> dict[int, Any]:
     out = {}
     for r, rec in record.ranks.items():
-        e = next((e for e in rec.checks if e.get("kind") == "seed"), None)
+        e = next((e for e in rec.checks if e.get("kind") == schema.K_SEED), None)
         if e:
             out[r] = loc(r, e.get("site"), f"manual_seed({e.get('seed')})")
     return out

@@ -20,6 +20,7 @@ _STOP_RULES = ("--steps", "--epochs", "--max-time")
 
 
 def stopped_on_purpose(record: RunRecord) -> bool:
+    """Did the monitor end the run on purpose (--steps/--epochs, a verdict), not a fault?"""
     kill = record.monitor_event(schema.K_KILL)
     return bool(kill and str(kill.get("reason", "")).startswith(_STOP_RULES))
 

@@ -15,6 +15,7 @@ from ddpdoctor.record.reader import RunRecord
 
 
 def compute(record: RunRecord) -> dict[str, Any]:
+    """The report's figures (step times, memory growth) from the record."""
     out: dict[str, Any] = {}
     if any(rec.timeline for rec in record.ranks.values()):
         med = profile.medians(record)

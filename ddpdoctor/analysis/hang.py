@@ -12,8 +12,8 @@ from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, fi
 from ddpdoctor.analysis.model import Config, Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.live import op_key
 from ddpdoctor.analysis.paths import Departure, departure, loop_exits, rank_guard
-from ddpdoctor.analysis.state import (SIZE_MISMATCH, RankState, all_states, describe_op, is_transport_error,
-                                      loc)
+from ddpdoctor.analysis.state import (RECVS, SIZE_MISMATCH, RankState, all_states, describe_op,
+                                      is_transport_error, loc)
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -46,6 +46,11 @@ HINTS = {
         "code divergence. Check interfaces (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), firewalls, and "
         "NCCL_DEBUG=INFO."),
 }
+
+P2P_HINT = (
+    "Point-to-point messages must pair up: every recv/irecv needs a send/isend from its source on the same "
+    "group. Post the sends before waiting on the receives (isend, then wait), or use batch_isend_irecv so "
+    "both directions are posted together.")
 
 # hang.timeout when every rank is blocked outside a collective call
 BLOCKED_HINT = (
@@ -143,6 +148,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             if lens_differ:
                 return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
             return [_early_exit(record, div, states, ev, *left)]
+    if div is not None and lens_differ and any(sl.op == INTERNAL for sl in div.slots.values()):
+        # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
+        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
     if div is not None and div.exclusive:
         return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
                           "a collective is called on some ranks only")]
@@ -167,9 +175,40 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                         f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} "
                         "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
                         culprits=tuple(sorted(gone)))]
+    recv = _receive_cycle(states)
+    if recv is not None and verdict is not None:
+        return [recv]
     if verdict is not None:
         return [_timeout_finding(record, states, now, cfg, ev)]
     return []
+
+
+def _receive_cycle(states: dict[int, RankState]) -> Finding | None:
+    """Every rank that has not ended waits to receive (``recv``, or ``irecv`` whose Work it waits on) and
+    none has a send outstanding: no message can ever arrive."""
+    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    if not live or len(live) != len(states) or any(
+            s.state != "waiting" or (s.pending or {}).get("op") not in RECVS or (s.pending or {}).get("sends")
+            for s in live):
+        return None
+    parts: dict[int, str] = {}
+    locs: list[Location] = []
+    for s in live:
+        p = s.pending or {}
+        peer = p.get("peer")
+        src = f" from rank {peer}" if peer is not None else ""
+        if s.blocked is not None:
+            parts[s.rank] = (f"blocked at {_at(s.blocked)}{_code(s.blocked)} waiting for {p.get('op')}{src} issued "
+                             f"at {_at(s.where)}")
+            locs.append(s.blocked)
+        else:
+            parts[s.rank] = f"in {p.get('op')}{src} at {_at(s.where)}"
+        if s.where:
+            locs.append(Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting"))
+    return Finding("hang.p2p-deadlock", "error",
+                   f"every rank waits to receive and none sends: {group_values(parts)}",
+                   P2P_HINT, tuple(sorted(states)), tuple(locs), {"ranks": sorted(parts)},
+                   culprits=tuple(sorted(parts)))
 
 
 def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
@@ -322,6 +361,11 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
           f"diverged: {ranks_phrase(div.diverged)}"
     if ev.get("aborted"):
         msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
+    blocked = {r: f"{_at(s.blocked)}{_code(s.blocked)}" for r, s in states.items() if s.blocked is not None}
+    if blocked:
+        # asynchronous collectives: where each rank's CPU waits (Work.wait(), .item(), synchronize)
+        msg += f"; blocked at a sync point: {group_values(blocked)}"
+        locs += [s.blocked for s in states.values() if s.blocked is not None]
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
     return Finding(fid, "error", msg, hint_for(record, fid), tuple(sorted(div.slots)), tuple(locs), ev,
                    culprits=tuple(sorted(div.diverged)))
@@ -351,6 +395,10 @@ def _code(where: Location | None) -> str:
 
 
 def _state_text(s: RankState) -> str:
+    if s.state == "waiting" and s.blocked is not None:
+        p = s.pending or {}
+        return (f"blocked at {_at(s.blocked)}{_code(s.blocked)} waiting for {describe_op(p.get('op'), p.get('shapes'))}"
+                f" #{p.get('seq')} issued at {_at(s.where)}")
     if s.state == "waiting":
         return f"waiting in {(s.pending or {}).get('op')} at {_at(s.where)}"
     if s.state == "ddp-wait":

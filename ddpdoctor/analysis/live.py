@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.model import Config, Location, ranks_phrase
-from ddpdoctor.analysis.state import P2P, SHAPED, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.analysis.state import P2P, RECVS, SHAPED, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -27,12 +27,20 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
     """A one-line reason when the current waits can never complete, else None."""
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
     waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
+    if live and len(waiting) == len(live) and len(live) == len(states) and all(
+            (s.pending or {}).get("op") in RECVS and not (s.pending or {}).get("sends") for s in live):
+        # every rank waits to receive and none has a send outstanding: nobody can ever send
+        text = "; ".join(f"{waits_text(s, now)}" + (f" from rank {(s.pending or {}).get('peer')}"
+                                                     if (s.pending or {}).get("peer") is not None else "")
+                         for s in live[:4])
+        return f"{text}; every rank waits to receive and none sends"
     for a in waiting:
         p = a.pending or {}
         op, g, seq = p.get("op"), p.get("group"), p.get("seq")
         if op in P2P:
             continue
-        what = f"rank {a.rank} waits {now - (a.since or now):.1f} s in {describe_op(op, p.get('shapes'))}"
+        what = waits_text(a, now)
+        pos = "" if a.blocked is not None else f" (#{seq})"
         for b in states.values():
             if b.rank == a.rank or not b.seq or g not in b.seq:
                 continue  # not (known to be) a member of that group
@@ -52,7 +60,7 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
                         return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
                     continue
                 if q.get("seq") != seq or op_key(q) != op_key(p):
-                    return (f"{what} (#{seq}); rank {b.rank} waits in "
+                    return (f"{what}{pos}; rank {b.rank} waits in "
                             f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})")
                 continue
             bs = b.seq.get(g)
@@ -60,8 +68,19 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
                 e = ledger_entry_at(record.ranks[b.rank], g, seq)
                 if e is None or op_key(e) != op_key(p):
                     other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
-                    return f"{what} (#{seq}); rank {b.rank} issued {other} at that position"
+                    return f"{what}{pos}; rank {b.rank} issued {other} at that position"
     return None
+
+
+def waits_text(s: RankState, now: float) -> str:
+    """"rank 0 waits 3.1 s in all_reduce(4)", or for a rank blocked at a sync point "rank 0 is blocked
+    3.1 s at train.py:57 waiting for all_reduce(4) #38 issued at train.py:74"."""
+    p = s.pending or {}
+    op = describe_op(p.get("op"), p.get("shapes"))
+    if s.blocked is not None:
+        return (f"rank {s.rank} is blocked {now - (s.since or now):.1f} s at {_at(s.blocked)} waiting for "
+                f"{op} #{p.get('seq')} issued at {_at(s.where)}")
+    return f"rank {s.rank} waits {now - (s.since or now):.1f} s in {op}"
 
 
 def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
@@ -76,13 +95,6 @@ def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
         if s.state == "busy" and s.stalled_for >= cfg.timeout / 2:
             return True  # the no-progress rule needs the ledgers (is an async Work outstanding?)
     return False
-
-
-def awaits_async(record: RunRecord, rank: int) -> bool:
-    """The rank's latest collective returned a Work (async_op=True, isend/irecv) that it may be waiting on:
-    a rank that stalls after it is blocked in ``Work.wait()`` or at a sync point, not merely sleeping."""
-    ledger = record.ranks[rank].ledger
-    return bool(ledger) and ledger[-1].get("st") == "async"
 
 
 def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
@@ -100,9 +112,9 @@ def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] 
             return "timeout", (f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
                                f"{ranks_phrase(unseen)} on other nodes")
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live) and \
-            any(awaits_async(record, s.rank) for s in live):
-        # nobody is inside a collective, yet nobody moves: blocked at a sync point (Work.wait(), .item())
+    if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live):
+        # nobody is inside a collective, yet nobody moves (no step, no collective issued or completed, no
+        # CPU time): blocked at a sync point (Work.wait(), .item()) or stuck; never a silent hang
         return "timeout", (f"no rank made progress (no step, no collective, no CPU time) for "
                            f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})")
     for s in states.values():
@@ -123,7 +135,9 @@ def status_line(record: RunRecord, cfg: Config, now: float) -> str | None:
         if s.state == "waiting" and s.since and now - s.since >= 2.0:
             anyone_waits = True
             p = s.pending or {}
-            parts.append(f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}")
+            parts.append(f"rank {s.rank} blocked {now - s.since:.0f} s at {_at(s.blocked)} waiting for "
+                         f"{p.get('op')} #{p.get('seq')}" if s.blocked else
+                         f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}")
         elif s.state == "ddp-wait" and s.seq_stable_for >= 2.0:
             anyone_waits = True
             parts.append(f"rank {s.rank} in DDP backward {s.seq_stable_for:.0f} s at {_at(s.where)}")

@@ -18,6 +18,7 @@ MIN_SAMPLES = 4
 
 
 def theil_sen(xs: list[float], ys: list[float]) -> float:
+    """The Theil-Sen slope of (x, y) points: the median of the pairwise slopes (robust to outliers)."""
     pts = list(zip(xs, ys))
     if len(pts) > 150:  # O(n^2): thin long series evenly
         step = len(pts) / 150
@@ -96,6 +97,7 @@ def _mb(x: float) -> str:
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The memleak findings: growth of RSS, CUDA memory, live tensors or autograd graphs, with their holders."""
     census, steps = _census(record), _steps(record)
     ranks = sorted(r for r in record.ranks if steps.get(r))
     if not ranks:

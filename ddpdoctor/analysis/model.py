@@ -99,6 +99,7 @@ def unseen_phrase(ranks: Any) -> str:
 
 
 def analyze_command(run_dir: str) -> str:
+    """The ``ddpdoctor analyze`` command line that re-analyzes ``run_dir`` with the other nodes' run dirs."""
     return f"`ddpdoctor analyze {run_dir} OTHER_NODES_RUN_DIRS...`"
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.state import is_user_path
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 _FH_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
@@ -155,7 +156,7 @@ def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
 
 def passes(record: RunRecord, rank: int) -> int:
     """How many times the rank started iterating a DataLoader."""
-    return sum(1 for e in record.ranks[rank].events if e.get("kind") == "dataloader")
+    return sum(1 for e in record.ranks[rank].events if e.get("kind") == schema.K_DATALOADER)
 
 
 _RANK_TEST = re.compile(r"rank|gpu_id|is_main|main_process|master|global_zero|process_zero|is_primary|device_id")

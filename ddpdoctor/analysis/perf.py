@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.model import Config, Finding
 from ddpdoctor.analysis.state import loc
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -11,7 +12,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """Gradient accumulation that all-reduces at every micro-step (no ``no_sync()``)."""
     hits = {}
     for r, rec in record.ranks.items():
-        steps = [e for e in rec.checks if e.get("kind") == "optstep"]
+        steps = [e for e in rec.checks if e.get("kind") == schema.K_OPTSTEP]
         if len(steps) < 2:
             continue
         synced = sorted(e.get("micro", e.get("synced", 0)) for e in steps)
@@ -24,7 +25,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     micro, steps = hits[ranks[0]]
     models = set(next((e.get("models") for e in steps if e.get("micro", 0) > 1 and e.get("models")), None) or [0])
     nbytes = sum(int(e.get("param_bytes") or 0) for e in record.ranks[ranks[0]].checks
-                 if e.get("kind") == "ddp" and int(e.get("model", 0)) in models)
+                 if e.get("kind") == schema.K_DDP and int(e.get("model", 0)) in models)
     wasted = (micro - 1) * nbytes
     locs = tuple(l for r in ranks if (l := loc(r, hits[r][1][0].get("site"), "optimizer step")))
     return [Finding("perf.grad-accum-no-sync", "warning",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import checkpoint, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
+from ddpdoctor.analysis import attach, checkpoint, collective, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
 from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
@@ -17,6 +17,7 @@ REGISTRY: dict[str, Detector] = {
     "run": run.detect,
     "crash": crash.detect,
     "hang": hang.detect,
+    "collective": collective.detect,   # a run that went on past a collective with mismatched shapes
     "teardown": teardown.detect,
     "data": data.detect,
     "drift": drift.detect,
@@ -24,12 +25,14 @@ REGISTRY: dict[str, Detector] = {
     "perf": perf.detect,
     "memleak": memory.detect,
     "profile": profile.detect,
+    "attach": attach.detect,   # `ddpdoctor attach`: a hang from py-spy stacks alone
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}
 
 
 def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
+    """Run every detector on the record, apply the verdict invariant and pick the exit code."""
     record = complete_errors(record)  # a new record: diagnose never changes its input
     findings: list[Finding] = []
     for det in REGISTRY.values():
@@ -67,6 +70,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
 
 
 def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
+    """One line per rank for the report: its state (waiting in which collective, finished, crashed...)."""
     verdict = record.monitor_event(schema.K_VERDICT)
     now = float(verdict["t"]) if verdict else record.latest_t()
     out = []

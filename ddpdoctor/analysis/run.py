@@ -21,6 +21,7 @@ def _torchrun_tail(record: RunRecord) -> str:
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """Findings for a run in which no rank reached init_process_group (the script never started training)."""
     if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
         return []
     if record.monitor_event(schema.K_VERDICT) or record.monitor_event(schema.K_KILL):

@@ -26,9 +26,8 @@ TRANSPORT_PATTERNS = (
 SIZE_MISMATCH = re.compile(r"Received data size doesn't match|size mismatch|Mismatch between collective")
 TEARDOWN_ABORT = "terminate called without an active exception"
 
-P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
-SHAPED = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-          "reduce_scatter_tensor", "all_to_all_single"}
+P2P, SHAPED = schema.P2P, schema.SHAPED   # the collective vocabulary (record/schema.py)
+RECVS = frozenset({"recv", "irecv"})   # point-to-point receives
 
 
 def loc(rank: int, site: Any, role: str = "") -> Location | None:
@@ -110,6 +109,7 @@ class RankState:
     stale: bool = False
     ended_t: float | None = None
     hb_t: float | None = None
+    blocked: Location | None = None  # waiting at a sync point (not a collective call) for ``pending``
 
     @property
     def proof_waiting(self) -> bool:
@@ -150,6 +150,14 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
         return RankState(rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable,
                          ddp_fwd=ddp_fwd, stale=stale)
     stalled = now - rec.progress_t if rec.progress_t else 0.0
+    awaiting = hb.get("awaiting")
+    if awaiting and stalled >= cfg.settle and awaiting.get("seq") is not None:
+        # the main thread stopped moving while an asynchronous collective it issued is incomplete: it is
+        # blocked at a sync point (Work.wait(), .item(), synchronize) waiting for that collective
+        return RankState(rec.rank, "waiting", since=rec.progress_t, pending=awaiting,
+                         where=loc(rec.rank, awaiting.get("site"), "waiting") or where, seq=seq,
+                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale, hb_t=hb.get("t"),
+                         blocked=dataclasses.replace(where, role="blocked") if where else None)
     return RankState(rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale,
                      stalled_for=stalled)
 

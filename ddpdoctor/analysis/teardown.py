@@ -12,6 +12,7 @@ from ddpdoctor.record.reader import RunRecord
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """Findings about how ranks ended after their work (the known gloo abort at exit)."""
     hit = []
     for r, rec in record.ranks.items():
         fin = rec.event("finish")

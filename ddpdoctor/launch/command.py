@@ -12,6 +12,7 @@ import click
 from ddpdoctor.analysis.model import Config, ExitCode, Report
 from ddpdoctor.commands import CommandSpec
 from ddpdoctor.errors import DdpdoctorError
+from ddpdoctor.record import schema
 
 TORCHRUN_OPTIONS = [
     ("--nproc-per-node", str, "Workers per node (torchrun). Default: the number of GPUs, else 2."),
@@ -118,7 +119,7 @@ def attach_pictures(report: Report, record: Any, spec: CommandSpec | None, html_
     from ddpdoctor.render.pictures import PICTURES
 
     notes = list(report.notes)
-    reports = sorted(glob.glob(os.path.join(record.run_dir, "nsys", "*.nsys-rep")))
+    reports = sorted(glob.glob(os.path.join(record.run_dir, schema.NSYS_DIR, "*.nsys-rep")))
     if reports:
         notes.append("Nsight Systems reports: " + ", ".join(reports))
     for name in spec.pictures if spec else ():
@@ -185,8 +186,8 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
         "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat,
         "stop": {"steps": stop.steps, "epochs": stop.epochs}, **spec.settings(values)})
     if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
-        os.makedirs(os.path.join(path, "nsys"), mode=0o700, exist_ok=True)
-        wrapper = tuple(os.path.join(path, "nsys", "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
+        os.makedirs(os.path.join(path, schema.NSYS_DIR), mode=0o700, exist_ok=True)
+        wrapper = tuple(os.path.join(path, schema.NSYS_DIR, "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
     launch_spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper)
     if not quiet:
         click.echo(f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "

@@ -23,6 +23,7 @@ from ddpdoctor.analysis.model import Config
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader
 from ddpdoctor.record.writer import JsonlWriter
+from ddpdoctor.render import live as live_view
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ def _forward(pipe: Any, out: Any | None, log: Any) -> None:
 POLL_S = 0.2  # the heartbeat period is 0.25 s: polling faster only costs the ranks CPU
 
 
+def _title(record: Any, elapsed: float) -> str:
+    return f"{record.manifest.get('command') or ''} {elapsed:.0f} s"
+
+
 def _say(msg: str) -> None:
     print(f"ddpdoctor: {msg}", file=sys.stderr, flush=True)
 
@@ -116,6 +121,12 @@ class Monitor:
         out, err = (sys.stdout.buffer, sys.stderr.buffer) if self.echo else (None, None)
         if self.stdout_free and out is not None:
             out = sys.stderr.buffer
+        # on a terminal: a table per rank redrawn in place (render/live.py); the workers' lines go above it
+        view = live_view.start_view(sys.stderr) if self.live and self.echo else None
+        say = view.say if view else _say
+        rates = live_view.Rates()
+        if view:
+            out, err = view.route(out), view.route(err)
         pumps = [threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
                  threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True)]
         for t in pumps:
@@ -139,7 +150,7 @@ class Monitor:
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
-                        _say(f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
+                        say(f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
                              "collecting stacks and stopping the run")
                     self._collect_dumps(reader)
                     self.log.write(schema.K_KILL, None, reason="verdict")
@@ -149,13 +160,18 @@ class Monitor:
                 if done:
                     self.log.write(schema.K_KILL, None, reason=done)
                     if self.live:
-                        _say(f"{done}: ending the run")
+                        say(f"{done}: ending the run")
                     self.end_tree(proc)
                     break
                 if self.spec.max_time and now - t_start > self.spec.max_time:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
                     break
+                if view:
+                    rates.observe(record)
+                    view.update(live_view.build_view(record, now, self.cfg, rates, _title(record, now - t_start)))
+                    time.sleep(POLL_S)
+                    continue
                 text = live.status_line(record, self.cfg, now)
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
@@ -167,6 +183,13 @@ class Monitor:
             self._sweep()
             for t in pumps:
                 t.join(timeout=self.cfg.grace)
+            if view:
+                try:   # the last table stays on the screen: each rank's state at the end
+                    final = reader.refresh(full=False)
+                    view.update(live_view.build_view(final, time.time(), self.cfg, rates,
+                                                     _title(final, time.time() - t_start)))
+                finally:
+                    view.stop()
             tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
         return Outcome(self._signal is not None)

@@ -6,18 +6,16 @@ output; the only trace of ddpdoctor is its probes.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import sys
-import traceback
 import types
 from types import TracebackType
 from typing import Any
 
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, write_json_atomic
+from ddpdoctor.rank.rankfiles import enable_faulthandler, error_record, read_manifest
 
 # What torchrun adds to a worker's environment; removed again when the script starts its own ranks.
 TORCHRUN_ENV_PREFIXES = ("TORCHELASTIC_",)
@@ -26,26 +24,11 @@ TORCHRUN_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_R
                 "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "CUDA_MODULE_LOADING"}
 
 
-def read_manifest(run_dir: str) -> dict[str, Any]:
-    with open(os.path.join(run_dir, schema.MANIFEST), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def scrub_torchrun_env(user_keys: list[str]) -> None:
     keep = set(user_keys)
     for k in list(os.environ):
         if k not in keep and (k in TORCHRUN_ENV or k.startswith(TORCHRUN_ENV_PREFIXES)):
             del os.environ[k]
-
-
-def error_record(exc: BaseException) -> dict[str, Any]:
-    """The exception as JSON: type, message, frames (outermost first) and the user's line."""
-    from ddpdoctor.rank import sites
-
-    frames = [[fs.filename, fs.lineno, fs.name] for fs in traceback.extract_tb(exc.__traceback__)]
-    user = [f for f in frames if sites.is_user_file(f[0])]
-    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000],
-            "frames": frames[-40:], "user_frame": user[-1] if user else None, "pid": os.getpid()}
 
 
 def _trim(tb: TracebackType | None, script: str) -> TracebackType | None:
@@ -106,7 +89,7 @@ def main(argv: list[str]) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     p = probe.Probe(run_dir, rank, manifest)
-    _enable_faulthandler(p.dir)
+    enable_faulthandler(p.dir)
     p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
             world_size=int(os.environ.get("WORLD_SIZE", "1")))
     probe.install(p, manifest)
@@ -132,21 +115,3 @@ def _main_spawn(run_dir: str, manifest: dict[str, Any], script: str, args: list[
         log.write(schema.K_FINISH, None, code=code, error=error_record(exc) if exc is not None else None)
 
     return run_script(script, args, on_exit)
-
-
-def _enable_faulthandler(rank_dir: str) -> None:
-    """Fatal signals (SIGSEGV, SIGABRT) leave the Python stack in the run directory, not on stderr."""
-    import faulthandler
-
-    try:
-        # kept open for the life of the process
-        f = os.fdopen(os.open(os.path.join(rank_dir, schema.FATAL), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
-        faulthandler.enable(file=f, all_threads=True)
-        # where the rank was when something ended it (torchrun, ddpdoctor): dumped at C level, so it works
-        # while the main thread sits in a collective; chain=True keeps SIGTERM's effect and the script
-        # still sees SIG_DFL from signal.getsignal
-        t = os.fdopen(os.open(os.path.join(rank_dir, schema.TERMINATED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                              0o600), "w")
-        faulthandler.register(signal.SIGTERM, file=t, all_threads=True, chain=True)
-    except (OSError, AttributeError, RuntimeError):
-        pass

@@ -13,16 +13,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from ddpdoctor.rank import probe as _probe_mod
+from ddpdoctor.rank import active as _active
 from ddpdoctor.rank import sites
 from ddpdoctor.record import schema
 
 # Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
-SHAPED = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-          "reduce_scatter_tensor", "all_to_all_single"}
-P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
-OTHER = {"gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "all_gather_object",
-         "broadcast_object_list", "gather_object", "scatter_object_list"}
+SHAPED, P2P, OTHER = schema.SHAPED, schema.P2P, schema.OTHER
 WRAPPED = sorted(SHAPED | P2P | OTHER)
 
 _Tensor: Any = None        # torch.Tensor, set by install()
@@ -79,12 +75,13 @@ def _js(value: Any) -> str:
 def _ledger_line(rank: int, op: str, gname: str, s0: int, shapes: list, dtypes: list, site: list | None,
                  t0: float) -> bytes:
     """The ledger line of a collective as it is issued, formatted by hand (json.dumps costs more than the
-    collective's own Python). Its position is predicted (s0 + 1); the end line corrects the range."""
+    collective's own Python). Its position is predicted (s0 + 1); the end line corrects the range. Its
+    issue time is "t" (the reader sets "t0" from it: older runs wrote both)."""
     shp = "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
     dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
     st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
     return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t0!r},"op":{_js(op)},"group":{_js(gname)},'
-            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"t0":{t0!r},"st":"issued"}}\n'
+            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"st":"issued"}}\n'
             ).encode()
 
 
@@ -94,10 +91,44 @@ def _end_line(rank: int, gname: str, s0: int, s1: int | None, t1: float, is_asyn
             f'"s0":{s0 + 1},"s1":{s1s},"async":{"true" if is_async else "false"}}}\n').encode()
 
 
+# collectives that take async_op (NCCL runs them as async + wait so the Work is kept)
+ASYNCABLE = SHAPED | {"gather", "scatter", "all_to_all"}
+_nccl: dict[int, bool] = {}
+
+
+def _is_nccl(pg: Any) -> bool:
+    if pg is None:
+        return False
+    key = id(pg)
+    out = _nccl.get(key)
+    if out is None:
+        try:
+            import torch.distributed as dist
+
+            out = _nccl[key] = dist.get_backend(pg) == "nccl"
+        except Exception:
+            out = _nccl[key] = False
+    return out
+
+
+def _track(p: Any, out: Any, op: str, gname: str, s0: int, shapes: list, dtypes: list, site: Any, t0: float,
+           args: tuple, kwargs: dict) -> None:
+    """Hand the Work(s) of an asynchronous call to the heartbeat's tracker."""
+    works = getattr(p, "works", None)
+    if works is None or out is None:
+        return
+    peer = kwargs.get("src", kwargs.get("dst"))
+    if peer is None and op in P2P and len(args) > 1 and isinstance(args[1], int):
+        peer = args[1]
+    for w in (out if isinstance(out, list) else (out,)):
+        if hasattr(w, "is_completed"):
+            works.add(w, op, gname, s0 + 1, shapes, dtypes, site, t0, peer if isinstance(peer, int) else None)
+
+
 def _wrap(op: str, orig: Callable) -> Callable:
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        p = _probe_mod._probe
+        p = _active.probe
         if p is None or p.depth or threading.get_ident() != p.main_ident:
             return orig(*args, **kwargs)
         try:
@@ -114,8 +145,18 @@ def _wrap(op: str, orig: Callable) -> Callable:
         p.depth += 1
         out, failed = None, False
         tok = p.timeline.start(op, "comm") if p.timeline is not None else None
+        sync_nccl = False
         try:
+            if op in ASYNCABLE and not kwargs.get("async_op") and _is_nccl(pg):
+                # NCCL returns from a "synchronous" call once it is enqueued: issue it asynchronously and
+                # wait ourselves (the same semantics) so the Work can be asked whether it completed
+                kwargs["async_op"] = sync_nccl = True
             out = orig(*args, **kwargs)
+            if sync_nccl:
+                _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
+                if out is not None:
+                    out.wait()
+                return None
             return out
         except BaseException as e:
             failed = True
@@ -133,9 +174,12 @@ def _wrap(op: str, orig: Callable) -> Callable:
                     s1 = pg._get_sequence_number_for_group() if pg is not None else None
                 except Exception:
                     s1 = None
-                # async_op=True returns a Work that completes later (issue 9 tracks it); the call returned
-                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, time.time(), out is not None and
-                                               hasattr(out, "is_completed")))
+                # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
+                is_async = not sync_nccl and out is not None and (hasattr(out, "is_completed") or
+                                                                   isinstance(out, list))
+                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, time.time(), is_async))
+                if is_async:
+                    _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
 
     wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper

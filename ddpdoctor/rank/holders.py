@@ -99,9 +99,9 @@ def roots(frame: Any) -> list[tuple[str, Any, Holder | None, tuple]]:
             out.append((name, val, (name, ("name", name), scope), scope))
     # the user's modules that DDP wraps, even when no user frame names them (a framework built the DDP
     # around them: Lightning's Trainer.fit(MyModule()), Accelerate's prepare)
-    from ddpdoctor.rank import probe as probe_mod
+    from ddpdoctor.rank import active
 
-    p = probe_mod._probe
+    p = active.probe
     for ddp in list(getattr(p, "ddp_models", ()) or ()):
         try:
             subs = [m for m in ddp.module.modules() if _user_type(type(m))]

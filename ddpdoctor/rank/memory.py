@@ -26,6 +26,8 @@ from typing import Any
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
 from ddpdoctor.rank import census as census_mod
+from ddpdoctor.rank import nvml
+from ddpdoctor.rank.hooks import RankProbe
 
 LOCAL_EVERY = 5           # at most one graph scan per this many steps
 SCAN_BUDGET = 0.02        # share of the loop's time the graph scans may take
@@ -35,7 +37,9 @@ RSS_TRIGGER = 4 * 2**20   # RSS growth since the last census that makes one due 
 PLANNED = 8               # evenly spaced censuses when the run's length is known
 
 
-class Memory:
+class Memory(RankProbe):
+    """The memory probe of one rank: a step is an optimizer step, or a DDP forward where there is none."""
+
     def __init__(self, probe: Any, census_every: int | None, stop_steps: int | None = None) -> None:
         import psutil
 
@@ -59,8 +63,15 @@ class Memory:
         self.names: dict = {}     # holder -> its description (name, storing line): found once
         self.peak_cuda = -1
         self.cuda_dev: int | None = None
-        self.nvml: Any = None
         self.summaries: dict[str, str] = {}
+
+    # -- the protocol (rank/hooks.py) ------------------------------------------------------------------
+    def after_forward(self, model: Any) -> None:
+        if threading.get_ident() == self.p.main_ident:
+            self.on_step("ddp")
+
+    def after_optimizer_step(self, opt: Any) -> None:
+        self.on_step("optimizer")
 
     # -- per step ------------------------------------------------------------------------------------
     def on_step(self, source: str) -> None:
@@ -136,10 +147,7 @@ class Memory:
         try:
             import pynvml
 
-            if self.nvml is None:
-                pynvml.nvmlInit()
-                self.nvml = pynvml.nvmlDeviceGetHandleByIndex(dev)
-            info = pynvml.nvmlDeviceGetMemoryInfo(self.nvml)
+            info = pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(dev))
             return {"nvml_used": int(info.used), "nvml_total": int(info.total)}
         except Exception:
             return {}
@@ -147,7 +155,7 @@ class Memory:
     def _write_summary(self, which: str) -> None:
         text = self.summaries.get(which)
         if text:
-            path = os.path.join(self.p.dir, f"cuda_memory_summary_{which}.txt")
+            path = os.path.join(self.p.dir, schema.CUDA_SUMMARY.format(which))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)
@@ -207,7 +215,7 @@ class Memory:
         try:
             if self.step:
                 self.census(None, "finish", final=True)
-            self.w.write("mem_overhead", self.p.rank, step=self.step, censuses=self.censuses,
+            self.w.write(schema.K_MEM_OVERHEAD, self.p.rank, step=self.step, censuses=self.censuses,
                          overhead_s=round(self.overhead, 4))
         except Exception:
             pass
@@ -221,20 +229,14 @@ class Memory:
             pass
 
 
-def install(probe: Any, census_every: int | None) -> Memory:
-    import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
+def install(probe: Any, settings: Any = None) -> Memory:
+    """The memory probe; ``settings``: {"census_every": N or None}; the run's --steps come from the manifest."""
+    census_every = settings.get("census_every") if isinstance(settings, dict) else None
     stop = None
     try:
-        from ddpdoctor.rank.bootstrap import read_manifest
+        from ddpdoctor.rank.rankfiles import read_manifest
 
         stop = (read_manifest(probe.run_dir).get("stop") or {}).get("steps")
     except Exception:
         pass
-    m = Memory(probe, census_every, int(stop) if stop else None)
-    probe.memory = m
-    register_optimizer_step_post_hook(
-        lambda _o, _a, _k: m.on_step("optimizer") if threading.get_ident() == probe.main_ident else None)
-    _ = torch
-    return m
+    return Memory(probe, census_every, int(stop) if stop else None)

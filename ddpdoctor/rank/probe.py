@@ -15,15 +15,26 @@ import signal
 import sys
 import threading
 import time
+import types
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter
-from ddpdoctor.rank import sites
+from ddpdoctor.record.writer import JsonlWriter, RingWriter
+from ddpdoctor.rank import active, hooks, sites
 
-_probe: "Probe | None" = None
 # training frameworks whose layers a diagnosis names (imported by the time they init the process group)
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers", "deepspeed")
+
+
+def _ring_size(env: str, configured: Any, default: int) -> int:
+    """A ring size from the environment, else the manifest, else the default (at least 16)."""
+    for v in (os.environ.get(env), configured):
+        try:
+            if v is not None:
+                return max(16, int(v))
+        except (TypeError, ValueError):
+            pass
+    return default
 
 
 class Probe:
@@ -34,9 +45,15 @@ class Probe:
         os.makedirs(d, mode=0o700, exist_ok=True)
         self.dir = d
         self.events = JsonlWriter(os.path.join(d, schema.EVENTS))
-        self.hb = JsonlWriter(os.path.join(d, schema.HEARTBEAT))
-        self.ledger = JsonlWriter(os.path.join(d, schema.LEDGER))
+        # bounded files (issue 10): the last LEDGER_RING..2x collectives (two lines each), HB_RING..2x beats
+        ring = _ring_size("DDPDOCTOR_LEDGER_RING", manifest.get("ledger_ring"), schema.LEDGER_RING)
+        self.hb = RingWriter(os.path.join(d, schema.HEARTBEAT),
+                             _ring_size("DDPDOCTOR_HB_RING", manifest.get("hb_ring"), schema.HB_RING), shared=True)
+        self.ledger = RingWriter(os.path.join(d, schema.LEDGER), 2 * ring)
         self.stacks = JsonlWriter(os.path.join(d, schema.STACKS))
+        from ddpdoctor.rank.works import WorkTracker
+
+        self.works = WorkTracker()   # Works of async collectives until they complete (heartbeat polls)
         self.interval = float(manifest.get("heartbeat_s", 0.25))
         self.monitor_pid = manifest.get("monitor_pid")
         self.monitor_ctime = manifest.get("monitor_create_time")
@@ -52,9 +69,13 @@ class Probe:
         self.ddp_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.groups: dict[str, Any] = {}
         self.depth = 0
-        self.checks: Any = None       # ddpdoctor.rank.checks.Checks when the run checks data/state
-        self.memory: Any = None       # ddpdoctor.rank.memory.Memory when the run samples memory
         self.timeline: Any = None     # ddpdoctor.rank.timeline.Timeline when the run is profiled
+        # the rank probes the manifest asked for (rank/hooks.py), and their hooks as tuples of bound methods
+        self.probes: list[hooks.RankProbe] = []
+        self.fwd_before: tuple = ()
+        self.fwd_after: tuple = ()
+        self.opt_before: tuple = ()
+        self.opt_after: tuple = ()
         self.dump_id = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,12 +87,8 @@ class Probe:
         self._thread.start()
 
     def finish(self, code: int | str | None, **fields: Any) -> None:
-        if self.checks is not None:
-            self.checks.finish()
-        if self.memory is not None:
-            self.memory.finish()
-        if self.timeline is not None:
-            self.timeline.finish()
+        for fin in hooks.bound(self.probes, "finish"):
+            fin()
         self.tick(final=True)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
                           seq=self.seqs(), **fields)
@@ -118,7 +135,12 @@ class Probe:
             op, gname, _s0, shapes, dtypes, site, t0 = pend
             pending = {"op": op, "group": gname, "seq": seq.get(gname), "shapes": shapes, "dtypes": dtypes,
                        "site": site, "since": t0}
+        try:
+            awaiting = self.works.poll()
+        except Exception:
+            awaiting = None
         self.hb.write(schema.K_HB, self.rank, step=self.ddp_fwd, ncoll=self.ncoll, seq=seq, pending=pending,
+                      awaiting=awaiting,
                       where=sites.user_site(frame), in_backward=sites.in_backward(frame) if frame else False,
                       in_ddp_forward=self.in_ddp_fwd, final=final or None, cpu=round(time.process_time(), 3))
         if self.timeline is not None:
@@ -157,7 +179,7 @@ class Probe:
         except Exception:
             alive = False
         if not alive:
-            self.events.write("orphaned", self.rank, monitor_pid=self.monitor_pid)
+            self.events.write(schema.K_ORPHANED, self.rank, monitor_pid=self.monitor_pid)
             os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -183,7 +205,7 @@ class Counters:
     """Counts kept in a shared memory map of a small JSON file: the training thread updates them in
     well under a microsecond, and they survive a rank that aborts (the page cache keeps them)."""
 
-    _TEMPLATE = b'{"v":1,"kind":"counters","ddp_fwd":%12d}\n'
+    _TEMPLATE = b'{"v":1,"kind":"%s","ddp_fwd":%%12d}\n' % schema.K_COUNTERS.encode()
 
     def __init__(self, path: str) -> None:
         import mmap
@@ -209,27 +231,18 @@ class Counters:
 def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     """Wrap the public collectives, init_process_group, DDP.forward and DataLoader.__iter__; add the
     probes the run asked for in its manifest. Idempotent."""
-    global _probe
-    _probe = probe
-    import torch
+    active.probe = probe
     import torch.distributed as dist
 
     from ddpdoctor.rank import collectives
 
-    checks = (manifest or {}).get("checks")
-    if checks:
-        from ddpdoctor.rank import checks as checks_mod
-
-        checks_mod.install(probe, int(checks.get("every", 10)))
-    memory = (manifest or {}).get("memory")
-    if memory:
-        from ddpdoctor.rank import memory as memory_mod
-
-        memory_mod.install(probe, memory.get("census_every"))
-    if (manifest or {}).get("profile"):
-        from ddpdoctor.rank import timeline as timeline_mod
-
-        timeline_mod.install(probe, (manifest or {}).get("profile"))
+    probe.probes = hooks.install_all(probe, manifest or {})
+    probe.fwd_before = hooks.bound(probe.probes, "on_forward")
+    probe.fwd_after = hooks.bound(probe.probes, "after_forward")
+    probe.opt_before = hooks.bound(probe.probes, "on_optimizer_step")
+    probe.opt_after = hooks.bound(probe.probes, "after_optimizer_step")
+    if probe.opt_before or probe.opt_after:
+        _install_optimizer_hooks()
 
     sites.reset_prefixes()
     collectives.install(dist)
@@ -239,7 +252,7 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
         @functools.wraps(init)
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
             out = init(*args, **kwargs)
-            p = _probe
+            p = active.probe
             if p is not None:
                 try:
                     pg = dist.distributed_c10d._get_default_group()
@@ -260,26 +273,30 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     if not hasattr(fwd, "__ddpdoctor_wrapped__"):
         @functools.wraps(fwd)
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            p = _probe
+            p = active.probe
             if p is None:
                 return fwd(self, *args, **kwargs)
             p.ddp_fwd += 1
             if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
                 p.ddp_models.add(self)
             p.counters.set_ddp_fwd(p.ddp_fwd)
-            c = p.checks
-            if c is not None and torch.is_grad_enabled():
-                if self.require_backward_grad_sync:
-                    c.synced += 1
-                else:
-                    c.unsynced += 1
+            if p.fwd_before:     # the rank probes' hooks (rank/hooks.py); a probe bug never reaches the script
+                try:
+                    for h in p.fwd_before:
+                        h(self)
+                except Exception:
+                    pass
             p.in_ddp_fwd = True
             try:
                 return fwd(self, *args, **kwargs)
             finally:
                 p.in_ddp_fwd = False
-                if p.memory is not None and threading.get_ident() == p.main_ident:
-                    p.memory.on_step("ddp")
+                if p.fwd_after:
+                    try:
+                        for h in p.fwd_after:
+                            h(self)
+                    except Exception:
+                        pass
 
         forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
         DDP.forward = forward
@@ -289,7 +306,7 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     if not hasattr(join_hook, "__ddpdoctor_wrapped__"):
         @functools.wraps(join_hook)
         def ddp_join_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-            p = _probe
+            p = active.probe
             if p is not None:
                 p.events.write(schema.K_JOIN, p.rank, site=sites.user_site(sys._getframe(1)))
             return join_hook(self, *args, **kwargs)
@@ -303,7 +320,7 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     if not hasattr(it, "__ddpdoctor_wrapped__"):
         @functools.wraps(it)
         def __iter__(self: Any) -> Any:
-            p = _probe
+            p = active.probe
             if p is not None and threading.get_ident() == p.main_ident:
                 try:
                     n = len(self)
@@ -313,7 +330,7 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
                 if sampler is None:
                     sampler = getattr(self, "sampler", None)
                 inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
-                p.events.write("dataloader", p.rank, len=n, site=sites.user_site(sys._getframe(1)),
+                p.events.write(schema.K_DATALOADER, p.rank, len=n, site=sites.user_site(sys._getframe(1)),
                                sampler=type(inner).__name__ if inner is not None else None)
             return it(self)
 
@@ -323,6 +340,39 @@ def install(probe: Probe, manifest: dict[str, Any] | None = None) -> None:
     rebind_user_imports(dist)
 
 
+def _install_optimizer_hooks() -> None:
+    """One pair of torch's global optimizer-step hooks that call the probes' hooks (main thread only)."""
+    global _opt_hooks
+    if _opt_hooks:
+        return
+    _opt_hooks = True
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def pre(opt: Any, _a: Any, _k: Any) -> None:
+        p = active.probe
+        if p is not None and threading.get_ident() == p.main_ident:
+            try:
+                for h in p.opt_before:
+                    h(opt)
+            except Exception:  # a probe bug never reaches the script's optimizer step
+                pass
+
+    def post(opt: Any, _a: Any, _k: Any) -> None:
+        p = active.probe
+        if p is not None and threading.get_ident() == p.main_ident:
+            try:
+                for h in p.opt_after:
+                    h(opt)
+            except Exception:  # a probe bug never reaches the script's optimizer step
+                pass
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
+
+
+_opt_hooks = False
+
+
 def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:
     """``from torch.distributed import init_process_group, all_reduce`` in a module imported before the probes
     were installed (an mp.spawn child unpickles its target, importing the script first) holds the unwrapped
@@ -330,11 +380,13 @@ def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:
     of the spawn target: multiprocessing runs the script with runpy, whose functions keep a copy of the
     module's dict)."""
     wrapped = {}
-    for name in dir(dist):
-        fn = getattr(dist, name, None)
-        orig = getattr(fn, "__ddpdoctor_wrapped__", None)
-        if orig is not None:
-            wrapped[id(orig)] = fn
+    for fn in list(vars(dist).values()):
+        # plain functions only: touching other attributes (the deprecated ``reduce_op``) would print a
+        # FutureWarning into the user's stderr
+        if type(fn) is types.FunctionType:   # not isinstance: that asks the object for __class__
+            orig = fn.__dict__.get("__ddpdoctor_wrapped__")
+            if orig is not None:
+                wrapped[id(orig)] = fn
     spaces = [vars(m) for m in list(sys.modules.values())
               if getattr(m, "__file__", None) and sites.is_user_file(m.__file__)] + list(namespaces)
     for ns in spaces:

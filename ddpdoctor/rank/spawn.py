@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import write_json_atomic
+from ddpdoctor.rank import rankfiles
 
 
 class ProbedEntry:
@@ -24,11 +25,11 @@ class ProbedEntry:
         self.run_dir = run_dir
 
     def __call__(self, i: int, *args: Any) -> Any:
-        from ddpdoctor.rank import bootstrap, probe
+        from ddpdoctor.rank import probe
 
-        manifest = bootstrap.read_manifest(self.run_dir)
+        manifest = rankfiles.read_manifest(self.run_dir)
         p = probe.Probe(self.run_dir, i, manifest)
-        bootstrap._enable_faulthandler(p.dir)
+        rankfiles.enable_faulthandler(p.dir)
         p.start(local_rank=i, host=socket.gethostname(), script=sys.argv[0], spawned=True)
         probe.install(p, manifest)
         import torch.distributed as dist
@@ -40,7 +41,7 @@ class ProbedEntry:
             p.finish(e.code if isinstance(e.code, int) or e.code is None else 1, exception=False)
             raise
         except BaseException as e:
-            write_json_atomic(os.path.join(p.dir, schema.ERROR), bootstrap.error_record(e))
+            write_json_atomic(os.path.join(p.dir, schema.ERROR), rankfiles.error_record(e))
             p.finish(1, exception=True)
             raise
         p.finish(0, exception=False)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import schema
+from .writer import prev_path
 
 
 class RunDirError(Exception):
@@ -27,7 +29,8 @@ class RankRecord:
     n_hb: int = 0
     seq_changed_t: float | None = None   # when this rank's collective sequence numbers last moved
     progress_t: float | None = None   # when it last showed progress: a step, a collective, a new line, CPU time
-    ledger: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)   # the latest collectives (bounded)
+    ledger_trimmed: bool = False   # older collectives were rotated away (ring) or dropped from memory
     stacks: dict[str, Any] | None = None  # the latest dump
     checks: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
@@ -102,28 +105,86 @@ def read_manifest(run_dir: str) -> dict[str, Any]:
 
 
 class _Tail:
-    """Incremental reader of one JSON-lines file."""
+    """Incremental reader of one JSON-lines file. ``ring=True``: the file may be rotated by a
+    :class:`~ddpdoctor.record.writer.RingWriter` (renamed to ``<name>.prev.jsonl``): the first read takes
+    the previous segment then the current file; a later read that finds a new file finishes the old one
+    (now the previous segment, recognised by its inode) first. A segment rotated away unread is skipped."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, ring: bool = False, fast: bool = False) -> None:
         self.path = path
+        self.fast = fast   # ledger lines: parse the rank side's own layouts without json (see _fast_ledger)
         self.offset = 0
         self.partial = b""
+        self.ring = ring
+        self.ino: int | None = None
+        self.head = b""   # the first bytes of the file being read (ring)
+        self.skipped = False   # lines were rotated away before this reader saw them
 
     def new_records(self) -> list[dict[str, Any]]:
+        if not self.ring:
+            try:
+                with open(self.path, "rb") as f:
+                    return self._parse(self._read(f))
+            except OSError:
+                return []
+        # a file is known by its inode and its first bytes (a deleted segment's inode is soon reused)
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            f = open(self.path, "rb")
         except OSError:
             return []
+        with f:
+            chunks: list[bytes] = []
+            if not self._same(f):
+                try:
+                    with open(prev_path(self.path), "rb") as pf:
+                        if self.ino is None:
+                            self.skipped = True   # rotated at least once before this reader's first look
+                            chunks.append(self._read(pf))
+                        elif self._same(pf):
+                            chunks.append(self._read(pf))
+                        else:
+                            self.skipped = True
+                except OSError:
+                    if self.ino is not None:
+                        self.skipped = True
+                out = self._parse(b"".join(chunks))
+                self.ino, self.offset, self.partial, self.head = os.fstat(f.fileno()).st_ino, 0, b"", b""
+                return out + self._parse(self._read(f))
+            return self._parse(self._read(f))
+
+    def _same(self, f: Any) -> bool:
+        if self.ino is None or os.fstat(f.fileno()).st_ino != self.ino:
+            return False
+        return not self.head or os.pread(f.fileno(), len(self.head), 0) == self.head
+
+    def _read(self, f: Any) -> bytes:
+        try:
+            f.seek(self.offset)
+            data = f.read()
+        except OSError:
+            return b""
+        if self.offset == 0 and data:
+            self.head = data[:64]
         self.offset += len(data)
+        return data
+
+    def _parse(self, data: bytes) -> list[dict[str, Any]]:
+        if not data:
+            return []
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()  # b"" when the data ended with a newline
         out = []
+        loads = json.loads
+        fast = _fast_ledger if self.fast else None
         for raw in lines:
+            if fast is not None:
+                rec = fast(raw)
+                if rec is not None:
+                    out.append(rec)
+                    continue
             try:
-                rec = json.loads(raw)
+                rec = loads(raw)
             except ValueError:
                 continue  # a line cut by a kill in the middle of a write
             if isinstance(rec, dict):
@@ -131,21 +192,83 @@ class _Tail:
         return out
 
 
+# Ledger lines come by the thousand per rank and differ only in their times and positions: the parts that
+# repeat (op, group, shapes, dtypes, call site) are decoded once and shared. A line of any other layout
+# (an error, an older run) goes to json.loads.
+_COLL_HEAD = b'{"v":1,"kind":"coll","rank":'
+_CEND_HEAD = b'{"v":1,"kind":"cend","rank":'
+_ISSUED = b',"st":"issued"}'
+_coll_parts: dict[bytes, dict[str, Any]] = {}
+_cend_parts: dict[bytes, dict[str, Any]] = {}
+
+
+def _fast_ledger(raw: bytes) -> dict[str, Any] | None:
+    try:
+        if raw.startswith(_COLL_HEAD) and raw.endswith(_ISSUED):
+            i = raw.index(b',"t":', 28)
+            j = raw.index(b',"op":', i)
+            k = raw.index(b',"seq":[', j)
+            m = raw.index(b"]", k)
+            n = raw.find(b',"t0":', m)   # older runs repeat the time as "t0"
+            if n < 0:
+                n = len(raw) - len(_ISSUED)
+            key = raw[j:k] + raw[m + 1:n]
+            parts = _coll_parts.get(key)
+            if parts is None:
+                parts = json.loads(b"{" + key[1:] + b"}")
+                if len(_coll_parts) < 100000:
+                    _coll_parts[key] = parts
+            a, b = raw[k + 8:m].split(b",")
+            t = float(raw[i + 5:j])
+            e = {"v": 1, "kind": "coll", "rank": int(raw[28:i]), "t": t}
+            e.update(parts)
+            e["seq"] = [int(a), int(b)]
+            e["t0"] = t
+            e["st"] = "issued"
+            return e
+        if raw.startswith(_CEND_HEAD) and raw.endswith(b"}"):
+            i = raw.index(b',"t":', 28)
+            j = raw.index(b',"group":', i)
+            k = raw.index(b',"s0":', j)
+            m = raw.index(b',"s1":', k)
+            n = raw.index(b',"async":', m)
+            key = raw[j:k] + raw[n:]
+            parts = _cend_parts.get(key)
+            if parts is None:
+                parts = json.loads(b"{" + key[1:])
+                if len(_cend_parts) < 100000:
+                    _cend_parts[key] = parts
+            s1 = raw[m + 6:n]
+            e = {"v": 1, "kind": "cend", "rank": int(raw[28:i]), "t": float(raw[i + 5:j]), "s0": int(raw[k + 6:m]),
+                 "s1": None if s1 == b"null" else int(s1)}
+            e.update(parts)
+            return e
+    except ValueError:
+        return None
+    return None
+
+
 class RunReader:
     """Reads a run directory incrementally: call :meth:`refresh` as often as you like."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = None) -> None:
         self.run_dir = run_dir
+        # one-shot reading (analyze): ranks whose ledgers are the same but for times share their entries
+        self.share = share
         self.manifest = read_manifest(run_dir)
         self._tails: dict[str, _Tail] = {}
         self._ranks: dict[int, RankRecord] = {}
         self._monitor: list[dict[str, Any]] = []
         self._launcher: list[dict[str, Any]] = []
+        # the ledger kept in memory: twice the ring on disk (the rank's ring size may come from its env)
+        ring = self.manifest.get("ledger_ring")
+        self.ledger_cap = 2 * max(schema.LEDGER_RING, int(ring) if isinstance(ring, int) else 0)
+        self._open: dict[int, dict[tuple, dict[str, Any]]] = {}   # rank -> issued collectives awaiting cend
 
-    def _tail(self, path: str) -> _Tail:
+    def _tail(self, path: str, ring: bool = False, fast: bool = False) -> _Tail:
         t = self._tails.get(path)
         if t is None:
-            t = self._tails[path] = _Tail(path)
+            t = self._tails[path] = _Tail(path, ring, fast)
         return t
 
     def refresh(self, full: bool = True) -> RunRecord:
@@ -165,7 +288,7 @@ class RunReader:
             rec = self._ranks.get(r) or self._ranks.setdefault(r, RankRecord(rank=r))
             d = os.path.join(ranks_dir, name)
             rec.events += self._tail(os.path.join(d, schema.EVENTS)).new_records()
-            for hb in self._tail(os.path.join(d, schema.HEARTBEAT)).new_records():
+            for hb in self._tail(os.path.join(d, schema.HEARTBEAT), ring=True).new_records():
                 prev = rec.last_hb
                 if prev is None or prev.get("seq") != hb.get("seq"):
                     rec.seq_changed_t = hb.get("t")
@@ -174,7 +297,16 @@ class RunReader:
                 rec.last_hb = hb
                 rec.n_hb += 1
             if full:
-                _fold_ledger(rec.ledger, self._tail(os.path.join(d, schema.LEDGER)).new_records())
+                lp = os.path.join(d, schema.LEDGER)
+                if self.share is not None and lp not in self._tails:
+                    rec.ledger, rec.ledger_trimmed = _read_ledger_shared(lp, self.share)
+                else:
+                    lt = self._tail(lp, ring=True, fast=True)
+                    _fold_ledger(rec.ledger, lt.new_records(), self._open.setdefault(r, {}))
+                    rec.ledger_trimmed = rec.ledger_trimmed or lt.skipped
+                if len(rec.ledger) > self.ledger_cap:
+                    del rec.ledger[:len(rec.ledger) - self.ledger_cap // 2]
+                    rec.ledger_trimmed = True
                 rec.checks += self._tail(os.path.join(d, schema.CHECKS)).new_records()
                 rec.fingerprints += self._tail(os.path.join(d, schema.FINGERPRINTS)).new_records()
                 rec.memory += self._tail(os.path.join(d, schema.MEMORY)).new_records()
@@ -236,7 +368,7 @@ _BUSY_CPU = 0.03  # CPU seconds per wall second that count as progress (16 ranks
 
 
 def _progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
-    if any(prev.get(k) != hb.get(k) for k in ("seq", "step", "ncoll", "where", "pending")):
+    if any(prev.get(k) != hb.get(k) for k in ("seq", "step", "ncoll", "where", "pending", "awaiting")):
         return True
     dt = float(hb.get("t") or 0) - float(prev.get("t") or 0)
     cpu0, cpu1 = prev.get("cpu"), hb.get("cpu")
@@ -245,22 +377,69 @@ def _progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
     return dt > 0 and (float(cpu1) - float(cpu0)) / dt > _BUSY_CPU
 
 
-def _fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]]) -> None:
+def _fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]],
+                 open_: dict[tuple, dict[str, Any]] | None = None) -> None:
     """A collective is written when issued ("st": "issued", its position predicted) and ended by a
-    ``cend`` line (its real range, or the error it raised). Entries without "st" (older runs) are done."""
+    ``cend`` line (its real range, or the error it raised). Entries without "st" (older runs) are done.
+    ``open_`` indexes the issued entries awaiting their end by (group, s0) (kept across calls by the
+    incremental reader; at most 64, the oldest dropped); a ``cend`` whose ``coll`` was rotated away is
+    dropped."""
+    if open_ is None:
+        open_ = {}
+    end = schema.K_COLL_END
     for e in lines:
-        if e.get("kind") != schema.K_COLL_END:
+        if e.get("kind") != end:
+            if "t0" not in e:
+                e["t0"] = e.get("t")
             ledger.append(e)
+            rng = e.get("seq")
+            if e.get("st") == "issued" and rng:
+                open_[(e.get("group"), rng[0])] = e
+                if len(open_) > 64:
+                    del open_[next(iter(open_))]
             continue
-        for c in reversed(ledger[-64:]):
-            rng = c.get("seq")
-            if c.get("group") == e.get("group") and rng and rng[0] == e.get("s0") and c.get("st") == "issued":
-                if e.get("s1") is not None:
-                    c["seq"] = [rng[0], int(e["s1"])]
-                c["t1"] = e.get("t")
-                c["err"] = e.get("err")
-                c["st"] = "error" if e.get("err") else ("async" if e.get("async") else "done")
-                break
+        c = open_.pop((e.get("group"), e.get("s0")), None)
+        if c is None:
+            continue
+        if e.get("s1") is not None:
+            c["seq"] = [c["seq"][0], int(e["s1"])]
+        c["t1"] = e.get("t")
+        c["err"] = e.get("err")
+        c["st"] = "error" if e.get("err") else ("async" if e.get("async") else "done")
+
+
+# what differs between the ledgers of ranks that made the same collectives: the rank and the times
+_VOLATILE = re.compile(rb'"rank":-?\d+,"t":[-+.\deE]+|"t0":[-+.\deE]+|"t1":[-+.\deE]+')
+
+
+def _read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], bool]:
+    """A rank's whole ledger ring (previous segment, then the current one), folded. At scale most ranks
+    made the same collectives from the same lines: a ledger equal to one already read but for the rank
+    and the times shares that one's entries (their ``rank`` and times are the first such rank's), which
+    keeps ``analyze`` of thousands of ranks linear in the distinct ledgers, not in all lines."""
+    chunks = []
+    trimmed = False
+    for p in (prev_path(path), path):
+        try:
+            with open(p, "rb") as f:
+                chunks.append(f.read())
+            if p != path:
+                trimmed = True   # rotated at least once: older collectives may be gone
+        except OSError:
+            pass
+    data = b"".join(chunks)
+    cut = data.rfind(b"\n") + 1
+    data = data[:cut]   # a line cut by a kill stays out (as the incremental reader skips it)
+    stripped = _VOLATILE.sub(b"", data)
+    key = (len(stripped), hash(stripped), trimmed)
+    got = share.get(key)
+    if got is not None:
+        return list(got), trimmed
+    t = _Tail(path, fast=True)
+    ledger: list[dict[str, Any]] = []
+    _fold_ledger(ledger, t._parse(data), {})
+    share[key] = ledger
+    return list(ledger), trimmed
 
 
 def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:
@@ -271,9 +450,9 @@ def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:
     return local_rank
 
 
-def load_run(run_dir: str) -> RunRecord:
+def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = None) -> RunRecord:
     """Load a whole run directory (``ddpdoctor analyze``)."""
-    reader = RunReader(run_dir)
+    reader = RunReader(run_dir, {} if share is None else share)
     record = reader.refresh()
     reader.attach_logs(record)
     return record
@@ -282,7 +461,8 @@ def load_run(run_dir: str) -> RunRecord:
 def load_runs(run_dirs: list[str]) -> RunRecord:
     """Load the run directories of one job's nodes (each node's ddpdoctor keeps its own ranks) as one
     record: ranks are global, so they merge; the first directory's manifest speaks for the job."""
-    records = [load_run(d) for d in run_dirs]
+    share: dict[tuple, list[dict[str, Any]]] = {}
+    records = [load_run(d, share) for d in run_dirs]
     if len(records) == 1:
         return records[0]
     first = records[0]

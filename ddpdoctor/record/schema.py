@@ -8,8 +8,10 @@ Stdlib only. A run directory looks like::
     logs/                         torchrun --log-dir (per-rank stdout.log / stderr.log)
     torchrun.log                  torchrun's own messages (agent log, failure summary)
     ranks/<r>/events.jsonl        start, init, finish, exit records of rank r
-    ranks/<r>/heartbeat.jsonl     one line per heartbeat tick
-    ranks/<r>/ledger.jsonl        one line per collective as issued, one when it returns (cend)
+    ranks/<r>/heartbeat.jsonl     one line per heartbeat tick (a ring: see below)
+    ranks/<r>/heartbeat.prev.jsonl  the previous heartbeat segment
+    ranks/<r>/ledger.jsonl        one line per collective as issued, one when it returns (cend) (a ring)
+    ranks/<r>/ledger.prev.jsonl   the previous ledger segment
     ranks/<r>/checks.jsonl        check probes: sampler epochs and indices, loaders, seeds, DDP, saves
     ranks/<r>/timeline.jsonl      profile: one line per range (name, category, thread, start/end ns)
     ranks/<r>/memory.jsonl        per-step memory (RSS, CUDA) and tensor/graph censuses
@@ -21,6 +23,14 @@ Stdlib only. A run directory looks like::
     ranks/<r>/terminated.txt      faulthandler's stacks if rank r was ended with SIGTERM
 
 Every line of a .jsonl file is one JSON object with ``v``, ``kind``, ``rank`` and ``t``.
+
+Rings (issue 10): the ledger and the heartbeat file are bounded. After ``2 * LEDGER_RING`` ledger lines
+(``HB_RING`` heartbeat lines) the file is renamed to ``<name>.prev.jsonl`` (replacing the older
+segment) and a fresh one started, so at least the last ``LEDGER_RING`` collectives (``HB_RING`` beats)
+and at most twice that stay on disk. A reader reads ``.prev`` then the current file; a ``cend`` line whose
+``coll`` was rotated away is dropped. Run directories without ``.prev`` files (older runs) read the same.
+Running counts survive the ring: each heartbeat and the finish event carry ``ncoll`` and ``seq``
+(per group, the whole run's count).
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ TORCHRUN_LOG = "torchrun.log"       # torchrun's own agent output (not the worke
 EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
+LEDGER_RING = 4096   # collectives kept at least (DDPDOCTOR_LEDGER_RING or manifest "ledger_ring")
+HB_RING = 512        # heartbeats kept at least (DDPDOCTOR_HB_RING or manifest "hb_ring")
 STACKS = "stacks.jsonl"
 CHECKS = "checks.jsonl"          # check probes: samplers, loaders, seeds, DDP flags, saves, steps
 TIMELINE = "timeline.jsonl"      # profile: ranges (step, forward, backward, optimizer, comm, data)
@@ -68,3 +80,46 @@ K_EXIT = "exit"            # monitor: torchrun ended (returncode)
 K_KILL = "kill"            # monitor: the process tree was ended (reason)
 K_SPAWNED = "spawned"      # monitor: torchrun started (pid)
 K_JOIN = "join"            # rank: the script entered DDP's join() context (uneven inputs by design)
+K_ORPHANED = "orphaned"    # rank: the monitor is gone; the rank ends itself (events.jsonl)
+K_DATALOADER = "dataloader"  # rank: a DataLoader iteration began (len, sampler, site) (events.jsonl)
+
+# check probes (checks.jsonl)
+K_SAMPLER_INIT = "sampler_init"    # a DistributedSampler was built
+K_SAMPLER = "sampler"              # one pass of a DistributedSampler: its indices (or their digest)
+K_SAMPLER_END = "sampler_end"      # ... its window closed (consumed, exhausted, steps inside)
+K_SAMPLER_TRAIN = "sampler_train"  # ... a step or a forward with grad ran inside it
+K_SET_EPOCH = "set_epoch"          # sampler.set_epoch(e)
+K_LOADER = "loader"                # a DataLoader was built (sampler chain, data set, shard layer)
+K_LOADER_PASS = "loader_pass"      # what one pass of a DataLoader iterator fetched
+K_LOADER_TRAIN = "loader_train"    # a loader fed training (once per loader and cause)
+K_OPTSTEP = "optstep"              # an optimizer step (the first OPTSTEP_DETAIL of them)
+K_ACCUM_SUMMARY = "accum_summary"  # synced/unsynced forwards per optimizer step, as a histogram
+K_SEED = "seed"                    # torch.manual_seed(s)
+K_DDP = "ddp"                      # a DDP model was built (flags, batchnorm, RNG digests)
+K_RNG_FIRST_STEP = "rng_first_step"  # RNG digests at the first training forward
+K_SAVE = "save"                    # torch.save (path, step)
+K_COUNTERS = "counters"            # counters.json's one object
+
+# memory probes (memory.jsonl)
+K_MEM_OVERHEAD = "mem_overhead"    # what the scans and censuses cost
+CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/peak/last, per rank
+
+# profile (timeline.jsonl)
+K_SAMPLES = "samples"              # main-thread line samples per phase (deltas)
+K_PROFILE_INFO = "profile_info"    # steps, buckets, AMP, sampling period
+
+# files the tool writes into the run directory after the run
+TRACE_JSON = "trace.json"          # Perfetto/Chrome trace of every rank's ranges
+MEMORY_SVG = "memory.svg"          # RSS / CUDA / census curves
+NSYS_DIR = "nsys"                  # Nsight Systems reports, one per rank (profile --nsys)
+REPORT_HTML = "report.html"        # the report with its pictures, for a browser
+
+# collectives: the vocabulary both sides use
+SHAPED = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                    "reduce_scatter_tensor", "all_to_all_single"})  # tensor shapes must agree across ranks
+P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+OTHER = frozenset({"gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "all_gather_object",
+                   "broadcast_object_list", "gather_object", "scatter_object_list"})  # only the op is compared
+# `ddpdoctor attach` (a job started without ddpdoctor; stacks read from outside with py-spy)
+CMD_ATTACH = "attach"      # manifest "command" of an attach run directory
+K_GONE = "gone"            # attach: a rank of this node had exited before ddpdoctor attached

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -44,6 +45,47 @@ class JsonlWriter:
             except OSError:
                 pass
             self._fd = None
+
+
+def prev_path(path: str) -> str:
+    """The previous segment of a ring file: ``ledger.jsonl`` -> ``ledger.prev.jsonl``."""
+    base, ext = os.path.splitext(path)
+    return f"{base}.prev{ext}"
+
+
+class RingWriter(JsonlWriter):
+    """A :class:`JsonlWriter` of bounded size: after ``seg_lines`` lines the file is renamed to its
+    previous segment (``<name>.prev.jsonl``, replacing the older one) and a fresh file is started, so
+    between ``seg_lines`` and ``2 * seg_lines`` of the latest lines stay on disk. Each line is still one
+    ``os.write``; a rotation costs a rename, a close and an open once every ``seg_lines`` lines.
+    ``shared=True`` serialises every write with a lock (a writer used by several threads: the heartbeat);
+    the ledger is written by the training thread alone and takes no lock."""
+
+    def __init__(self, path: str, seg_lines: int, shared: bool = False) -> None:
+        super().__init__(path)
+        self.seg_lines = max(1, int(seg_lines))
+        self._n = 0
+        self.rotations = 0
+        self._lock = threading.Lock() if shared else None
+
+    def write_bytes(self, data: bytes) -> None:
+        if self._lock is not None:
+            with self._lock:
+                self._write(data)
+        else:
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self._n >= self.seg_lines:
+            try:
+                os.replace(self.path, prev_path(self.path))
+            except OSError:
+                pass
+            self.close()   # the next write opens a fresh file
+            self._n = 0
+            self.rotations += 1
+        self._n += 1
+        JsonlWriter.write_bytes(self, data)
 
 
 def write_json_atomic(path: str, obj: Any) -> None:

@@ -21,20 +21,24 @@ def _divergence(report: Report) -> tuple[dict[str, Any], tuple[int, ...]] | None
     return None
 
 
-def _sequence(rec: Any, group: str) -> tuple[dict[int, tuple], int]:
-    """One rank's collectives in ``group`` by position: (op, shapes, site, state), and its last position.
-    A position the counter passed without a ledger entry is one DDP issued from C++."""
+def _sequence(rec: Any, group: str, lo: int = 1, hi: int | None = None) -> tuple[dict[int, tuple], int]:
+    """One rank's collectives in ``group`` by position (from ``lo`` to ``hi``): (op, shapes, site, state),
+    and its last position. A position the counter passed without a ledger entry is one DDP issued from C++."""
     out: dict[int, tuple] = {}
     last = 0
-    for ent in rec.ledger:
+    for ent in reversed(rec.ledger):   # newest first: stop before the window
         rng = ent.get("seq")
         if ent.get("group") != group or not rng:
+            continue
+        last = max(last, int(rng[1]))
+        if int(rng[1]) < lo:
+            break
+        if hi is not None and int(rng[0]) > hi:
             continue
         site = tuple(ent["site"][:2]) if ent.get("site") else None
         shapes = tuple(tuple(s) for s in ent.get("shapes") or ())
         for s in range(int(rng[0]), int(rng[1]) + 1):
             out[s] = (ent.get("op", "?"), shapes, site, ent.get("st", "done"))
-        last = max(last, int(rng[1]))
     hb = rec.last_hb or {}
     seq = (hb.get("seq") or {}).get(group)
     if seq is not None:
@@ -44,7 +48,7 @@ def _sequence(rec: Any, group: str) -> tuple[dict[int, tuple], int]:
         out[int(p["seq"])] = (p.get("op", "?"), tuple(tuple(s) for s in p.get("shapes") or ()),
                               tuple(p["site"][:2]) if p.get("site") else None, "issued")
         last = max(last, int(p["seq"]))
-    for s in range(1, last + 1):
+    for s in range(lo, (last if hi is None else min(last, hi)) + 1):
         out.setdefault(s, ("DDP internal", (), None, "done"))
     return out, last
 
@@ -79,7 +83,7 @@ def _sequences(record: Any, div: dict[str, Any], culprits: tuple[int, ...], src:
     lo, hi = max(1, at - BEFORE), at + AFTER
     windows: dict[int, tuple] = {}
     for r, rec in record.ranks.items():
-        seq, last = _sequence(rec, group)
+        seq, last = _sequence(rec, group, lo, hi)
         if last == 0:
             continue
         windows[r] = tuple(seq.get(s) for s in range(lo, hi + 1))

@@ -17,7 +17,7 @@ def trace(record: RunRecord) -> dict[str, Any]:
     for r, rec in sorted(record.ranks.items()):
         events.append({"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}})
-        info = next((e for e in rec.timeline if e.get("kind") == "profile_info"), {})
+        info = next((e for e in rec.timeline if e.get("kind") == schema.K_PROFILE_INFO), {})
         tids = {e["tid"] for e in rec.timeline if e.get("kind") == schema.K_RANGE}
         for tid in sorted(tids):
             name = "main" if tid == info.get("main_tid") else f"thread {tid}"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ddpdoctor.analysis.model import Report
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -50,11 +51,11 @@ def _html(report: Report, record: RunRecord) -> str:
 
 
 PICTURES: dict[str, Picture] = {
-    "memory": Picture("memory.svg", lambda rec: any(r.memory for r in rec.ranks.values()), _memory_svg,
+    "memory": Picture(schema.MEMORY_SVG, lambda rec: any(r.memory for r in rec.ranks.values()), _memory_svg,
                       "memory per rank per step", _no_cuda),
-    "trace": Picture("trace.json", lambda rec: any(r.timeline for r in rec.ranks.values()), _trace,
+    "trace": Picture(schema.TRACE_JSON, lambda rec: any(r.timeline for r in rec.ranks.values()), _trace,
                      "timeline (open in https://ui.perfetto.dev)"),
     # last in every spec's list: it links the files the pictures before it wrote
-    "html": Picture("report.html", lambda _rec: True, lambda _rec: "", "report to open in a browser",
+    "html": Picture(schema.REPORT_HTML, lambda _rec: True, lambda _rec: "", "report to open in a browser",
                     with_report=_html),
 }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ddpdoctor.record import schema
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
@@ -54,13 +56,13 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], unit: s
 
 def memory_svg(record) -> str:  # type: ignore[no-untyped-def]
     """RSS per rank per step and, from the censuses, autograd graph nodes per rank."""
-    rss = {f"rank {r} RSS": [(e["step"], float(e.get("rss", 0))) for e in rec.memory if e.get("kind") == "mem"]
+    rss = {f"rank {r} RSS": [(e["step"], float(e.get("rss", 0))) for e in rec.memory if e.get("kind") == schema.K_MEM]
            for r, rec in record.ranks.items()}
     cuda = {f"rank {r} CUDA alloc": [(e["step"], float(e["cuda_allocated"])) for e in rec.memory
-                                     if e.get("kind") == "mem" and "cuda_allocated" in e]
+                                     if e.get("kind") == schema.K_MEM and "cuda_allocated" in e]
             for r, rec in record.ranks.items()}
     nodes = {f"rank {r} graph nodes": [(e["step"], float(e.get("graph_nodes", 0))) for e in rec.memory
-                                       if e.get("kind") == "census"] for r, rec in record.ranks.items()}
+                                       if e.get("kind") == schema.K_CENSUS] for r, rec in record.ranks.items()}
     charts = [line_chart("Process RSS per rank", rss, "MiB")]
     if any(cuda.values()):
         charts.append(line_chart("CUDA allocated per rank", cuda, "MiB"))

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The GPU checks in one go (under 5 minutes on one GPU): NCCL ledger and Work tracking, CUDA memory figures
+# and memory_summary, NVML, nsys when installed, and the CUDA memleak test of the main suite.
+# Usage: bash benchmarks/gpu_check.sh   (from the repository root, with ddpdoctor and pytest installed)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+echo "== machine"; nvidia-smi -L 2>&1 | head -4; command -v nsys || echo "nsys: not installed"
+$PY - <<'PY'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
+PY
+echo "== tests"
+timeout 290 $PY -m pytest -q -rs tests/gpu tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu

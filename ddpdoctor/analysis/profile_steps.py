@@ -1,0 +1,206 @@
+"""What one rank's timeline says: the phases of each step (ms), their steady medians, and the line samples per phase. Pure."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunRecord
+
+PHASES = ("data", "forward", "backward+comm", "optimizer", "collective", "other")
+_PHASE_OF = {"dataloader wait": "data", "forward": "forward", "backward": "backward+comm",
+             "optimizer step": "optimizer"}
+
+_SAMPLE_PHASE = {"data": "data", "forward": "forward", "backward": "backward+comm", "optimizer": "optimizer",
+                 "collective": "collective"}
+
+_RANGE_WORDS = {"dataloader wait": "data loading", "forward": "forward", "backward": "backward",
+                "optimizer step": "optimizer step"}
+
+_AFTER = {"data": "dataloader wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
+
+
+def _is_collective(e: dict[str, Any]) -> bool:
+    return e.get("cat") == "comm" and not str(e.get("name", "")).startswith("all_reduce bucket")
+
+
+def breakdown(timeline: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per step: milliseconds per phase; ranges are assigned to the step they start in. A Python collective
+    outside the other phases (a metric all_reduce, a barrier) is the phase "collective"."""
+    ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
+    steps = sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"])
+    main_tids = {e.get("tid") for e in steps}
+    others = sorted((e for e in ranges if e.get("name") in _PHASE_OF or (_is_collective(e) and e.get("tid") in main_tids)),
+                    key=lambda e: e["t0"])
+    out = []
+    j = 0
+    for st in steps:
+        ph = dict.fromkeys(PHASES, 0.0)
+        while j < len(others) and others[j]["t0"] < st["t0"]:
+            j += 1
+        k = j
+        inside: list[dict[str, Any]] = []
+        colls: list[dict[str, Any]] = []
+        while k < len(others) and others[k]["t0"] < st["t1"]:
+            e = others[k]
+            if e["name"] in _PHASE_OF:
+                ph[_PHASE_OF[e["name"]]] += (e["t1"] - e["t0"]) / 1e6
+                inside.append(e)
+            else:
+                colls.append(e)
+            k += 1
+        for c in colls:  # a collective inside forward (SyncBatchNorm) or the optimizer is already counted
+            if not any(i["t0"] <= c["t0"] and c["t1"] <= i["t1"] for i in inside):
+                ph["collective"] += (c["t1"] - c["t0"]) / 1e6
+        total = (st["t1"] - st["t0"]) / 1e6
+        ph["other"] = max(0.0, total - sum(ph[p] for p in PHASES if p != "other"))
+        ph["step"] = total
+        out.append(ph)
+    return out
+
+
+def steady(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The steady-state steps: the first fifth (at least one, the warm-up) dropped when enough remain."""
+    skip = max(1, len(rows) // 5)
+    return rows[skip:] if len(rows) > skip + 1 else rows
+
+
+def medians(record: RunRecord) -> dict[int, dict[str, float]]:
+    """Per rank, the median ms of each phase over the steady steps."""
+    out = {}
+    for r, rec in record.ranks.items():
+        rows = steady(breakdown(rec.timeline))
+        if rows:
+            out[r] = {p: median(x[p] for x in rows) for p in (*PHASES, "step")}
+            out[r]["steps"] = float(len(rows))
+    return out
+
+
+@dataclass
+class Hot:
+    """One user line in one phase of one rank."""
+
+    file: str
+    line: int
+    func: str
+    count: int
+    ms: float                         # estimated ms per step at this line
+    text: str = ""
+    caller: tuple[str, int] | None = None
+    after: str = ""                   # for "other": the range that ended before it ("forward", ...)
+
+
+@dataclass
+class Samples:
+    """A rank's sample counts: phase -> (file, line) -> count, plus func, caller, text and sub-position."""
+
+    counts: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    total: Counter = field(default_factory=Counter)
+    func: dict[tuple[str, int], str] = field(default_factory=dict)
+    text: dict[tuple[str, int], str] = field(default_factory=dict)
+    callers: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    after: dict[tuple[str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    def hot(self, phase: str, phase_ms: float) -> list[Hot]:
+        """The phase's lines, most sampled first, with their estimated ms per step."""
+        n = self.total[phase]
+        out = []
+        for (f, l), c in self.counts[phase].most_common():
+            callers = self.callers.get((phase, f, l))
+            caller = callers.most_common(1)[0][0] if callers else None
+            after = self.after[(f, l)].most_common(1)[0][0] if phase == "other" and self.after.get((f, l)) else ""
+            out.append(Hot(f, l, self.func.get((f, l), ""), c, phase_ms * c / n if n else 0.0,
+                           _code(self.text.get((f, l), "")), caller, after))
+        return out
+
+    def ms_at(self, phase: str, key: tuple[str, int], phase_ms: float) -> float:
+        n = self.total[phase]
+        return phase_ms * self.counts[phase].get(key, 0) / n if n else 0.0
+
+
+def samples_of(timeline: list[dict[str, Any]]) -> Samples:
+    """The line samples of one rank's timeline, summed per phase and line."""
+    s = Samples()
+    for e in timeline:
+        if e.get("kind") != schema.K_SAMPLES:
+            continue
+        for row in e.get("rows") or []:
+            if not isinstance(row, list) or len(row) < 8 or not isinstance(row[6], int):
+                continue
+            key, f, l, func, cf, cl, n, text = row[:8]
+            phase = _SAMPLE_PHASE.get(key) or ("other" if str(key).startswith("other") else None)
+            if phase is None:
+                continue
+            s.total[phase] += n
+            if not isinstance(l, int) or f is None:
+                continue
+            s.counts[phase][(f, l)] += n
+            if func:
+                s.func[(f, l)] = func
+            if text:
+                s.text.setdefault((f, l), text)
+            if cf is not None and isinstance(cl, int):
+                s.callers[(phase, f, l)][(cf, cl)] += n
+            if phase == "other":
+                s.after[(f, l)][str(key).partition(":")[2]] += n
+    return s
+
+
+def _step_order(timeline: list[dict[str, Any]]) -> list[str]:
+    """The main thread's phase ranges in one steady step, in order (``["dataloader wait", "forward", ...]``)."""
+    ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
+    steps = sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"])
+    if not steps:
+        return []
+    st = steps[len(steps) // 2]
+    seq: list[str] = []
+    for e in sorted((e for e in ranges if e.get("name") in _PHASE_OF and st["t0"] <= e["t0"] < st["t1"]),
+                    key=lambda e: e["t0"]):
+        if not seq or seq[-1] != e["name"]:
+            seq.append(e["name"])
+    return seq
+
+
+def _between(after: str, order: list[str]) -> str:
+    """``between forward and backward`` for the 'other' time after the range ``after``."""
+    prev = _AFTER.get(after)
+    if prev is None or prev not in order:
+        return f"before {_RANGE_WORDS[order[0]]}" if order and not after else ""
+    i = order.index(prev)
+    nxt = order[i + 1] if i + 1 < len(order) else order[0]
+    if nxt == prev:
+        return f"after {_RANGE_WORDS[prev]}"
+    return f"between {_RANGE_WORDS[prev]} and {_RANGE_WORDS[nxt]}"
+
+
+def _code(text: str) -> str:
+    """A source line without its trailing comment."""
+    import io
+    import tokenize
+
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                return text[:tok.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        if "  #" in text:
+            return text.split("  #", 1)[0].rstrip()
+    return text
+
+
+def _short(path: str) -> str:
+    return os.path.basename(path)
+
+
+def _line_phrase(h: Hot, loop_func: str | None = None) -> str:
+    text = f" (`{h.text}`" + (f", ~{h.ms:.0f} ms/step)" if h.ms >= 1 else ")") if h.text else (
+        f" (~{h.ms:.0f} ms/step)" if h.ms >= 1 else "")
+    fn = f" in {h.func}" if h.func and h.func not in ("<module>", loop_func) else ""
+    out = f"{_short(h.file)}:{h.line}{fn}{text}"
+    if h.caller and fn:
+        out += f", called from {_short(h.caller[0])}:{h.caller[1]}"
+    return out

@@ -1,0 +1,69 @@
+"""The rank-probe protocol: what a probe inside one rank is, and the registry of probes.
+
+A probe is a module with ``install(probe, settings) -> RankProbe``: it wraps what it needs (samplers,
+``torch.save``, ``torch.autograd.backward``...) and returns an object whose hooks ``probe.py`` calls:
+
+- ``on_forward(model)`` / ``after_forward(model)``: around every ``DistributedDataParallel.forward``, from
+  the one DDP.forward wrapper in ``probe.py`` (any thread: a hook that cares checks
+  ``threading.get_ident() == probe.main_ident``); ``after_forward`` hooks run in reverse order;
+- ``on_optimizer_step(opt)`` / ``after_optimizer_step(opt)``: around every optimizer step (the main thread
+  only), from one pair of torch's global optimizer hooks;
+- ``finish()``: the script has returned (or raised); write what is left.
+
+Only the hooks a probe overrides are called: ``probe.install`` keeps a tuple of bound methods per hook,
+built once, so the DDP.forward wrapper of a run without probes loops over nothing.
+
+Adding a probe: a module in ``rank/`` with ``install`` and a ``RankProbe`` subclass, and one line in
+``REGISTRY`` (the manifest key the command's ``settings`` write, and the module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# manifest key -> module (installed in this order; after_* hooks run in the reverse order)
+REGISTRY: dict[str, str] = {
+    "checks": "ddpdoctor.rank.checks",      # ddpdoctor check: samplers, loaders, seeds, DDP state, saves
+    "memory": "ddpdoctor.rank.memory",      # ddpdoctor memleak: per-step memory, censuses
+    "profile": "ddpdoctor.rank.timeline",   # ddpdoctor profile: ranges, line samples, NVTX
+}
+
+HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "finish")
+
+
+class RankProbe:
+    """Base of a probe: every hook does nothing; a probe overrides the ones it needs."""
+
+    def on_forward(self, model: Any) -> None:
+        """Before DDP.forward of ``model`` runs."""
+
+    def after_forward(self, model: Any) -> None:
+        """After DDP.forward of ``model`` returned or raised."""
+
+    def on_optimizer_step(self, opt: Any) -> None:
+        """Before ``opt.step()`` (main thread)."""
+
+    def after_optimizer_step(self, opt: Any) -> None:
+        """After ``opt.step()`` (main thread)."""
+
+    def finish(self) -> None:
+        """The script ended: close what is open, write summaries."""
+
+
+def bound(probes: list[RankProbe], hook: str) -> tuple:
+    """The ``hook`` methods of the probes that override it, as a tuple (in reverse order for after_*)."""
+    base = getattr(RankProbe, hook)
+    out = tuple(getattr(p, hook) for p in probes if getattr(type(p), hook, base) is not base)
+    return out[::-1] if hook.startswith("after_") else out
+
+
+def install_all(probe: Any, manifest: dict[str, Any]) -> list[RankProbe]:
+    """Install the probes the manifest names (its key's value is the probe's settings)."""
+    import importlib
+
+    out = []
+    for key, module in REGISTRY.items():
+        settings = manifest.get(key)
+        if settings:
+            out.append(importlib.import_module(module).install(probe, settings))
+    return out

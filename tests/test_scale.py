@@ -1,0 +1,106 @@
+"""Long runs (issue 10): the ledger and heartbeat files are rings of bounded size, and a divergence
+inside the ring is still found at its line. Real ranks (2, gloo) with small rings set by env vars."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import ddpdoctor, finding, marker_line
+
+from ddpdoctor.record import reader, schema
+from ddpdoctor.record.writer import RingWriter, prev_path
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "ring_shift.py"
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for _ in open(path, "rb")) if path.exists() else 0
+
+
+def test_ring_bounds_the_files_and_the_divergence_is_still_found(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "256")
+    monkeypatch.setenv("DDPDOCTOR_HB_RING", "16")
+    r = ddpdoctor(["hang", "--script", str(SCRIPT)], tmp_path, timeout=120)
+    assert r.code == 3, r.err[-2000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    diverged = [(l["rank"], l["line"]) for l in f["locations"] if l["role"] == "diverged"]
+    assert diverged == [(0, marker_line(SCRIPT, "EXTRA"))]
+    for rank in (0, 1):
+        d = r.run_dir / schema.RANKS_DIR / str(rank)
+        ledger = d / schema.LEDGER
+        # 2,500 collectives (5,000 lines) went through a ring of 256: rotated, at most 2 x 2 x 256 lines kept
+        assert Path(prev_path(str(ledger))).exists()
+        kept = _lines(ledger) + _lines(Path(prev_path(str(ledger))))
+        assert 2 * 256 <= kept <= 4 * 256, kept
+        hb = d / schema.HEARTBEAT
+        assert _lines(hb) + _lines(Path(prev_path(str(hb)))) <= 2 * 16
+    # the reader sees the ring's last collectives, whole (issued + cend folded), the newest last
+    rec = reader.load_run(str(r.run_dir)).ranks[1]
+    assert rec.ledger_trimmed and 256 <= len(rec.ledger) <= 2 * 256
+    assert rec.ledger[-1]["op"] == "barrier"
+    assert all(e["st"] == "done" for e in rec.ledger[:-1])
+
+
+def test_incremental_reader_follows_rotations(tmp_path):
+    """The monitor's reader polls while the writer rotates: nothing read twice, the newest lines kept,
+    a segment rotated away between two polls skipped (and said so)."""
+    path = tmp_path / "ranks" / "0" / schema.LEDGER
+    w = RingWriter(str(path), seg_lines=10)
+    t = reader._Tail(str(path), ring=True)
+    seen: list[int] = []
+    for i in range(25):
+        w.write_bytes((json.dumps({"kind": "x", "i": i}) + "\n").encode())
+        if i % 3 == 0:
+            seen += [e["i"] for e in t.new_records()]
+    seen += [e["i"] for e in t.new_records()]
+    assert seen == list(range(25)) and not t.skipped
+    for i in range(25, 60):   # 35 lines, 3 rotations, no poll
+        w.write_bytes((json.dumps({"kind": "x", "i": i}) + "\n").encode())
+    got = [e["i"] for e in t.new_records()]
+    assert t.skipped and got == list(range(50, 60))
+    w.close()
+
+
+def _ring_ledger(run: Path, rank: int, positions: list[tuple[int, int]], split: int) -> None:
+    """Write (position, line) collectives as a rotated ring: those before ``split`` in the .prev segment."""
+    d = run / schema.RANKS_DIR / str(rank)
+    d.mkdir(parents=True, exist_ok=True)
+    for name, part in ((prev_path(str(d / schema.LEDGER)), [p for p in positions if p[0] < split]),
+                       (str(d / schema.LEDGER), [p for p in positions if p[0] >= split])):
+        with open(name, "w") as f:
+            for seq, line in part:
+                t = 1.0 + seq * 0.001
+                f.write(json.dumps({"v": 1, "kind": "coll", "rank": rank, "t": t, "op": "all_reduce", "group": "0",
+                                    "seq": [seq, seq], "shapes": [[4]], "dtypes": ["float32"],
+                                    "site": ["/work/train.py", line, "main"], "st": "issued"}) + "\n")
+                f.write(json.dumps({"v": 1, "kind": "cend", "rank": rank, "t": t + 0.0005, "group": "0",
+                                    "s0": seq, "s1": seq, "async": False}) + "\n")
+
+
+def test_rings_rotated_at_different_points_still_give_the_extra_call(tmp_path):
+    """Rank 0 made one extra all_reduce (line 22) at position 290, inside both rings; the rings start at
+    different positions (100 and 150: older collectives rotated away). The divergence is found at 290 on
+    rank 0's line, not at the ring edges, where one rank's rotated-away collectives look like gaps."""
+    from builder import RunBuilder, pending
+
+    from ddpdoctor.analysis import diagnose
+    from ddpdoctor.analysis.model import Config
+
+    run = tmp_path / "run"
+    b = RunBuilder(run).start(0).start(1)
+    r0 = [(s, 22 if s == 290 else 20) for s in range(100, 301)]
+    r1 = [(s, 20) for s in range(150, 301)]
+    _ring_ledger(run, 0, r0, 200)
+    _ring_ledger(run, 1, r1, 220)
+    b.hb(0, 1.5, 301, pending("all_reduce", 301, 20, 1.4)).hb(0, 9.0, 301, pending("all_reduce", 301, 20, 1.4))
+    b.hb(1, 1.5, 301, pending("barrier", 301, 30, 1.4, shapes=())).hb(
+        1, 9.0, 301, pending("barrier", 301, 30, 1.4, shapes=()))
+    b.add(None, "monitor.jsonl", "verdict", 9.0, mode="certain", reason="x")
+    rec = reader.load_run(str(run))
+    assert rec.ranks[0].ledger_trimmed and rec.ranks[1].ledger_trimmed
+    report = diagnose(rec, Config(timeout=10.0))
+    f = next(f for f in report.findings if f.id == "hang.rank-conditional-collective")
+    assert f.culprits == (0,)
+    assert [(loc.rank, loc.line) for loc in f.locations if loc.role == "diverged"] == [(0, 22)]
+    assert f.evidence["divergence"]["seq"] == 290
