@@ -11,7 +11,8 @@ from typing import Any, Callable
 import click
 
 from ddpdoctor import __version__
-from ddpdoctor.analysis.model import Config, ExitCode
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import ExitCode
 from ddpdoctor.errors import DdpdoctorError
 from ddpdoctor.commands import COMMANDS, CommandSpec, spec_of
 from ddpdoctor.launch.command import TORCHRUN_OPTIONS, attach_pictures, emit, run_params

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import ExitCode
+from ddpdoctor.analysis.findings import ExitCode
 
 
 class DdpdoctorError(Exception):

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ddpdoctor.analysis.model import ExitCode
+from ddpdoctor.analysis.findings import ExitCode
 
 _EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z-]+)", re.M)
 _OPTS = re.compile(r"^Self-test: (.+)$", re.M)
@@ -185,7 +185,7 @@ def run_doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | No
             result["results"] = run_probes(only, root)
         for r in result["results"]:
             if not r["ok"]:
-                from ddpdoctor.analysis.model import Finding
+                from ddpdoctor.analysis.findings import Finding
 
                 result["findings"].append(Finding(
                     "doctor.probe-failed", "error", f"probe {r['probe']} expected {r['expected']}, got "

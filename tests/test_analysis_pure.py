@@ -10,7 +10,7 @@ from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.live import live_verdict
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import RunDirError, load_run
 from ddpdoctor.render import RENDERERS
 

@@ -185,7 +185,7 @@ def _record(tmp: Path, stacks: dict[int, tuple[int, list, bool]], gone: tuple[in
     from builder import RunBuilder
 
     from ddpdoctor.analysis import diagnose
-    from ddpdoctor.analysis.model import Config
+    from ddpdoctor.analysis.config import Config
     from ddpdoctor.record.reader import load_run
 
     tmp.mkdir(parents=True, exist_ok=True)

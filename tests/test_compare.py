@@ -10,7 +10,7 @@ from builder import RunBuilder
 from helpers import ddpdoctor
 
 from ddpdoctor.analysis import diagnose
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 from ddpdoctor.render.json_report import to_dict
 

@@ -236,7 +236,7 @@ def test_profile_timeline_parsed(runs):
 
 def test_profile_timeline_at_1024_ranks():
     """Pure: 1,024 ranks' timelines give a few lanes (the straggler, the slowest, median and fastest)."""
-    from ddpdoctor.analysis.model import Finding, Report
+    from ddpdoctor.analysis.findings import Finding, Report
     from ddpdoctor.record.reader import RankRecord, RunRecord
     from ddpdoctor.render import html_profile
     from ddpdoctor.render.html import render
@@ -312,7 +312,7 @@ def test_readable_at_1024_ranks(tmp_path):
     """Pure: a hand-built 1,024-rank hang renders grouped rows (ranges), never one row per rank."""
     from builder import RunBuilder, pending
 
-    from ddpdoctor.analysis.model import Finding, Location, RankLine, Report
+    from ddpdoctor.analysis.findings import Finding, Location, RankLine, Report
     from ddpdoctor.record.reader import load_run
     from ddpdoctor.render.html import render
 
@@ -350,7 +350,7 @@ def test_readable_at_1024_ranks(tmp_path):
 
 
 def test_missing_source_file_is_a_note(tmp_path):
-    from ddpdoctor.analysis.model import Finding, Location, Report
+    from ddpdoctor.analysis.findings import Finding, Location, Report
     from ddpdoctor.render.html import render
 
     gone = str(tmp_path / "gone.py")

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from builder import RunBuilder, pending
 from helpers import PROBES, TOKEN_VAR, assert_no_orphans, ddpdoctor
 
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 from ddpdoctor.render import live
 

@@ -158,7 +158,7 @@ def _rss_run(root, census_steps):
     from builder import RunBuilder
 
     from ddpdoctor.analysis import diagnose
-    from ddpdoctor.analysis.model import Config
+    from ddpdoctor.analysis.config import Config
     from ddpdoctor.record.reader import load_run
 
     b = RunBuilder(root, command="memleak")

@@ -11,7 +11,7 @@ import pytest
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
 from ddpdoctor.analysis import collective
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 
 SIM = {"DDPDOCTOR_TEST_NCCLSIM": "1", "PYTHONPATH": str(Path(__file__).parent / "ncclsim")}
 

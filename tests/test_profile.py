@@ -16,7 +16,7 @@ from builder import RunBuilder
 from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
 
 from ddpdoctor.analysis import profile as profile_analysis
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 
 STEPS = 6

@@ -85,7 +85,7 @@ def test_rings_rotated_at_different_points_still_give_the_extra_call(tmp_path):
     from builder import RunBuilder, pending
 
     from ddpdoctor.analysis import diagnose
-    from ddpdoctor.analysis.model import Config
+    from ddpdoctor.analysis.config import Config
 
     run = tmp_path / "run"
     b = RunBuilder(run).start(0).start(1)

@@ -8,7 +8,7 @@ from builder import RunBuilder
 from helpers import PROBES, ddpdoctor, finding
 
 from ddpdoctor.analysis import diagnose
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 
 ABORT_AT_EXIT = '''

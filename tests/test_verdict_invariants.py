@@ -10,7 +10,8 @@ from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.ending import how_ended
-from ddpdoctor.analysis.model import Config, group_values, rank_list
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import group_values, rank_list
 from ddpdoctor.record.reader import load_run
 
 CFG = Config()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ddpdoctor.analysis.hang import BLOCKED_HINT, HINTS, hint_for
-from ddpdoctor.analysis.model import Config, Finding, Location, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, Location, group_values
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, group_values
 from ddpdoctor.analysis.state import describe_op, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.analysis.model import Config, Finding, Location, ranks_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import is_transport_error, loc, user_frame_in
 from ddpdoctor.record.reader import RunRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 from ddpdoctor.analysis.data_records import RankData, _framework_hint

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.model import ranks_phrase
+from ddpdoctor.analysis.findings import ranks_phrase
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, ranks_phrase
+from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 from ddpdoctor.analysis.data_fetched import _fetched_shards

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

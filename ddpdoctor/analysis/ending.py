@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.analysis.model import Finding, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.findings import Finding, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.state import TEARDOWN_ABORT, is_transport_error, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
-from ddpdoctor.analysis.model import Config, Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.live import op_key
 from ddpdoctor.analysis.paths import Departure, departure, loop_exits, rank_guard
 from ddpdoctor.analysis.state import (RECVS, SIZE_MISMATCH, RankState, all_states, describe_op,

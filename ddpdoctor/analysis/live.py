@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Location, ranks_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Location, ranks_phrase
 from ddpdoctor.analysis.state import P2P, RECVS, SHAPED, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record.reader import RunRecord
 

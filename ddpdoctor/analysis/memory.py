@@ -10,7 +10,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, Location, rank_list
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, rank_list
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import Config, Finding
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from statistics import median, median_low
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Finding, Location, rank_list, ranks_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, rank_list, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

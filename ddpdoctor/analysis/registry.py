@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ddpdoctor.analysis import attach, checkpoint, collective, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
-from ddpdoctor.analysis.model import Config, ExitCode, Finding, RankLine, Report
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord

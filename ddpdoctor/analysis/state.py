@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, Location
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Location
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
 

@@ -6,7 +6,8 @@ exits (``terminate called without an active exception``, a few runs in a hundred
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import Config, Finding, ranks_phrase
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.analysis.state import TEARDOWN_ABORT
 from ddpdoctor.record.reader import RunRecord
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, ranks_phrase
+from ddpdoctor.analysis.findings import Finding, ranks_phrase
 
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
        "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}

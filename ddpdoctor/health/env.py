@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding
+from ddpdoctor.analysis.findings import Finding
 
 SHM_MIN = 1 << 30          # Docker's default /dev/shm is 64 MiB: DataLoader workers die with a bus error
 NOFILE_MIN = 4096          # DataLoader workers share tensors through file descriptors

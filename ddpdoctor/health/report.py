@@ -7,7 +7,7 @@ import json
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from ddpdoctor.analysis.model import Finding, Report
+from ddpdoctor.analysis.findings import Finding, Report
 from ddpdoctor.health.analyze import _size
 
 DOCTOR_SCHEMA = "ddpdoctor.doctor"

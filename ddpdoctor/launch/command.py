@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
-from ddpdoctor.analysis.model import Config, ExitCode, Report
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.launch.timings import Timings
+from ddpdoctor.analysis.findings import ExitCode, Report
 from ddpdoctor.commands import CommandSpec
 from ddpdoctor.errors import DdpdoctorError
 from ddpdoctor.record import schema
@@ -183,7 +185,7 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
     targs = torchrun_args(torchrun, mode == "spawn")
     path = rd.create(run_dir or rd.default_run_dir(spec.name), {
         "command": spec.name, "mode": mode, "script": script, "script_args": list(script_args),
-        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": cfg.heartbeat,
+        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": Timings().heartbeat,
         "stop": {"steps": stop.steps, "epochs": stop.epochs}, **spec.settings(values)})
     if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
         os.makedirs(os.path.join(path, schema.NSYS_DIR), mode=0o700, exist_ok=True)

@@ -19,7 +19,8 @@ from typing import Any
 import psutil
 
 from ddpdoctor.analysis import live
-from ddpdoctor.analysis.model import Config
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader
 from ddpdoctor.record.writer import JsonlWriter
@@ -84,7 +85,8 @@ def _say(msg: str) -> None:
 
 class Monitor:
     def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True, echo: bool = True,
-                 stdout_free: bool = False) -> None:
+                 stdout_free: bool = False, timings: Timings | None = None) -> None:
+        self.timings = timings or Timings()
         self.echo = echo
         self.stdout_free = stdout_free  # stdout carries a report (--json -): the workers' lines go to stderr
         self.spec = spec
@@ -182,7 +184,7 @@ class Monitor:
                 self.end_tree(proc)
             self._sweep()
             for t in pumps:
-                t.join(timeout=self.cfg.grace)
+                t.join(timeout=self.timings.grace)
             if view:
                 try:   # the last table stays on the screen: each rank's state at the end
                     final = reader.refresh(full=False)
@@ -224,7 +226,7 @@ class Monitor:
         with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("1")
         os.replace(path + ".tmp", path)
-        deadline = time.time() + self.cfg.dump_wait
+        deadline = time.time() + self.timings.dump_wait
         while time.time() < deadline:
             record = reader.refresh()
             pending = [r for r, rec in record.ranks.items()
@@ -246,12 +248,12 @@ class Monitor:
             procs = [root] + root.children(recursive=True)
         except psutil.Error:
             pass
-        terminate(procs + [p for p in self.seen.values() if p not in procs], self.cfg.grace)
+        terminate(procs + [p for p in self.seen.values() if p not in procs], self.timings.grace)
         try:
-            proc.wait(timeout=self.cfg.grace)
+            proc.wait(timeout=self.timings.grace)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=self.cfg.grace)
+            proc.wait(timeout=self.timings.grace)
 
     def _sweep(self) -> None:
         """Ranks (and their children) that outlived torchrun are ended too."""
@@ -262,7 +264,7 @@ class Monitor:
                     left += [p] + p.children(recursive=True)
             except psutil.Error:
                 pass
-        terminate(left, self.cfg.grace)
+        terminate(left, self.timings.grace)
 
 
 def _epochs(events: list[dict[str, Any]]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 from ddpdoctor.render import json_report, junit, text
 
 RENDERERS: dict[str, Callable[[Report], str]] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, Report
+from ddpdoctor.analysis.findings import Finding, Report
 from ddpdoctor.render.html_parts import CSS, Sources, e, evidence_html, group_ranks, ranks_label, short
 
 _SEV = {"error": "error", "warning": "warning", "note": "note"}

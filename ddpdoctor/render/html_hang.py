@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 from ddpdoctor.render.html_parts import Sources, e, group_ranks, ranks_label, short
 
 BEFORE, AFTER = 4, 3   # positions shown around the divergence

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 from ddpdoctor.render.html_parts import Sources, e, fmt_bytes, group_ranks, ranks_label, short, table
 from ddpdoctor.render.svg import line_chart
 

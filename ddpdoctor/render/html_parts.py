@@ -7,7 +7,7 @@ import os
 from html import escape
 from typing import Any, Iterable
 
-from ddpdoctor.analysis.model import rank_list
+from ddpdoctor.analysis.findings import rank_list
 
 EXCERPT = 3   # lines of context on each side of a marked line
 

@@ -10,7 +10,7 @@ import os
 import statistics
 from typing import Any
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 from ddpdoctor.render.html_parts import Sources, e, ranks_label
 
 PHASES = [("data", "#8c564b"), ("forward", "#1f77b4"), ("backward+comm", "#ff7f0e"), ("optimizer", "#2ca02c"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from ddpdoctor.analysis.model import REPORT_SCHEMA, REPORT_VERSION, Report
+from ddpdoctor.analysis.findings import REPORT_SCHEMA, REPORT_VERSION, Report
 
 
 def to_dict(report: Report) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 
 
 def render(report: Report) -> str:

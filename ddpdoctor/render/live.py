@@ -19,7 +19,8 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.analysis.model import Config, rank_list
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import rank_list
 from ddpdoctor.analysis.state import RankState, all_states, describe_op
 from ddpdoctor.record.reader import RunRecord
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ddpdoctor.analysis.model import Report
+from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.model import Report, ranks_phrase
+from ddpdoctor.analysis.findings import Report, ranks_phrase
 
 _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 

@@ -1,4 +1,4 @@
-"""Findings, reports and the one frozen config that holds every threshold. Pure: no torch."""
+"""Findings, locations, reports and exit codes: what a diagnosis produces. Pure: no torch."""
 
 from __future__ import annotations
 
@@ -19,19 +19,6 @@ class ExitCode:
     NOT_RUN = 4      # could not run: the script ended before init_process_group, torchrun failed
     INTERNAL = 5     # a bug in ddpdoctor
     INTERRUPTED = 130
-
-
-@dataclass(frozen=True)
-class Config:
-    """Thresholds for detection; the CLI maps options onto it."""
-
-    timeout: float = 60.0     # an uncertain wait becomes a hang after this many seconds
-    settle: float = 1.0       # a mismatch must hold this long before it is called certain
-    stale: float = 3.0        # a rank whose heartbeat is older than this is unresponsive
-    heartbeat: float = 0.25   # rank heartbeat period
-    grace: float = 3.0        # TERM -> KILL grace when ending the process tree
-    dump_wait: float = 3.0    # how long the monitor waits for stack dumps
-    fail_on: str = "error"    # lowest severity that makes the exit code non-zero
 
 
 @dataclass(frozen=True)

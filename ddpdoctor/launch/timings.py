@@ -1,0 +1,13 @@
+"""The launcher's timings: how often ranks beat, how long the monitor waits for stack dumps and for a
+process tree to end after TERM. Not thresholds of the analysis (those are :class:`Config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timings:
+    heartbeat: float = 0.25   # rank heartbeat period (seconds)
+    grace: float = 3.0        # TERM -> KILL grace when ending the process tree
+    dump_wait: float = 3.0    # how long the monitor waits for stack dumps after a verdict
