@@ -51,14 +51,15 @@ def cpu_ms(text: str) -> float:
     return sum(float(x) for x in m) / len(m) if m else float("nan")
 
 
-def overhead(reps: int, steps: int, tmp: str) -> dict:
+def overhead(reps: int, steps: int, tmp: str, command: str = "hang") -> dict:
+    """In-loop throughput of the comm-heavy loop under ``command`` against bare torchrun, alternating."""
     script = HERE / "comm_loop.py"
     rows = {"bare": [], "ddpdoctor": []}
     for i in range(reps):
         order = ("bare", "ddpdoctor") if i % 2 == 0 else ("ddpdoctor", "bare")
         for kind in order:
             wall, out = bare(script, "--steps", str(steps)) if kind == "bare" else \
-                doctor(script, tmp, "--steps", str(steps))
+                doctor(script, tmp, "--steps", str(steps), command=command)
             rows[kind].append({"wall_s": wall, "steps_per_s": steps_per_s(out), "cpu_ms_per_step": cpu_ms(out)})
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "steps_per_s", "cpu_ms_per_step")}
            for k, v in rows.items()}
@@ -139,7 +140,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--latency-reps", type=int, default=3)
     ap.add_argument("--out", default=str(HERE / "results.json"))
-    ap.add_argument("--suite", default="all", help="all, or a comma list of: help,latency,overhead,check,memleak,profile")
+    ap.add_argument("--suite", default="all", help="all, or a comma list of: help,latency,overhead,inloop-check,inloop-memleak,inloop-profile,check,memleak,profile")
     ap.add_argument("--fp-runs", type=int, default=10)
     args = ap.parse_args()
     want = set(args.suite.split(",")) if args.suite != "all" else {"help", "latency", "overhead", "check",
@@ -163,6 +164,14 @@ def main() -> None:
             print(f"comm loop ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} alternating pairs): in-loop "
                   f"throughput ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, CPU per step ratio {ov['cpu_ratio']:.3f}, "
                   f"whole-process wall ratio {ov['wall_ratio']:.3f}", flush=True)
+        for command in ("check", "memleak", "profile"):
+            if f"inloop-{command}" not in want:
+                continue
+            ov = overhead(args.reps, args.steps, tmp, command)
+            res[f"inloop_{command}"] = ov
+            print(f"comm loop under {command} ({ov['step_ms_bare']:.2f} ms/step bare, {args.reps} pairs): in-loop "
+                  f"throughput ratio bare/ddpdoctor {ov['throughput_ratio']:.3f}, CPU per step ratio "
+                  f"{ov['cpu_ratio']:.3f}", flush=True)
         for command in ("check", "memleak", "profile"):
             if command not in want:
                 continue

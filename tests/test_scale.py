@@ -104,3 +104,42 @@ def test_rings_rotated_at_different_points_still_give_the_extra_call(tmp_path):
     assert f.culprits == (0,)
     assert [(loc.rank, loc.line) for loc in f.locations if loc.role == "diverged"] == [(0, 22)]
     assert f.evidence["divergence"]["seq"] == 290
+
+
+DIGEST_SCRIPT = Path(__file__).resolve().parent / "scripts" / "digest_shift.py"
+
+
+def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch):
+    """Heartbeats and finish events carry per group [count, digest] now and at the ring's start; healthy
+    ranks agree, and the analysis folded over the kept ledger reaches the rank's own digest. When rank 0
+    made one extra call long before the ring (16 kept), the hang finding's culprit comes from the window,
+    but the digests at the window's start differ and the note says the sequences differed before it."""
+    from ddpdoctor.analysis import digest
+
+    monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "16")
+    ok = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT)], tmp_path, timeout=120)
+    assert ok.code in (0, 1), ok.err[-2000:]   # 1: the documented gloo teardown abort at most
+    rec = reader.load_run(str(ok.run_dir))
+    fins = {r: rec.ranks[r].event(schema.K_FINISH) for r in (0, 1)}
+    assert fins[0]["digest"] == fins[1]["digest"] and fins[0]["digest"]["0"][0] == 121   # 120 + barrier
+    assert fins[0]["digest0"] == fins[1]["digest0"] and 0 < fins[0]["digest0"]["0"][0] < 121
+    assert rec.ranks[0].last_hb["digest"] == fins[0]["digest"]
+    (c0, d0), (cn, dn) = fins[1]["digest0"]["0"], fins[1]["digest"]["0"]
+    kept = [e for e in rec.ranks[1].ledger if e.get("group") == "0"]
+    assert rec.ranks[1].ledger_trimmed and c0 + len(kept) == cn
+    assert digest._at(c0, d0, kept, cn) == dn   # the rank's hash and the analysis's agree
+    assert digest.before_window(rec) is None
+
+    bad = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT), "--", "--extra"], tmp_path, timeout=120)
+    assert bad.code == 3, bad.err[-2000:]
+    rec = reader.load_run(str(bad.run_dir))
+    info = digest.before_window(rec)
+    assert info is not None and info["group"] == "0" and 0 < info["kept"] <= 2 * 16
+    assert sorted(info["digests"].values()) == [[0], [1]]
+    from ddpdoctor.analysis import diagnose
+    from ddpdoctor.analysis.config import Config
+
+    findings = digest.annotate(diagnose(rec, Config()).findings, rec)
+    hang = next(f for f in findings if f.id.startswith("hang."))
+    assert "already differed before the last" in hang.message and "DDPDOCTOR_LEDGER_RING" in hang.message
+    assert hang.evidence["before_window"] == info

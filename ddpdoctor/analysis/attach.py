@@ -48,6 +48,8 @@ def collective_of(stack: list[list[Any]]) -> tuple[str | None, bool]:
 
 @dataclass(frozen=True)
 class View:
+    """Where one rank's main thread is, read from its stacks: in a collective, DDP, a wait, elsewhere."""
+
     rank: int
     kind: str            # collective | ddp | wait | elsewhere
     op: str | None
@@ -56,6 +58,7 @@ class View:
     idle: bool
 
     def text(self) -> str:
+        """Where the rank is, in words."""
         at = f" at {self.site.file.rsplit('/', 1)[-1]}:{self.site.line}" if self.site else ""
         if self.kind == "collective":
             return f"{self.op}{at}"
@@ -66,6 +69,7 @@ class View:
         return f"{'running' if self.moved else 'blocked'} outside any collective{at}{_code(self.site)}"
 
     def key(self) -> tuple:
+        """Ranks with the same key are at the same place."""
         return (self.kind, self.op, self.site.file if self.site else None, self.site.line if self.site else None)
 
 
@@ -79,6 +83,7 @@ def _code(where: Location | None) -> str:
 
 
 def views(record: RunRecord) -> dict[int, View]:
+    """Each rank's View, from its latest stack dump (ranks without one are left out)."""
     out = {}
     for r, rec in record.ranks.items():
         st = rec.stacks
@@ -162,6 +167,7 @@ def _finding(fid: str, severity: str, msg: str, hint: str, vs: dict[int, View], 
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The hang of an attach run directory, from the ranks' stacks alone."""
     if record.manifest.get("command") != schema.CMD_ATTACH:
         return []
     vs = views(record)

@@ -21,16 +21,21 @@ ABSENT = "<never issued>"
 
 @dataclass(frozen=True)
 class Slot:
+    """What one rank issued at one position of a group's sequence: the op, its line, its shapes."""
+
     op: str
     site: tuple | None = None
     shapes: Any = None
 
     def key(self) -> tuple:
+        """What must agree across ranks: the op, and the shapes of a shaped collective."""
         return (self.op, tuple(map(tuple, self.shapes)) if self.op in SHAPED and self.shapes else None)
 
 
 @dataclass(frozen=True)
 class Divergence:
+    """The first position of a group where the ranks' sequences differ, and the ranks that left there."""
+
     group: str
     seq: int
     slots: dict[int, Slot]
@@ -73,6 +78,7 @@ def window_start(record: RunRecord, ranks: list[int], group: str) -> int:
 
 
 def main_group(record: RunRecord, states: dict[int, RankState]) -> str | None:
+    """The process group most ranks report sequence numbers for (the default group), or None."""
     counts: Counter = Counter()
     for st in states.values():
         for g in (st.seq or {}):
@@ -82,6 +88,7 @@ def main_group(record: RunRecord, states: dict[int, RankState]) -> str | None:
 
 def first_divergence(record: RunRecord, states: dict[int, RankState], group: str | None = None
                      ) -> Divergence | None:
+    """The first position of ``group`` (the main one) where the ranks' collectives differ, or None."""
     group = group or main_group(record, states)
     if group is None:
         return None

@@ -1,87 +1,28 @@
 """Deadlocks and divergent collectives: the post-mortem diagnosis. Pure.
 
 The live verdict (certain deadlock, timeout) is in :mod:`ddpdoctor.analysis.live`; this module explains a
-run that ended: the first divergence of the ranks' collective sequences and what it means.
+run that ended: the first divergence of the ranks' collective sequences and what it means. The hints are
+in :mod:`ddpdoctor.analysis.hang_hints`, the hangs without a divergence (receive cycles, timeouts) and the
+words for where a rank stands in :mod:`ddpdoctor.analysis.hang_waits`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
-from ddpdoctor.analysis.live import op_key
+from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
+from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
+from ddpdoctor.analysis.hang_hints import (BLOCKED_HINT, FRAMEWORK_HINTS, HINTS, P2P_HINT, frameworks, hint_for,
+                                           uneven_hint)
+from ddpdoctor.analysis.hang_waits import (at, best_where, code, receive_cycle, slot_loc, slot_text, state_text,
+                                           timeout_finding)
 from ddpdoctor.analysis.paths import Departure, departure, loop_exits, rank_guard
-from ddpdoctor.analysis.state import (RECVS, SIZE_MISMATCH, RankState, all_states, describe_op,
-                                      is_transport_error, loc)
+from ddpdoctor.analysis.state import SIZE_MISMATCH, RankState, all_states, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-
-# -- post-mortem ---------------------------------------------------------------------------------------
-
-HINTS = {
-    "hang.rank-conditional-collective": (
-        "Every rank must make the same collectives in the same order: move the collective out of the "
-        "`if rank == ...:` block (guard only the side effect, e.g. printing or saving)."),
-    "hang.early-exit": (
-        "A rank left the loop (early stopping, break, return, sys.exit) while the others went on: decide "
-        "to stop together, e.g. all_reduce a stop flag (MAX) and break on every rank."),
-    "hang.uneven-batches": (
-        "Ranks ran different numbers of DDP steps: use DistributedSampler (drop_last=True for the "
-        "DataLoader if the data set does not divide evenly), or wrap the loop in "
-        "`with model.join():` (torch.distributed.algorithms.Join)."),
-    "hang.shape-mismatch": (
-        "The ranks passed tensors of different shape or dtype to the same collective: make the sizes "
-        "agree (pad, or all_gather the sizes first)."),
-    "hang.divergent-collective": (
-        "The ranks issued different collectives at the same position: make the code path that reaches "
-        "collectives identical on every rank."),
-    "hang.timeout": (
-        "One rank waited in a collective while another was still busy for longer than --timeout: if the "
-        "busy rank is doing rank-only work (evaluation, checkpointing), give the others the same work or "
-        "raise the backend timeout; if it never arrives, see where it is."),
-    "hang.transport-stall": (
-        "Every rank is inside the same collective and nothing moves: a backend or network stall, not a "
-        "code divergence. Check interfaces (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), firewalls, and "
-        "NCCL_DEBUG=INFO."),
-}
-
-P2P_HINT = (
-    "Point-to-point messages must pair up: every recv/irecv needs a send/isend from its source on the same "
-    "group. Post the sends before waiting on the receives (isend, then wait), or use batch_isend_irecv so "
-    "both directions are posted together.")
-
-# hang.timeout when every rank is blocked outside a collective call
-BLOCKED_HINT = (
-    "Every rank is blocked outside a collective call (Work.wait() of an async collective, a receive, a "
-    "sync point such as .item()) and nothing moves: look for a Work, irecv or async collective that only "
-    "some ranks issued, or a send that never happens; the ledger in the run directory lists each rank's "
-    "collectives in order.")
-
-
-def _slot_loc(record: RunRecord, rank: int, slot: Any, states: dict[int, RankState], role: str
-              ) -> Location | None:
-    if slot is not None and slot.site:
-        return loc(rank, list(slot.site), role)
-    if slot is not None and slot.op == ABSENT:
-        last = next((e for e in reversed(record.ranks[rank].ledger) if e.get("site")), None)
-        if last:
-            return loc(rank, last["site"], "exited after its last collective here")
-    return best_where(record, states[rank], role)
-
-
-def best_where(record: RunRecord, st: RankState, role: str) -> Location | None:
-    """Where a rank stands: its pending collective, else the user line of its error, else its last line."""
-    site = (st.pending or {}).get("site")
-    err = record.ranks[st.rank].error
-    if not site and err:
-        site = err.get("user_frame")
-    l = loc(st.rank, site, role)
-    if l is None and st.where:
-        l = Location(st.rank, st.where.file, st.where.line, st.where.func, role)
-    return l
+__all__ = ["BLOCKED_HINT", "FRAMEWORK_HINTS", "HINTS", "P2P_HINT", "best_where", "detect", "frameworks", "hint_for"]
 
 
 def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, int], dict[int, Any]] | None:
@@ -90,7 +31,7 @@ def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, 
         return None
     lens: dict[int, Any] = {}
     for r, rec in record.ranks.items():
-        dl = [e for e in rec.events if e.get("kind") == "dataloader"]
+        dl = [e for e in rec.events if e.get("kind") == schema.K_DATALOADER]
         if dl:
             lens[r] = dl[-1].get("len")
     return fwd, lens
@@ -105,22 +46,12 @@ def _uneven_finding(record: RunRecord, states: dict[int, RankState], fwd: dict[i
     batch = f"; DataLoader lengths {group_values(lens)}" if lens else ""
     msg = (f"uneven number of DDP steps: {ranks_phrase(more)} ran {max(fwd.values())} forward passes, "
            f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}")
-    return Finding("hang.uneven-batches", "error", msg, _uneven_hint(record), tuple(sorted(fwd)), tuple(locs),
+    return Finding("hang.uneven-batches", "error", msg, uneven_hint(record), tuple(sorted(fwd)), tuple(locs),
                    dict(ev, ddp_forwards=fwd, dataloader_len=lens), culprits=tuple(sorted(fewer)))
 
 
-def _uneven_hint(record: RunRecord) -> str:
-    """Advice that fits: a script that already uses DistributedSampler needs drop_last or join()."""
-    samplers = {str(e.get("sampler", "")) for rec in record.ranks.values() for e in rec.events
-                if e.get("kind") == "dataloader"}
-    if any("Distributed" in x for x in samplers):
-        return ("The DistributedSampler pads every rank to the same number of samples, but the batches still "
-                "differ: pass drop_last=True to the DataLoader, or wrap the loop in `with model.join():` "
-                "(torch.distributed.algorithms.Join) for inputs that are uneven by design.")
-    return HINTS["hang.uneven-batches"]
-
-
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The hang of a run that ended, explained: the first divergence and what it means, else a wait."""
     verdict = record.monitor_event(schema.K_VERDICT)
     errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
     if any(not is_transport_error(e) for e in errors.values()):
@@ -169,47 +100,19 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     ended = [s for s in states.values() if s.state == "finished"]
     others = [s for s in states.values() if not s.ended or s.state == "crashed"]
     if ended and others:
-        locs = [l for s in ended if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
+        locs = [l for s in ended if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in others if (l := best_where(record, s, "waiting"))]
         gone = [s.rank for s in ended]
         return [Finding("hang.early-exit", "error",
                         f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} "
                         "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
                         culprits=tuple(sorted(gone)))]
-    recv = _receive_cycle(states)
+    recv = receive_cycle(states)
     if recv is not None and verdict is not None:
         return [recv]
     if verdict is not None:
-        return [_timeout_finding(record, states, now, cfg, ev)]
+        return [timeout_finding(record, states, now, cfg, ev)]
     return []
-
-
-def _receive_cycle(states: dict[int, RankState]) -> Finding | None:
-    """Every rank that has not ended waits to receive (``recv``, or ``irecv`` whose Work it waits on) and
-    none has a send outstanding: no message can ever arrive."""
-    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    if not live or len(live) != len(states) or any(
-            s.state != "waiting" or (s.pending or {}).get("op") not in RECVS or (s.pending or {}).get("sends")
-            for s in live):
-        return None
-    parts: dict[int, str] = {}
-    locs: list[Location] = []
-    for s in live:
-        p = s.pending or {}
-        peer = p.get("peer")
-        src = f" from rank {peer}" if peer is not None else ""
-        if s.blocked is not None:
-            parts[s.rank] = (f"blocked at {_at(s.blocked)}{_code(s.blocked)} waiting for {p.get('op')}{src} issued "
-                             f"at {_at(s.where)}")
-            locs.append(s.blocked)
-        else:
-            parts[s.rank] = f"in {p.get('op')}{src} at {_at(s.where)}"
-        if s.where:
-            locs.append(Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting"))
-    return Finding("hang.p2p-deadlock", "error",
-                   f"every rank waits to receive and none sends: {group_values(parts)}",
-                   P2P_HINT, tuple(sorted(states)), tuple(locs), {"ranks": sorted(parts)},
-                   culprits=tuple(sorted(parts)))
 
 
 def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
@@ -250,18 +153,18 @@ def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState]
                 leavers: tuple[int, ...], dep: Departure) -> Finding:
     gone = sorted(leavers)
     stay = sorted(r for r in div.slots if r not in gone)
-    locs = [l for r in gone if (l := _slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
+    locs = [l for r in gone if (l := slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
     role = "left the loop here" if len(dep.exits) == 1 else "may have left the loop here"
     for line in dep.exits[:3]:  # the break/return it took (when the code has only a few)
         locs += [Location(r, dep.exit_file, line, "", role) for r in gone]
     where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
     locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
-    locs += [l for r in stay if (l := _slot_loc(record, r, div.slots[r], states, "waiting"))]
+    locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
     short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
     left = (f"left the loop at {short} early" if dep.how == "left the loop" else
             f"returned early from the call at {short} ({dep.func})")
-    waits = group_values({r: _slot_text(div.slots[r]) for r in gone}, bare=True)
-    went = group_values({r: (_state_text(states[r]) if div.slots[r].op == INTERNAL else _slot_text(div.slots[r]))
+    waits = group_values({r: slot_text(div.slots[r]) for r in gone}, bare=True)
+    went = group_values({r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r]))
                          for r in stay}, bare=True)
     base = dep.exit_file.rsplit("/", 1)[-1]
     exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
@@ -291,7 +194,7 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
     fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
     if fewer:
-        locs = [l for s in fewer if (l := _slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
+        locs = [l for s in fewer if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in cut if (l := best_where(record, s, "went on"))]
         steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
         return [Finding("hang.early-exit", "error",
@@ -300,38 +203,6 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
                         HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
                         culprits=tuple(sorted(s.rank for s in fewer)))]
     return []
-
-
-FRAMEWORK_HINTS = {
-    ("hang.rank-conditional-collective", "lightning"): (
-        " Lightning: hooks run on every rank; `self.all_gather`, `self.log(..., sync_dist=True)` and "
-        "`trainer.strategy.barrier()` must be reached by every rank; keep `if self.trainer.is_global_zero:` "
-        "around the side effect only (or use `@rank_zero_only` on a function without collectives)."),
-    ("hang.rank-conditional-collective", "accelerate"): (
-        " Accelerate: `accelerator.gather_for_metrics`, `gather`, `reduce` and `wait_for_everyone()` must run "
-        "on every process; keep `if accelerator.is_main_process:` around the printing or saving only."),
-    ("hang.early-exit", "lightning"): (
-        " Lightning: stop every rank together with `self.trainer.should_stop = True` (Lightning syncs it) or "
-        "the EarlyStopping callback, never a per-rank return."),
-    ("hang.early-exit", "accelerate"): (
-        " Accelerate: decide to stop with `accelerator.set_trigger()` and `accelerator.check_trigger()`, which "
-        "agree across processes, then break on every rank."),
-}
-
-
-def frameworks(record: RunRecord) -> list[str]:
-    """The training frameworks the ranks had imported when they initialised (Lightning, Accelerate...)."""
-    out: list[str] = []
-    for rec in record.ranks.values():
-        for m in (rec.event(schema.K_INIT) or {}).get("frameworks") or ():
-            name = "lightning" if m == "pytorch_lightning" else str(m)
-            if name not in out:
-                out.append(name)
-    return out
-
-
-def hint_for(record: RunRecord, fid: str) -> str:
-    return HINTS[fid] + "".join(FRAMEWORK_HINTS.get((fid, fw), "") for fw in frameworks(record))
 
 
 def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int, RankState]) -> list[Location]:
@@ -351,18 +222,18 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
     culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
     for r in sorted(div.slots):
         role = culprit_role if r in div.diverged else "waiting"
-        l = _slot_loc(record, r, div.slots[r], states, role)
+        l = slot_loc(record, r, div.slots[r], states, role)
         if l:
             locs.append(l)
         elif div.kind == "exited" and r in div.diverged:
             locs += _exit_guess(record, r, div, states)
     # culprits first, then the others, ranks with the same slot grouped
-    desc = group_values({r: _slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
+    desc = group_values({r: slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
     msg = f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); " \
           f"diverged: {ranks_phrase(div.diverged)}"
     if ev.get("aborted"):
         msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
-    blocked = {r: f"{_at(s.blocked)}{_code(s.blocked)}" for r, s in states.items() if s.blocked is not None}
+    blocked = {r: f"{at(s.blocked)}{code(s.blocked)}" for r, s in states.items() if s.blocked is not None}
     if blocked:
         # asynchronous collectives: where each rank's CPU waits (Work.wait(), .item(), synchronize)
         msg += f"; blocked at a sync point: {group_values(blocked)}"
@@ -370,76 +241,3 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
     return Finding(fid, "error", msg, hint_for(record, fid), tuple(sorted(div.slots)), tuple(locs), ev,
                    culprits=tuple(sorted(div.diverged)))
-
-
-def _slot_text(sl: Any) -> str:
-    if sl.op == INTERNAL:
-        return "a DDP all-reduce/broadcast"
-    if sl.op == ABSENT:
-        return "nothing (exited)"
-    site = f" at {sl.site[0].rsplit('/', 1)[-1]}:{sl.site[1]}" if sl.site else ""
-    return f"{describe_op(sl.op, sl.shapes)}{site}"
-
-
-def _at(where: Location | None) -> str:
-    return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"
-
-
-def _code(where: Location | None) -> str:
-    """`` (`work.wait()`)``: the source line, read from the user's file."""
-    import linecache
-
-    text = linecache.getline(where.file, where.line).strip() if where else ""
-    if " #" in text:
-        text = text[:text.index(" #")].rstrip()
-    return f" (`{text[:60]}`)" if text else ""
-
-
-def _state_text(s: RankState) -> str:
-    if s.state == "waiting" and s.blocked is not None:
-        p = s.pending or {}
-        return (f"blocked at {_at(s.blocked)}{_code(s.blocked)} waiting for {describe_op(p.get('op'), p.get('shapes'))}"
-                f" #{p.get('seq')} issued at {_at(s.where)}")
-    if s.state == "waiting":
-        return f"waiting in {(s.pending or {}).get('op')} at {_at(s.where)}"
-    if s.state == "ddp-wait":
-        return f"in the DDP all-reduce at {_at(s.where)}"
-    return f"{s.state} at {_at(s.where)}" if s.where else s.state
-
-
-def _timeout_finding(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config, ev: dict) -> Finding:
-    waiting = [s for s in states.values() if s.state in ("waiting", "ddp-wait")]
-    busy = [s for s in states.values() if s.state == "busy"]
-    world = record.world_size or len(states)
-    unseen = [r for r in range(world) if r not in states]
-    keys = {(s.pending or {}).get("seq") for s in waiting} if waiting else set()
-    same = (not busy and not unseen and len(waiting) == len(states) and len(keys) == 1
-            and len({op_key(s.pending or {}) for s in waiting}) == 1)
-    locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting") for s in waiting if s.where]
-    locs += [Location(s.rank, s.where.file, s.where.line, s.where.func, "busy") for s in busy if s.where]
-    if same:
-        p = waiting[0].pending or {}
-        return Finding("hang.transport-stall", "error",
-                       f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
-                       HINTS["hang.transport-stall"], tuple(sorted(states)), tuple(locs), ev)
-    if busy and not waiting and str(ev.get("reason") or "").startswith("no rank made progress"):
-        # blocked outside any collective call: Work.wait(), a receive, a sync point
-        text = group_values({s.rank: f"blocked at {_at(s.where)}{_code(s.where)}" for s in busy})
-        locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "blocked") for s in busy if s.where]
-        return Finding("hang.timeout", "error", f"no rank made progress for {cfg.timeout:g} s: {text}",
-                       BLOCKED_HINT, tuple(sorted(states)), tuple(locs), ev,
-                       culprits=tuple(sorted(s.rank for s in busy)))
-    text = group_values({s.rank: _state_text(s) for s in waiting + busy}, first=[s.rank for s in busy])
-    if not waiting and not busy:
-        text = f"{ranks_phrase(states)} on this node ended" + (
-            f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else "")
-    msg = f"no progress for {cfg.timeout:g} s: {text}"
-    hint = HINTS["hang.timeout"]
-    if unseen:
-        # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
-        msg += f"; {unseen_phrase(unseen)}"
-        hint = ("This node sees only its own ranks. Run ddpdoctor analyze with every node's run directory, "
-                f"{analyze_command(record.run_dir)}, to find the rank that diverged.")
-        ev = dict(ev, unseen_ranks=unseen)
-    return Finding("hang.timeout", "error", msg, hint, tuple(sorted(states)), tuple(locs), ev,
-                   culprits=tuple(sorted(s.rank for s in busy)))

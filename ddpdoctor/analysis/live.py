@@ -19,6 +19,7 @@ from ddpdoctor.record.reader import RunRecord
 
 
 def op_key(p: dict[str, Any]) -> tuple:
+    """What must agree for two ranks' pending collectives to be the same call: the op (shapes, dtypes)."""
     op = p.get("op")
     return (op, tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
             tuple(p.get("dtypes") or ()) if op in SHAPED else None)

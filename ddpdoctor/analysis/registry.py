@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import attach, checkpoint, collective, crash, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
+from ddpdoctor.analysis import attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
@@ -17,7 +17,7 @@ Detector = Callable[[RunRecord, Config], "list[Finding]"]
 REGISTRY: dict[str, Detector] = {
     "run": run.detect,
     "crash": crash.detect,
-    "hang": hang.detect,
+    "hang": lambda r, c: digest.annotate(hang.detect(r, c), r),   # + sequences that differed before the ring
     "collective": collective.detect,   # a run that went on past a collective with mismatched shapes
     "teardown": teardown.detect,
     "data": data.detect,

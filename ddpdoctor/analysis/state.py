@@ -10,7 +10,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Location
-from ddpdoctor.record import schema
+from ddpdoctor.record import paths as record_paths, schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
 
 # Messages gloo gives a rank whose peer went away or sent something else: the rank is a victim.
@@ -32,6 +32,7 @@ RECVS = frozenset({"recv", "irecv"})   # point-to-point receives
 
 
 def loc(rank: int, site: Any, role: str = "") -> Location | None:
+    """A Location from a recorded site ``[file, line, func]``; None when ``site`` is not one."""
     if isinstance(site, (list, tuple)) and len(site) >= 2 and isinstance(site[1], int):
         return Location(rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "",
                         role=role)
@@ -45,11 +46,8 @@ _WHAT = re.compile(r"what\(\):\s*(.+)")
 def is_user_path(path: str, record: RunRecord) -> bool:
     """The user's code: the script's folder, or anything outside installed packages and the stdlib."""
     script = str(record.manifest.get("script") or "")
-    home = os.path.dirname(os.path.abspath(script)) + os.sep if script else None
-    if home and os.path.abspath(path).startswith(home):
-        return True
-    return not (path.startswith("<") or "site-packages" in path or "/lib/python3" in path
-                or f"{os.sep}ddpdoctor{os.sep}" in path)
+    home = (os.path.dirname(os.path.abspath(script)) + os.sep,) if script else ()
+    return record_paths.is_user_path(path, home, lib_markers=record_paths.LIB_MARKERS)
 
 
 def user_frame_in(text: str, record: RunRecord) -> list | None:
@@ -89,6 +87,7 @@ def complete_errors(record: RunRecord) -> RunRecord:
 
 
 def is_transport_error(err: dict[str, Any] | None) -> bool:
+    """The error is one a rank gets when a peer went away or sent something else: the rank is a victim."""
     if not err:
         return False
     text = f"{err.get('type', '')}: {err.get('message', '')}"
@@ -97,6 +96,8 @@ def is_transport_error(err: dict[str, Any] | None) -> bool:
 
 @dataclass(frozen=True)
 class RankState:
+    """Where one rank stands at ``now``: its state, what it waits in, since when, at which line."""
+
     rank: int
     state: str                 # not-started | busy | waiting | ddp-wait | finished | crashed | gone
     since: float | None = None  # waiting since
@@ -114,14 +115,17 @@ class RankState:
 
     @property
     def proof_waiting(self) -> bool:
+        """Waiting in a collective (or at a sync point for one): the live deadlock proof may count it."""
         return self.state == "waiting"
 
     @property
     def ended(self) -> bool:
+        """Finished, crashed or gone: it will issue nothing more."""
         return self.state in ("finished", "crashed", "gone")
 
 
 def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | None = None) -> RankState:
+    """The state of one rank at ``now`` from its heartbeat, finish event, error and counters."""
     hb = rec.last_hb or {}
     fin = rec.event(schema.K_FINISH)
     where = loc(rec.rank, hb.get("where"), "")
@@ -164,6 +168,7 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
 
 
 def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:
+    """Every rank's state at ``now``."""
     return {r: rank_state(rec, now, cfg, record) for r, rec in record.ranks.items()}
 
 
@@ -179,6 +184,7 @@ def ledger_entry_at(rec: RankRecord, group: str, seq: int) -> dict[str, Any] | N
 
 
 def describe_op(op: str | None, shapes: Any = None) -> str:
+    """``all_reduce(4x4)``: an op with the shapes of its first tensors (shaped collectives only)."""
     if not op:
         return "?"
     if op in SHAPED and shapes:

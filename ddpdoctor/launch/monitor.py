@@ -273,7 +273,7 @@ def _epochs(events: list[dict[str, Any]]) -> int:
     tutorial-style script after half of what --epochs asked for."""
     per_site: dict[str, int] = {}
     for e in events:
-        if e.get("kind") == "dataloader":
+        if e.get("kind") == schema.K_DATALOADER:
             key = str(e.get("site"))
             per_site[key] = per_site.get(key, 0) + 1
     return max(per_site.values(), default=0)

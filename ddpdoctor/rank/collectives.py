@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ddpdoctor.rank import active as _active
 from ddpdoctor.rank import sites
 from ddpdoctor.record import schema
+from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash
 
 # Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
 SHAPED, P2P, OTHER = schema.SHAPED, schema.P2P, schema.OTHER
@@ -25,6 +26,7 @@ _Tensor: Any = None        # torch.Tensor, set by install()
 _ProcessGroup: Any = None  # torch.distributed.ProcessGroup
 _default_pg: Any = None    # cached once init_process_group has run
 _json_cache: dict[Any, str] = {}
+_op_hashes: dict[tuple, int] = {}   # (op, shapes text, file, line) -> its hash in the running digest
 
 
 def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -72,16 +74,19 @@ def _js(value: Any) -> str:
     return out
 
 
-def _ledger_line(rank: int, op: str, gname: str, s0: int, shapes: list, dtypes: list, site: list | None,
+def _shapes_text(shapes: list) -> str:
+    return "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
+
+
+def _ledger_line(rank: int, op: str, gname: str, s0: int, shp: str, dtypes: list, site: list | None,
                  t0: float) -> bytes:
     """The ledger line of a collective as it is issued, formatted by hand (json.dumps costs more than the
     collective's own Python). Its position is predicted (s0 + 1); the end line corrects the range. Its
-    issue time is "t" (the reader sets "t0" from it: older runs wrote both)."""
-    shp = "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
+    issue time is "t" (the reader sets "t0" from it: older runs wrote both). ``shp``: the shapes' text."""
     dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
     st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
     return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t0!r},"op":{_js(op)},"group":{_js(gname)},'
-            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"st":"issued"}}\n'
+            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"st":"{schema.ST_ISSUED}"}}\n'
             ).encode()
 
 
@@ -125,6 +130,15 @@ def _track(p: Any, out: Any, op: str, gname: str, s0: int, shapes: list, dtypes:
             works.add(w, op, gname, s0 + 1, shapes, dtypes, site, t0, peer if isinstance(peer, int) else None)
 
 
+def ring_turned(p: Any) -> None:
+    """The ledger started a new segment: the digests at the start of the oldest segment on disk move on.
+    Called before the collective whose line started it is counted (a segment that starts with the end
+    line of the previous collective is noticed at the next one: the same point for the reader)."""
+    p.dig_rot = p.ledger.rotations
+    p.dig_ring = p.dig_seg
+    p.dig_seg = dict(p.digests)
+
+
 def _wrap(op: str, orig: Callable) -> Callable:
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -139,8 +153,21 @@ def _wrap(op: str, orig: Callable) -> Callable:
         except Exception:
             return orig(*args, **kwargs)
         t0 = time.time()
+        shp = _shapes_text(shapes)
         # on the ledger before it runs: a collective that aborts the rank or never returns is still there
-        p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, shapes, dtypes, site, t0))
+        p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, shp, dtypes, site, t0))
+        # the running count and digest of this group's Python-level calls (record/digest.py)
+        if p.ledger.rotations != p.dig_rot:
+            ring_turned(p)
+        if op not in COUNTED_OUT:
+            key = (op, shp, site[0], site[1]) if site else (op, shp, None, 0)
+            h = _op_hashes.get(key)
+            if h is None:
+                h = op_hash(op, shp, site)
+                if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
+                    _op_hashes[key] = h
+            c, d = p.digests.get(gname, (0, 0))
+            p.digests[gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
         p.pending = [op, gname, s0, shapes, dtypes, site, t0]
         p.depth += 1
         out, failed = None, False

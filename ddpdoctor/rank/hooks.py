@@ -1,16 +1,19 @@
 """The rank-probe protocol: what a probe inside one rank is, and the registry of probes.
 
 A probe is a module with ``install(probe, settings) -> RankProbe``: it wraps what it needs (samplers,
-``torch.save``, ``torch.autograd.backward``...) and returns an object whose hooks ``probe.py`` calls:
+``torch.save``, ``torch.autograd.backward``...) and returns an object whose hooks ``wrappers.py`` (the
+wrappers) and ``probe.py`` (the heartbeat) call:
 
 - ``on_forward(model)`` / ``after_forward(model)``: around every ``DistributedDataParallel.forward``, from
-  the one DDP.forward wrapper in ``probe.py`` (any thread: a hook that cares checks
+  the one DDP.forward wrapper in ``wrappers.py`` (any thread: a hook that cares checks
   ``threading.get_ident() == probe.main_ident``); ``after_forward`` hooks run in reverse order;
 - ``on_optimizer_step(opt)`` / ``after_optimizer_step(opt)``: around every optimizer step (the main thread
   only), from one pair of torch's global optimizer hooks;
+- ``on_tick()``: after every heartbeat, on the heartbeat thread (never the training thread): drain
+  buffers, sample what is sampled once a beat (the profile's ranges and GPU utilisation);
 - ``finish()``: the script has returned (or raised); write what is left.
 
-Only the hooks a probe overrides are called: ``probe.install`` keeps a tuple of bound methods per hook,
+Only the hooks a probe overrides are called: ``wrappers.install`` keeps a tuple of bound methods per hook,
 built once, so the DDP.forward wrapper of a run without probes loops over nothing.
 
 Adding a probe: a module in ``rank/`` with ``install`` and a ``RankProbe`` subclass, and one line in
@@ -28,7 +31,7 @@ REGISTRY: dict[str, str] = {
     "profile": "ddpdoctor.rank.timeline",   # ddpdoctor profile: ranges, line samples, NVTX
 }
 
-HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "finish")
+HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "on_tick", "finish")
 
 
 class RankProbe:
@@ -45,6 +48,9 @@ class RankProbe:
 
     def after_optimizer_step(self, opt: Any) -> None:
         """After ``opt.step()`` (main thread)."""
+
+    def on_tick(self) -> None:
+        """After a heartbeat (heartbeat thread; also after the final beat, once ``finish`` ran)."""
 
     def finish(self) -> None:
         """The script ended: close what is open, write summaries."""

@@ -10,6 +10,8 @@ import sys
 import sysconfig
 from types import FrameType
 
+from ddpdoctor.record.paths import is_user_path
+
 _LIB_PREFIXES: tuple[str, ...] = ()
 _USER_PREFIXES: tuple[str, ...] = ()   # ddpdoctor's own probes are user scripts
 _cache: dict[str, bool] = {}
@@ -33,14 +35,14 @@ def _init_prefixes() -> tuple[str, ...]:
 
 
 def is_user_file(filename: str) -> bool:
+    """The user's code (record/paths.is_user_path with this process's library folders), cached per file."""
     global _LIB_PREFIXES
     hit = _cache.get(filename)
     if hit is not None:
         return hit
     if not _LIB_PREFIXES:
         _LIB_PREFIXES = _init_prefixes()
-    path = os.path.abspath(filename)
-    user = path.startswith(_USER_PREFIXES) or not (filename.startswith("<") or path.startswith(_LIB_PREFIXES))
+    user = is_user_path(filename, _USER_PREFIXES, _LIB_PREFIXES)
     _cache[filename] = user
     return user
 

@@ -133,6 +133,11 @@ class Timeline(LineSamples, RankProbe):
             self.phase = "other:optimizer"
             self.on_opt_step_end()
 
+    def on_tick(self) -> None:
+        """After each heartbeat (heartbeat thread): write the ranges ended since, sample GPU utilisation."""
+        self.drain()
+        self.sample_gpu()
+
     def sample_gpu(self) -> None:
         """GPU utilisation through NVML, where this rank uses a GPU (heartbeat thread)."""
         torch = sys.modules.get("torch")

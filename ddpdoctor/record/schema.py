@@ -123,3 +123,8 @@ OTHER = frozenset({"gather", "scatter", "all_to_all", "barrier", "monitored_barr
 # `ddpdoctor attach` (a job started without ddpdoctor; stacks read from outside with py-spy)
 CMD_ATTACH = "attach"      # manifest "command" of an attach run directory
 K_GONE = "gone"            # attach: a rank of this node had exited before ddpdoctor attached
+# the states of a ledger entry ("st"): written "issued", folded by the reader from its cend line
+ST_ISSUED = "issued"       # issued, not returned yet (its sequence range predicted)
+ST_DONE = "done"           # returned (entries without "st", from older runs, are done too)
+ST_ASYNC = "async"         # returned a Work (async_op=True); its wait is the rank's own
+ST_ERROR = "error"         # raised (the cend line's "err")

@@ -27,9 +27,11 @@ class JsonlWriter:
         self._fd: int | None = None
 
     def write(self, kind: str, rank: int | None, **fields: Any) -> None:
+        """Append one record of ``kind`` (``v``, ``kind``, ``rank``, ``t`` and ``fields``)."""
         self.write_bytes(line(kind, rank, **fields))
 
     def write_bytes(self, data: bytes) -> None:
+        """Append ``data`` (whole lines) with one ``os.write``; errors are swallowed."""
         try:
             if self._fd is None:
                 os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
@@ -39,6 +41,7 @@ class JsonlWriter:
             pass  # a full or vanished disk must not take the user's training down
 
     def close(self) -> None:
+        """Close the file (a later write opens it again)."""
         if self._fd is not None:
             try:
                 os.close(self._fd)
@@ -69,6 +72,7 @@ class RingWriter(JsonlWriter):
         self._lock = threading.Lock() if shared else None
 
     def write_bytes(self, data: bytes) -> None:
+        """Append ``data``, rotating the file first when the segment is full."""
         if self._lock is not None:
             with self._lock:
                 self._write(data)

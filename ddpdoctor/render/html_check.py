@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.render.html_parts import Sources, e, group_ranks, ranks_label, short, table
+from ddpdoctor.record import schema
 
 MAX_ROWS = 40
 MAX_DRIFTS = 3
@@ -27,7 +28,7 @@ def _samplers(record: Any, culprits: set[int]) -> str:
     sites: dict[int, Any] = {}
     for r, rec in record.ranks.items():
         for c in rec.checks:
-            if c.get("kind") != "sampler":
+            if c.get("kind") != schema.K_SAMPLER:
                 continue
             o, k = c.get("ordinal", 0), c.get("k", 0)
             d0 = first.setdefault((r, o), str(c.get("digest")))
@@ -57,13 +58,13 @@ def _overlap(record: Any) -> str:
     lens: dict[tuple, Any] = {}
     for r, rec in record.ranks.items():
         for c in rec.checks:
-            if c.get("kind") != "loader_pass" or c.get("truncated") or not isinstance(c.get("indices"), list):
+            if c.get("kind") != schema.K_LOADER_PASS or c.get("truncated") or not isinstance(c.get("indices"), list):
                 continue
             key = (c.get("ordinal", 0), c.get("k", 0))
             passes.setdefault(key, {})[r] = c["indices"]
     for rec in record.ranks.values():
         for c in rec.checks:
-            if c.get("kind") == "loader":
+            if c.get("kind") == schema.K_LOADER:
                 lens.setdefault(c.get("ordinal", 0), c.get("dataset_len"))
     rows = []
     for (o, k), by_rank in sorted(passes.items()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.record import schema
 from ddpdoctor.render.html_parts import Sources, e, group_ranks, ranks_label, short
 
 BEFORE, AFTER = 4, 3   # positions shown around the divergence
@@ -38,7 +39,7 @@ def _sequence(rec: Any, group: str, lo: int = 1, hi: int | None = None) -> tuple
         site = tuple(ent["site"][:2]) if ent.get("site") else None
         shapes = tuple(tuple(s) for s in ent.get("shapes") or ())
         for s in range(int(rng[0]), int(rng[1]) + 1):
-            out[s] = (ent.get("op", "?"), shapes, site, ent.get("st", "done"))
+            out[s] = (ent.get("op", "?"), shapes, site, ent.get("st", schema.ST_DONE))
     hb = rec.last_hb or {}
     seq = (hb.get("seq") or {}).get(group)
     if seq is not None:
@@ -46,10 +47,10 @@ def _sequence(rec: Any, group: str, lo: int = 1, hi: int | None = None) -> tuple
     p = hb.get("pending") or {}
     if p.get("group") == group and p.get("seq") and int(p["seq"]) not in out:
         out[int(p["seq"])] = (p.get("op", "?"), tuple(tuple(s) for s in p.get("shapes") or ()),
-                              tuple(p["site"][:2]) if p.get("site") else None, "issued")
+                              tuple(p["site"][:2]) if p.get("site") else None, schema.ST_ISSUED)
         last = max(last, int(p["seq"]))
     for s in range(lo, (last if hi is None else min(last, hi)) + 1):
-        out.setdefault(s, ("DDP internal", (), None, "done"))
+        out.setdefault(s, ("DDP internal", (), None, schema.ST_DONE))
     return out, last
 
 
@@ -59,7 +60,7 @@ def _cell(slot: tuple | None, src: Sources | None = None) -> str:
     op, shapes, site, st = slot
     shp = ", ".join("x".join(map(str, s)) or "scalar" for s in shapes[:3])
     at = f'<br><code title="{e(site[0])}">{e(short(site[0]))}:{e(site[1])}</code>' if site else ""
-    state = {"issued": " (waiting)", "error": " (error)", "async": " (async)"}.get(st, "")
+    state = {schema.ST_ISSUED: " (waiting)", schema.ST_ERROR: " (error)", schema.ST_ASYNC: " (async)"}.get(st, "")
     code = src.line(site[0], int(site[1])) if (src and site) else None
     quote = f'<br><code class="small">{e(code)}</code>' if code else ""
     return f"<b>{e(op)}</b>{f'({e(shp)})' if shp else ''}{e(state)}{at}{quote}"
@@ -103,8 +104,8 @@ def _sequences(record: Any, div: dict[str, Any], culprits: tuple[int, ...], src:
         cells = [f'<th{dcls}>{s}{" &#9664; first divergence" if s == at else ""}</th>']
         for w, ranks in shown:
             classes = [c for c, on in (("div", s == at), ("cul", bool(set(ranks) & set(culprits))),
-                                       ("waiting", w[i] is not None and w[i][3] == "issued")) if on]
-            quote = s == at or (w[i] is not None and w[i][3] == "issued")   # the source text where it matters
+                                       ("waiting", w[i] is not None and w[i][3] == schema.ST_ISSUED)) if on]
+            quote = s == at or (w[i] is not None and w[i][3] == schema.ST_ISSUED)   # the source text where it matters
             cells.append(f'<td class="{" ".join(classes)}">{_cell(w[i], src if quote else None)}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = (f'<p class="small">{len(rest)} more group(s) of ranks with other sequences: '

@@ -8,6 +8,7 @@ import statistics
 from typing import Any
 
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.record import schema
 from ddpdoctor.render.html_parts import Sources, e, fmt_bytes, group_ranks, ranks_label, short, table
 from ddpdoctor.render.svg import line_chart
 
@@ -36,7 +37,7 @@ def section(report: Report, record: Any, src: Sources) -> str:
     if not any(r.memory for r in record.ranks.values()):
         return ""
     culprits = {r for f in report.findings if f.id.startswith("memleak.") for r in f.culprits}
-    mem = {r: [x for x in rec.memory if x.get("kind") == "mem"] for r, rec in record.ranks.items()}
+    mem = {r: [x for x in rec.memory if x.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
     rss = {r: [(float(x["step"]), float(x.get("rss", 0))) for x in m if "step" in x] for r, m in mem.items()}
     out = ['<section id="memory"><h2>Memory</h2>', '<div class="chart">',
            line_chart("Process RSS per rank (MiB) by step", _series(rss, culprits, "RSS"), "MiB", 900), "</div>"]
@@ -45,7 +46,7 @@ def section(report: Report, record: Any, src: Sources) -> str:
     if any(cuda.values()):
         out += ['<div class="chart">', line_chart("CUDA allocated per rank (MiB) by step",
                                                   _series(cuda, culprits, "CUDA"), "MiB", 900), "</div>"]
-    censuses = {r: [x for x in rec.memory if x.get("kind") == "census"] for r, rec in record.ranks.items()}
+    censuses = {r: [x for x in rec.memory if x.get("kind") == schema.K_CENSUS] for r, rec in record.ranks.items()}
     nodes = {r: [(float(c["step"]), float(c.get("graph_nodes", 0))) for c in cs if not c.get("final") and "step" in c]
              for r, cs in censuses.items()}
     if len({x for s in nodes.values() for x, _y in s}) >= 3:

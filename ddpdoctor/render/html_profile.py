@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.record import schema
 from ddpdoctor.render.html_parts import Sources, e, ranks_label
 
 PHASES = [("data", "#8c564b"), ("forward", "#1f77b4"), ("backward+comm", "#ff7f0e"), ("optimizer", "#2ca02c"),
@@ -59,7 +60,7 @@ def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
 
 def _steps_of(timeline: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The rank's step ranges by step number (the range's payload; else their order)."""
-    steps = sorted((x for x in timeline if x.get("kind") == "range" and x.get("name") == "step"
+    steps = sorted((x for x in timeline if x.get("kind") == schema.K_RANGE and x.get("name") == "step"
                     and isinstance(x.get("t0"), (int, float)) and isinstance(x.get("t1"), (int, float))),
                    key=lambda x: x["t0"])
     out: dict[int, dict[str, Any]] = {}
@@ -137,7 +138,7 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
         out.append(f'<text x="{left - 8}" y="{y + lane_h - 5}" text-anchor="end" fill="{color}"{weight}>{e(label)}</text>')
         out.append(f'<rect x="{left}" y="{y}" width="{x_of(t1, t0) - left:.1f}" height="{lane_h}" fill="#eaeef2"/>')
         for x in record.ranks[r].timeline:
-            if x.get("kind") != "range" or not isinstance(x.get("t0"), (int, float)) or \
+            if x.get("kind") != schema.K_RANGE or not isinstance(x.get("t0"), (int, float)) or \
                     not isinstance(x.get("t1"), (int, float)) or x["t1"] <= t0 or x["t0"] >= t1:
                 continue
             name = str(x.get("name", ""))
@@ -181,7 +182,7 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
 def section(report: Report, record: Any, src: Sources) -> str:
     summary = next((f for f in report.findings if f.id == "profile.summary"), None)
     medians = (summary.evidence or {}).get("median_ms") if summary else None
-    trace = os.path.join(record.run_dir, "trace.json")
+    trace = os.path.join(record.run_dir, schema.TRACE_JSON)
     has_trace = os.path.exists(trace) or any(r.timeline for r in record.ranks.values())
     if not medians and not has_trace:
         return ""
@@ -210,7 +211,8 @@ def section(report: Report, record: Any, src: Sources) -> str:
             step_ms = {r: m["step"] for r, m in step_medians(record).items()}
         out.append(_timeline(record, slow, step_ms))
     if has_trace:
-        out.append(f'<p>Timeline of every rank: <a href="trace.json">trace.json</a> in the run directory '
+        out.append(f'<p>Timeline of every rank: <a href="{schema.TRACE_JSON}">{schema.TRACE_JSON}</a> in the run '
+                   f'directory '
                    f'(<code>{e(trace)}</code>); open it in Perfetto (ui.perfetto.dev, "Open trace file"): the file '
                    f'stays on your machine.</p>')
     out.append("</section>")

@@ -1,0 +1,189 @@
+"""The wrappers a rank's probe installs: ``init_process_group``, ``DDP.forward`` (the one dispatcher of the
+rank probes' forward hooks), ``DDP.join_hook``, ``DataLoader.__iter__``, the optimizer-step hooks, and the
+public collectives (``collectives.py``); and the rebinding of names the user's modules imported before.
+
+Every wrapper reads the probe from ``active.probe`` (never from ``probe.py``: no import circle).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import types
+from typing import Any
+
+from ddpdoctor.record import schema
+from ddpdoctor.rank import active, hooks, sites
+
+# training frameworks whose layers a diagnosis names (imported by the time they init the process group)
+FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers", "deepspeed")
+
+
+def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
+    """Wrap the public collectives, init_process_group, DDP.forward and DataLoader.__iter__; add the
+    probes the run asked for in its manifest. Idempotent."""
+    active.probe = probe
+    import torch.distributed as dist
+
+    from ddpdoctor.rank import collectives
+
+    probe.probes = hooks.install_all(probe, manifest or {})
+    probe.fwd_before = hooks.bound(probe.probes, "on_forward")
+    probe.fwd_after = hooks.bound(probe.probes, "after_forward")
+    probe.opt_before = hooks.bound(probe.probes, "on_optimizer_step")
+    probe.opt_after = hooks.bound(probe.probes, "after_optimizer_step")
+    probe.tick_hooks = hooks.bound(probe.probes, "on_tick")
+    if probe.opt_before or probe.opt_after:
+        _install_optimizer_hooks()
+
+    sites.reset_prefixes()
+    collectives.install(dist)
+
+    init = dist.init_process_group
+    if not hasattr(init, "__ddpdoctor_wrapped__"):
+        @functools.wraps(init)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            out = init(*args, **kwargs)
+            p = active.probe
+            if p is not None:
+                try:
+                    pg = dist.distributed_c10d._get_default_group()
+                    p.groups[getattr(pg, "group_name", None) or "default"] = pg
+                    p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
+                                   backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
+                                   frameworks=[m for m in FRAMEWORKS if m in sys.modules])
+                except Exception:
+                    pass
+            return out
+
+        init_process_group.__ddpdoctor_wrapped__ = init  # type: ignore[attr-defined]
+        dist.init_process_group = init_process_group
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    fwd = DDP.forward
+    if not hasattr(fwd, "__ddpdoctor_wrapped__"):
+        @functools.wraps(fwd)
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            p = active.probe
+            if p is None:
+                return fwd(self, *args, **kwargs)
+            p.ddp_fwd += 1
+            if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
+                p.ddp_models.add(self)
+            p.counters.set_ddp_fwd(p.ddp_fwd)
+            if p.fwd_before:     # the rank probes' hooks (rank/hooks.py); a probe bug never reaches the script
+                try:
+                    for h in p.fwd_before:
+                        h(self)
+                except Exception:
+                    pass
+            p.in_ddp_fwd = True
+            try:
+                return fwd(self, *args, **kwargs)
+            finally:
+                p.in_ddp_fwd = False
+                if p.fwd_after:
+                    try:
+                        for h in p.fwd_after:
+                            h(self)
+                    except Exception:
+                        pass
+
+        forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
+        DDP.forward = forward
+
+    # model.join() and Join([model]) both ask DDP for its join hook: uneven inputs handled on purpose
+    join_hook = DDP.join_hook
+    if not hasattr(join_hook, "__ddpdoctor_wrapped__"):
+        @functools.wraps(join_hook)
+        def ddp_join_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+            p = active.probe
+            if p is not None:
+                p.events.write(schema.K_JOIN, p.rank, site=sites.user_site(sys._getframe(1)))
+            return join_hook(self, *args, **kwargs)
+
+        ddp_join_hook.__ddpdoctor_wrapped__ = join_hook  # type: ignore[attr-defined]
+        DDP.join_hook = ddp_join_hook
+
+    from torch.utils.data import DataLoader
+
+    it = DataLoader.__iter__
+    if not hasattr(it, "__ddpdoctor_wrapped__"):
+        @functools.wraps(it)
+        def __iter__(self: Any) -> Any:
+            p = active.probe
+            if p is not None and threading.get_ident() == p.main_ident:
+                try:
+                    n = len(self)
+                except Exception:
+                    n = None
+                sampler = getattr(self, "batch_sampler", None)  # not `or`: bool() calls a sampler's len()
+                if sampler is None:
+                    sampler = getattr(self, "sampler", None)
+                inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
+                p.events.write(schema.K_DATALOADER, p.rank, len=n, site=sites.user_site(sys._getframe(1)),
+                               sampler=type(inner).__name__ if inner is not None else None)
+            return it(self)
+
+        __iter__.__ddpdoctor_wrapped__ = it  # type: ignore[attr-defined]
+        DataLoader.__iter__ = __iter__
+
+    rebind_user_imports(dist)
+
+
+def _install_optimizer_hooks() -> None:
+    """One pair of torch's global optimizer-step hooks that call the probes' hooks (main thread only)."""
+    global _opt_hooks
+    if _opt_hooks:
+        return
+    _opt_hooks = True
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def pre(opt: Any, _a: Any, _k: Any) -> None:
+        p = active.probe
+        if p is not None and threading.get_ident() == p.main_ident:
+            try:
+                for h in p.opt_before:
+                    h(opt)
+            except Exception:  # a probe bug never reaches the script's optimizer step
+                pass
+
+    def post(opt: Any, _a: Any, _k: Any) -> None:
+        p = active.probe
+        if p is not None and threading.get_ident() == p.main_ident:
+            try:
+                for h in p.opt_after:
+                    h(opt)
+            except Exception:  # a probe bug never reaches the script's optimizer step
+                pass
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
+
+
+_opt_hooks = False
+
+
+def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:
+    """``from torch.distributed import init_process_group, all_reduce`` in a module imported before the probes
+    were installed (an mp.spawn child unpickles its target, importing the script first) holds the unwrapped
+    functions: point those names at the wrappers, in the user's modules and in ``namespaces`` (the globals
+    of the spawn target: multiprocessing runs the script with runpy, whose functions keep a copy of the
+    module's dict)."""
+    wrapped = {}
+    for fn in list(vars(dist).values()):
+        # plain functions only: touching other attributes (the deprecated ``reduce_op``) would print a
+        # FutureWarning into the user's stderr
+        if type(fn) is types.FunctionType:   # not isinstance: that asks the object for __class__
+            orig = fn.__dict__.get("__ddpdoctor_wrapped__")
+            if orig is not None:
+                wrapped[id(orig)] = fn
+    spaces = [vars(m) for m in list(sys.modules.values())
+              if getattr(m, "__file__", None) and sites.is_user_file(m.__file__)] + list(namespaces)
+    for ns in spaces:
+        for name, val in list(ns.items()):
+            w = wrapped.get(id(val))
+            if w is not None:
+                ns[name] = w

@@ -1,0 +1,23 @@
+"""Is this file the user's code? One rule for both sides (the rank side's stack walks and the analysis of
+tracebacks and stacks), each with its own idea of where the libraries are. Stdlib only."""
+
+from __future__ import annotations
+
+import os
+
+# what marks a library path when only the path is known (the analysis side: another machine's paths)
+LIB_MARKERS = ("site-packages", "/lib/python3", f"{os.sep}ddpdoctor{os.sep}")
+
+
+def is_user_path(path: str, user_dirs: tuple[str, ...] = (), lib_dirs: tuple[str, ...] = (),
+                 lib_markers: tuple[str, ...] = ()) -> bool:
+    """The user's code: a file under one of ``user_dirs`` (the script's folder: always the user's), else
+    anything but ``<frozen ...>``/``<string>``, files under ``lib_dirs`` and paths containing a
+    ``lib_markers`` entry. Directories end with ``os.sep``."""
+    if user_dirs and os.path.abspath(path).startswith(user_dirs):
+        return True
+    if path.startswith("<"):
+        return False
+    if lib_dirs and os.path.abspath(path).startswith(lib_dirs):
+        return False
+    return not any(m in path for m in lib_markers)
