@@ -103,6 +103,8 @@ def browser_dom(path: Path, tmp: Path) -> str:
 
 # --- the runs (once per module) ---------------------------------------------------------------------------
 
+pytestmark = pytest.mark.xdist_group("html")   # one worker runs the module fixture's four runs once
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("html")
