@@ -143,3 +143,26 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
     hang = next(f for f in findings if f.id.startswith("hang."))
     assert "already differed before the last" in hang.message and "DDPDOCTOR_LEDGER_RING" in hang.message
     assert hang.evidence["before_window"] == info
+
+
+def test_the_call_line_cache_records_every_call_as_made(tmp_path):
+    """The collective wrapper prepares a call line's ledger text once (shapes, dtypes, group): calls
+    from one line with other shapes, dtypes or groups are all recorded as made."""
+    script = Path(__file__).resolve().parent / "scripts" / "site_cache.py"
+    r = ddpdoctor(["hang", "--script", str(script)], tmp_path, timeout=120)
+    assert r.code == 0, r.out + r.err[-2000:]
+    line = marker_line(script, "CALL")
+    for rank in (0, 1):
+        rec = reader.load_run(str(r.run_dir)).ranks[rank]
+        got = [(e["op"], e["shapes"], e["dtypes"], e["site"][1] if e.get("site") else None) for e in rec.ledger]
+        assert got == [("all_reduce", [[2]], ["float32"], line), ("all_reduce", [[3]], ["float32"], line),
+                       ("all_reduce", [[2]], ["float32"], line), ("all_reduce", [[2, 2]], ["float32"], line),
+                       ("all_reduce", [[2]], ["int64"], line), ("all_reduce", [[4]], ["float32"], line),
+                       ("all_reduce", [[4]], ["float32"], line), ("all_reduce", [[5]], ["float32"], line),
+                       ("barrier", [], [], line + 12)], got
+        groups = [e["group"] for e in rec.ledger]
+        assert groups[5] != groups[4] == groups[6], groups   # the subgroup is its own
+        seqs = [tuple(e["seq"]) for e in rec.ledger]
+        assert [s for s, g in zip(seqs, groups) if g == groups[0]] == [(i, i) for i in range(1, 9)], seqs
+        assert seqs[5] == (1, 1), seqs
+        assert all(e["st"] == "done" for e in rec.ledger)

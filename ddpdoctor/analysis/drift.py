@@ -1,7 +1,7 @@
 """Parameters and buffers that differ across ranks, and seeds. Pure.
 
-Fingerprints (two float64 sums per tensor) are taken right after DDP construction and every K DDP
-forwards, after DDP's own buffer sync, so on a correct job they are bitwise equal on every rank.
+Fingerprints (two float64 sums per tensor) are taken right after DDP construction and on the
+schedule of ``rank/checks/install.fingerprint_due`` (the same forwards on every rank), after DDP's own buffer sync, so on a correct job they are bitwise equal on every rank.
 """
 
 from __future__ import annotations

@@ -25,11 +25,12 @@ SPEC = CommandSpec(
         Opt(("--epochs",), dict(type=click.IntRange(min=1), default=None,
                                 help="End the run once every rank has begun this many epochs and one more "
                                      "(passes of its busiest DataLoader line).")),
-        Opt(("--fingerprint-every",), dict(type=click.IntRange(min=1), default=10, show_default=True,
+        Opt(("--fingerprint-every",), dict(type=click.IntRange(min=1), default=None,
                                            help="Fingerprint parameters and buffers every K DDP forwards "
-                                                "(and at construction).")),
+                                                "(and at construction). Default: forward 1, every 10 up to "
+                                                "100, then every 100.")),
     ),
-    settings=lambda v: {"checks": {"every": int(v.get("fingerprint_every") or 10)}},
+    settings=lambda v: {"checks": {"every": v.get("fingerprint_every")}},
     stop=lambda v: Stop(steps=v.get("steps"), epochs=v.get("epochs")),
     validate=_validate,
     pictures=("html",),

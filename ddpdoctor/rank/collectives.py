@@ -78,18 +78,6 @@ def _shapes_text(shapes: list) -> str:
     return "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
 
 
-def _ledger_line(rank: int, op: str, gname: str, s0: int, shp: str, dtypes: list, site: list | None,
-                 t0: float) -> bytes:
-    """The ledger line of a collective as it is issued, formatted by hand (json.dumps costs more than the
-    collective's own Python). Its position is predicted (s0 + 1); the end line corrects the range. Its
-    issue time is "t" (the reader sets "t0" from it: older runs wrote both). ``shp``: the shapes' text."""
-    dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
-    st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
-    return (f'{{"v":{schema.VERSION},"kind":"coll","rank":{rank},"t":{t0!r},"op":{_js(op)},"group":{_js(gname)},'
-            f'"seq":[{s0 + 1},{s0 + 1}],"shapes":{shp},"dtypes":{dts},"site":{st},"st":"{schema.ST_ISSUED}"}}\n'
-            ).encode()
-
-
 def _end_line(rank: int, gname: str, s0: int, s1: int | None, t1: float, is_async: bool) -> bytes:
     s1s = "null" if s1 is None else str(s1)
     return (f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":{t1!r},"group":{_js(gname)},'
@@ -139,33 +127,101 @@ def ring_turned(p: Any) -> None:
     p.dig_seg = dict(p.digests)
 
 
+# Call sites seen before (issue 10: the wrapper's Python runs with cold caches between a backward pass and
+# the next step, where every line costs several times its warm price): what does not change between calls
+# from one line with one group and one tensor signature is prepared once.
+_PLAIN_KW = frozenset({"group", "op", "async_op", "src", "dst", "tag", "group_src", "group_dst"})
+_calls: dict[tuple, tuple] = {}
+_CALLS_MAX = 4096
+
+
+def _site_key(op: str, args: tuple, kwargs: dict, f: Any) -> tuple | None:
+    """The cache key of a plain call (one tensor first, no other tensors or lists), else None."""
+    if not args:
+        return None
+    a0 = args[0]
+    if not isinstance(a0, _Tensor):
+        return None
+    pg = None
+    if kwargs:
+        if not kwargs.keys() <= _PLAIN_KW:
+            return None
+        pg = kwargs.get("group")
+    for a in args[1:]:
+        if isinstance(a, _ProcessGroup):
+            pg = a
+        elif isinstance(a, (_Tensor, list, tuple)):
+            return None
+    return (op, id(f.f_code), f.f_lasti, pg, a0.shape, a0.dtype)   # id: a code object hashes its contents
+
+
+def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> tuple:
+    """(group name, group, shapes, dtypes, site, the issued line's middle and tail, digest hash or None,
+    NCCL, the caller's code object) of one call."""
+    gname, pg = _group_of(p, kwargs, args)
+    shapes, dtypes = _describe(args, kwargs)
+    site = sites.user_site(f)
+    shp = _shapes_text(shapes)
+    dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
+    st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
+    mid = f'"op":{_js(op)},"group":{_js(gname)},"seq":['
+    tail = f'],"shapes":{shp},"dtypes":{dts},"site":{st},"st":"{schema.ST_ISSUED}"}}\n'
+    h = None
+    if op not in COUNTED_OUT:
+        key = (op, shp, site[0], site[1]) if site else (op, shp, None, 0)
+        h = _op_hashes.get(key)
+        if h is None:
+            h = op_hash(op, shp, site)
+            if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
+                _op_hashes[key] = h
+    return gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code
+
+
+def _issued(p: Any, call: tuple, s0: int, t0: float) -> bytes:
+    """The ledger line of a collective as it is issued, formatted by hand from its prepared call
+    (json.dumps costs more than the collective's own Python). Its position is predicted (s0 + 1); the end
+    line corrects the range. Its issue time is "t" (the reader sets "t0" from it: older runs wrote both)."""
+    return f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":{t0!r},{call[5]}{s0 + 1},{s0 + 1}{call[6]}'.encode()
+
+
+def forget_groups() -> None:
+    """A new default process group (init after destroy): cached groups and call sites are stale."""
+    global _default_pg
+    _default_pg = None
+    _calls.clear()
+    _nccl.clear()
+
+
 def _wrap(op: str, orig: Callable) -> Callable:
+    get_ident = threading.get_ident
+    getframe = sys._getframe
+    now = time.time
+
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         p = _active.probe
-        if p is None or p.depth or threading.get_ident() != p.main_ident:
+        if p is None or p.depth or get_ident() != p.main_ident:
             return orig(*args, **kwargs)
         try:
-            gname, pg = _group_of(p, kwargs, args)
+            f = getframe(1)
+            key = _site_key(op, args, kwargs, f)
+            call = _calls.get(key) if key is not None else None
+            if call is None or call[9] is not f.f_code:   # (a freed code object's id reused)
+                call = _prepare(p, op, args, kwargs, f)
+                # a call whose caller is not the user's own line depends on the frames above: not cached
+                if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):
+                    _calls[key] = call
+            gname, pg, shapes, dtypes, site, _mid, _tail, h, nccl, _code = call
             s0 = pg._get_sequence_number_for_group() if pg is not None else 0
-            shapes, dtypes = _describe(args, kwargs)
-            site = sites.user_site(sys._getframe(1))
         except Exception:
             return orig(*args, **kwargs)
-        t0 = time.time()
-        shp = _shapes_text(shapes)
+        t0 = now()
         # on the ledger before it runs: a collective that aborts the rank or never returns is still there
-        p.ledger.write_bytes(_ledger_line(p.rank, op, gname, s0, shp, dtypes, site, t0))
+        p.ledger.write_bytes(_issued(p, call, s0, t0))
         # the running count and digest of this group's Python-level calls (record/digest.py)
         if p.ledger.rotations != p.dig_rot:
             ring_turned(p)
-        if op not in COUNTED_OUT:
-            key = (op, shp, site[0], site[1]) if site else (op, shp, None, 0)
-            h = _op_hashes.get(key)
-            if h is None:
-                h = op_hash(op, shp, site)
-                if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
-                    _op_hashes[key] = h
+        if h is not None:
             c, d = p.digests.get(gname, (0, 0))
             p.digests[gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
         p.pending = [op, gname, s0, shapes, dtypes, site, t0]
@@ -174,7 +230,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
         tok = p.timeline.start(op, "comm") if p.timeline is not None else None
         sync_nccl = False
         try:
-            if op in ASYNCABLE and not kwargs.get("async_op") and _is_nccl(pg):
+            if nccl and not kwargs.get("async_op"):
                 # NCCL returns from a "synchronous" call once it is enqueued: issue it asynchronously and
                 # wait ourselves (the same semantics) so the Work can be asked whether it completed
                 kwargs["async_op"] = sync_nccl = True
@@ -204,7 +260,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
                 # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
                 is_async = not sync_nccl and out is not None and (hasattr(out, "is_completed") or
                                                                    isinstance(out, list))
-                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, time.time(), is_async))
+                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, now(), is_async))
                 if is_async:
                     _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
 

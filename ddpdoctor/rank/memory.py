@@ -7,12 +7,19 @@ Per step (an optimizer step, or a DDP forward where there is no optimizer) the c
 whatever the step time, within an overhead budget:
 
 - a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
-  run so far: about log2(steps) of them, a bounded total cost), whenever it costs at most ``BUDGET`` of
-  the time since the previous one, more often (``RSS_BUDGET``) while RSS keeps growing, at evenly spaced
-  points when the run's length is known (``--steps``), every ``census_every`` steps when asked, and once
-  more when the script returns (``final``: what module-level names still hold);
+  run so far: about log2(steps) of them; after step ``EARLY_STEPS``, while nothing grows, only when each
+  costs at most ``DOUBLING_BUDGET`` of the time since the previous one), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
+  while RSS keeps growing, at evenly spaced points when the run's length is known (``--steps``), every
+  ``census_every`` steps when asked, and once more when the script returns (``final``: what module-level
+  names still hold);
 - the graph scan every ``LOCAL_EVERY`` steps at most, and no more often than ``SCAN_BUDGET`` of the time
-  allows (a growing graph makes the scan dearer and rarer, never a drag on the loop).
+  allows (``EARLY_SCAN_BUDGET`` in the first ``EARLY_STEPS`` and while the scanned graphs grow: a short
+  run gets its points, and so does a leak) (a growing graph makes the scan dearer and rarer, never a drag on the loop).
+
+A healthy loop thus pays about 2 % (issue 10: at most 1.05 in-loop with the ledger); a loop whose RSS grows pays
+more, and is diagnosed. The per-step lines are kept in memory and written together every
+``FLUSH_S`` (a rank killed by a signal loses at most that much of its RSS series; its censuses and the
+lines before are on disk); RSS is read from ``/proc/self/statm`` through a file kept open.
 """
 
 from __future__ import annotations
@@ -24,17 +31,49 @@ import time
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter
+from ddpdoctor.record.writer import JsonlWriter, line
 from ddpdoctor.rank import census as census_mod
 from ddpdoctor.rank import nvml
 from ddpdoctor.rank.hooks import RankProbe
 
 LOCAL_EVERY = 5           # at most one graph scan per this many steps
-SCAN_BUDGET = 0.02        # share of the loop's time the graph scans may take
-BUDGET = 0.02             # share of the time a census may take in steady state
+SCAN_BUDGET = 0.005       # share of the loop's time the graph scans may take
+EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
+EARLY_STEPS = 64          # censuses at 1, 2, 4, ..., 64 whatever they cost
+BUDGET = 0.005            # share of the time a census may take in steady state
+DOUBLING_BUDGET = 0.01    # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10         # ... while RSS grows
 RSS_TRIGGER = 4 * 2**20   # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8               # evenly spaced censuses when the run's length is known
+FLUSH_S = 0.2             # the per-step lines are written together this often
+
+
+def _cuda_in_use() -> bool:
+    """Has this process initialised CUDA (a plain flag: the per-step check costs nothing on CPU)?"""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available()
+
+
+class _RssReader:
+    """This process's RSS: ``/proc/self/statm`` read through a descriptor kept open (a few microseconds),
+    psutil elsewhere; the same figure as psutil's ``memory_info().rss``."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+        try:
+            self.page = os.sysconf("SC_PAGE_SIZE")
+            self.fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except (OSError, ValueError, AttributeError):
+            self.fd = None
+
+    def __call__(self) -> int:
+        if self.fd is not None:
+            try:
+                return int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+            except (OSError, ValueError, IndexError):
+                self.fd = None
+        return int(self.proc.memory_info().rss)
 
 
 class Memory(RankProbe):
@@ -45,7 +84,11 @@ class Memory(RankProbe):
 
         self.p = probe
         self.proc = psutil.Process()
+        self.rss = _RssReader(self.proc)
         self.w = JsonlWriter(os.path.join(probe.dir, schema.MEMORY))
+        self.buf: list[bytes] = []   # per-step lines not written yet
+        self.last_flush = 0.0
+        self._head = f'{{"v":{schema.VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
         self.census_every = census_every
         self.step = 0
         self.by_optimizer = False
@@ -56,6 +99,10 @@ class Memory(RankProbe):
         self.last_scan_t = 0.0
         self.last_scan_cost = 0.0
         self.last_scan_step = 0
+        self.last_scan_nodes = -1
+        self.scan_grew = False    # the last scan saw a bigger graph than the one before
+        self.census_grew = False  # the last census saw more tensors or graph nodes than the one before
+        self.last_counts = (-1, -1)   # (tensors, graph nodes) of the last census
         self.plan = sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} |
                            {max(1, stop_steps - 2)}) if stop_steps else []
         self.censuses = 0
@@ -80,17 +127,20 @@ class Memory(RankProbe):
         elif self.by_optimizer:
             return  # with an optimizer, a step is an optimizer step
         self.step += 1
-        rss = self.proc.memory_info().rss
-        fields: dict[str, Any] = {"rss": rss}
-        fields.update(self._cuda())
+        rss = self.rss()
+        fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
         now = time.perf_counter()
         step = self.step
         frame = sys._getframe(1)
+        scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
         if step == 1 or (step - self.last_scan_step >= LOCAL_EVERY
-                         and now - self.last_scan_t >= self.last_scan_cost / SCAN_BUDGET):
+                         and now - self.last_scan_t >= self.last_scan_cost / scan_budget):
+            fields.setdefault("rss", rss)
             try:
                 nodes, roots, holder = census_mod.local_graphs(frame, self.names)
                 fields["local_graph"] = nodes
+                self.scan_grew = nodes > self.last_scan_nodes >= 0
+                self.last_scan_nodes = nodes
                 fields["local_roots"] = roots
                 if holder:
                     fields["local_holder"] = holder
@@ -99,10 +149,22 @@ class Memory(RankProbe):
             t1 = time.perf_counter()
             self.last_scan_cost, self.last_scan_t, self.last_scan_step = t1 - now, t1, step
             self.overhead += t1 - now
-        self.w.write(schema.K_MEM, self.p.rank, step=step, **fields)
+        if fields:
+            self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
+        else:   # the common line, formatted by hand (the same bytes as writer.line)
+            self.buf.append(f'{self._head}{time.time()!r},"step":{step},"rss":{rss}}}\n'.encode())
+        if now - self.last_flush >= FLUSH_S or len(self.buf) >= 512:
+            self.flush(now)
         why = self._due(step, now, rss)
         if why:
             self.census(frame, why, rss)
+
+    def flush(self, now: float | None = None) -> None:
+        """Write the per-step lines kept so far (one ``os.write``)."""
+        self.last_flush = time.perf_counter() if now is None else now
+        if self.buf:
+            data, self.buf = b"".join(self.buf), []
+            self.w.write_bytes(data)
 
     def _due(self, step: int, now: float, rss: int) -> str | None:
         if step == 1:
@@ -113,9 +175,10 @@ class Memory(RankProbe):
             while self.plan and self.p.ddp_fwd >= self.plan[0]:
                 self.plan.pop(0)
             return "planned"
-        if step >= 2 * self.last_census_step:
-            return "doubling"
         since = now - self.last_census_t
+        if step >= 2 * self.last_census_step and (self.last_census_step < EARLY_STEPS or self.scan_grew or
+                                                  self.census_grew or since >= self.last_census_cost / DOUBLING_BUDGET):
+            return "doubling"
         if since >= self.last_census_cost / BUDGET:
             return "budget"
         if rss - self.last_census_rss >= RSS_TRIGGER and since >= self.last_census_cost / RSS_BUDGET:
@@ -124,8 +187,6 @@ class Memory(RankProbe):
 
     def _cuda(self) -> dict[str, Any]:
         torch = sys.modules.get("torch")
-        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-            return {}
         try:
             dev = torch.cuda.current_device()
             st = torch.cuda.memory_stats(dev)
@@ -162,6 +223,7 @@ class Memory(RankProbe):
 
     # -- census --------------------------------------------------------------------------------------
     def census(self, frame: Any, why: str, rss: int | None = None, final: bool = False) -> None:
+        self.flush()
         t0 = time.perf_counter()
         try:
             fields = census_mod.census(frame, self.names)
@@ -171,6 +233,11 @@ class Memory(RankProbe):
         fields["uss"] = self._uss()
         fields["host_available"] = self._available()
         cost = time.perf_counter() - t0
+        counts = (int(fields.get("tensors") or 0), int(fields.get("graph_nodes") or 0))
+        if not final:
+            self.census_grew = (self.last_counts[0] >= 0 and counts != self.last_counts
+                                and counts[0] >= self.last_counts[0] and counts[1] >= self.last_counts[1])
+            self.last_counts = counts
         self.last_census_cost, self.last_census_t = cost, time.perf_counter()
         self.last_census_step = self.step
         self.last_census_rss = rss if rss is not None else self.last_census_rss
@@ -212,6 +279,7 @@ class Memory(RankProbe):
     def finish(self) -> None:
         """The script has returned: its functions' locals are gone, module-level names remain. One last
         census (``final``) records what they still hold, and the overhead the probes took."""
+        self.flush()
         try:
             if self.step:
                 self.census(None, "finish", final=True)

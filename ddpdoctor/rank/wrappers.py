@@ -45,6 +45,7 @@ def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
         @functools.wraps(init)
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
             out = init(*args, **kwargs)
+            collectives.forget_groups()   # a script that destroys and re-creates its process group
             p = active.probe
             if p is not None:
                 try:

@@ -15,13 +15,24 @@ from ddpdoctor.rank.checks.digests import _rng_digests
 from ddpdoctor.rank.checks.state import Checks
 
 
+def fingerprint_due(n: int, every: int | None) -> bool:
+    """Is the n-th synced training forward of a model fingerprinted? With ``every``: forward 1 and every
+    ``every``-th. By default forward 1, every 10th up to 100, then every 100th: a drift shows within 100
+    steps, and a long run pays one fingerprint per 100 steps (issue 10: the fingerprints were most of a
+    check run's cost). The same on every rank: the ranks' fingerprints are compared at the same forward."""
+    if every:
+        return n == 1 or n % every == 0
+    return n == 1 or n % (10 if n <= 100 else 100) == 0
+
+
 def install(probe: Any, settings: Any = None) -> Checks:
-    """Wrap what the checks watch; ``settings``: {"every": N} (fingerprints every N DDP forwards)."""
+    """Wrap what the checks watch; ``settings``: {"every": N} (fingerprints every N DDP forwards; None:
+    the default schedule, :func:`fingerprint_due`)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    every = int(settings.get("every", 10)) if isinstance(settings, dict) else int(settings or 10)
-    c = Checks(probe, every)
+    every = settings.get("every") if isinstance(settings, dict) else settings
+    c = Checks(probe, int(every) if every else None)
     loaders.install(c, torch)
 
     # seeds: where and with what the script seeds torch
@@ -76,7 +87,7 @@ def install(probe: Any, settings: Any = None) -> Checks:
                 n = counter["n"]
                 if n == 1 and model == 0:
                     c.event(schema.K_RNG_FIRST_STEP, rng=_rng_digests(torch))
-                if n == 1 or n % c.every == 0:
+                if fingerprint_due(n, c.every):
                     try:
                         seq = int(ddp.process_group._get_sequence_number_for_group())
                     except Exception:

@@ -19,12 +19,12 @@ from ddpdoctor.rank.hooks import RankProbe
 class Checks(RankProbe):
     """The check probes of one rank (a RankProbe: DDP forwards and optimizer steps reach it through probe.py)."""
 
-    def __init__(self, probe: Any, every: int) -> None:
+    def __init__(self, probe: Any, every: int | None) -> None:
         import torch
 
         self._grad_enabled = torch.is_grad_enabled
         self.p = probe
-        self.every = max(1, int(every))
+        self.every = max(1, int(every)) if every else None   # None: the default schedule (install.py)
         self.w = JsonlWriter(os.path.join(probe.dir, schema.CHECKS))
         self.fp = JsonlWriter(os.path.join(probe.dir, schema.FINGERPRINTS))
         self.pid = os.getpid()
