@@ -61,6 +61,8 @@ def overhead(reps: int, steps: int, tmp: str, command: str = "hang") -> dict:
             wall, out = bare(script, "--steps", str(steps)) if kind == "bare" else \
                 doctor(script, tmp, "--steps", str(steps), command=command)
             rows[kind].append({"wall_s": wall, "steps_per_s": steps_per_s(out), "cpu_ms_per_step": cpu_ms(out)})
+            print(f"  {command if kind != 'bare' else 'bare'} pair {i + 1}: {rows[kind][-1]['steps_per_s']:.1f} steps/s, "
+                  f"{rows[kind][-1]['cpu_ms_per_step']:.3f} ms CPU/step", flush=True)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall_s", "steps_per_s", "cpu_ms_per_step")}
            for k, v in rows.items()}
     # each pair's own ratio (its two runs are adjacent in time): a machine whose speed drifts over minutes

@@ -16,6 +16,20 @@ from ddpdoctor.rank.checks.passes import INDEX_PASSES, OPTSTEP_DETAIL, _LoaderPa
 from ddpdoctor.rank.hooks import RankProbe
 
 
+_forked = False
+
+
+def _in_child() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
+else:  # pragma: no cover
+    _forked = False
+
+
 class Checks(RankProbe):
     """The check probes of one rank (a RankProbe: DDP forwards and optimizer steps reach it through probe.py)."""
 
@@ -49,10 +63,12 @@ class Checks(RankProbe):
         self.model_params: list[set[int]] = []            # per DDP model: ids of its parameters
         self.micro: list[dict[tuple, int]] = []           # per DDP model: synced forwards per call site
         self.opt_models: dict[int, list[int]] = {}        # id(optimizer) -> the DDP models it steps
+        self.fwd_site: list | None = None                 # the user's line of the DDP forward in progress
 
     def main_thread(self) -> bool:
-        # a forked DataLoader worker keeps the parent's thread id: it is not the rank's main thread
-        return threading.get_ident() == self.p.main_ident and os.getpid() == self.pid
+        # a forked DataLoader worker keeps the parent's thread id: it is not the rank's main thread (a flag
+        # set in the child at fork, not a getpid() call per forward)
+        return threading.get_ident() == self.p.main_ident and not _forked
 
     def event(self, kind: str, **fields: Any) -> None:
         self.w.write(kind, self.p.rank, **fields)
@@ -124,10 +140,13 @@ class Checks(RankProbe):
 
     # -- the protocol (rank/hooks.py) ------------------------------------------------------------
     def on_forward(self, model: Any) -> None:
-        """Count DDP forwards with and without gradient sync (no_sync) since the last optimizer step."""
+        """Count DDP forwards with and without gradient sync (no_sync) since the last optimizer step, and note
+        the user's line that called this forward (three frames up: DDP.forward's wrapper, torch's
+        ``_call_impl``, ``_wrapped_call_impl``) for the module pre-hook."""
         if self._grad_enabled():
             if model.require_backward_grad_sync:
                 self.synced += 1
+                self.fwd_site = sites.user_site(sys._getframe(1))
             else:
                 self.unsynced += 1
 
@@ -217,8 +236,11 @@ class Checks(RankProbe):
 
     # -- optimizer steps -----------------------------------------------------------------------------
     def on_sync_forward(self, model: int, frame: Any) -> None:
-        """A DDP forward that will all-reduce its gradients: count it per model and call site."""
-        site = sites.user_site(frame)
+        """A DDP forward that will all-reduce its gradients: count it per model and call site (noted by
+        on_forward when this forward came through DDP, found from ``frame`` otherwise)."""
+        site, self.fwd_site = self.fwd_site, None
+        if site is None:
+            site = sites.user_site(frame)
         key = tuple(site[:2]) if site else None
         d = self.micro[model]
         d[key] = d.get(key, 0) + 1
