@@ -17,8 +17,8 @@ SPEC = CommandSpec(
                                     "else DDP forwards).")),
         Opt(("--census-every",), dict(type=click.IntRange(min=1), default=None,
                                       help="Census live tensors and autograd graphs every K steps (default: at "
-                                           "steps 1, 2, 4, 8, ..., whenever it costs at most 2% of the time, "
-                                           "more often while RSS grows, and at the end).")),
+                                           "steps 1, 2, 4, ..., 64, then whenever it costs at most 0.25-0.5% of "
+                                           "the time, more often while memory grows, and at the end).")),
     ),
     settings=lambda v: {"memory": {"census_every": v.get("census_every")}},
     stop=lambda v: Stop(steps=v.get("steps")),

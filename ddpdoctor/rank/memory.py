@@ -40,8 +40,8 @@ LOCAL_EVERY = 5           # at most one graph scan per this many steps
 SCAN_BUDGET = 0.005       # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64          # censuses at 1, 2, 4, ..., 64 whatever they cost
-BUDGET = 0.005            # share of the time a census may take in steady state
-DOUBLING_BUDGET = 0.01    # ... at steps 128, 256, ... (1, 2, ..., 64: free)
+BUDGET = 0.0025           # share of the time a census may take in steady state
+DOUBLING_BUDGET = 0.005   # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10         # ... while RSS grows
 RSS_TRIGGER = 4 * 2**20   # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8               # evenly spaced censuses when the run's length is known
@@ -99,10 +99,11 @@ class Memory(RankProbe):
         self.last_scan_t = 0.0
         self.last_scan_cost = 0.0
         self.last_scan_step = 0
-        self.last_scan_nodes = -1
-        self.scan_grew = False    # the last scan saw a bigger graph than the one before
-        self.census_grew = False  # the last census saw more tensors or graph nodes than the one before
-        self.last_counts = (-1, -1)   # (tensors, graph nodes) of the last census
+        self.last_scan_nodes = -1  # the most graph nodes a scan saw so far
+        # growth, as a leak shows it: a new high (the counts of a healthy loop wobble below their maximum)
+        self.scan_grew = False    # the last scan saw more graph nodes than any scan before
+        self.census_grew = False  # the last census saw more tensors or graph nodes than any census before
+        self.last_counts = (-1, -1)   # the highest (tensors, graph nodes) of the censuses so far
         self.plan = sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} |
                            {max(1, stop_steps - 2)}) if stop_steps else []
         self.censuses = 0
@@ -140,7 +141,7 @@ class Memory(RankProbe):
                 nodes, roots, holder = census_mod.local_graphs(frame, self.names)
                 fields["local_graph"] = nodes
                 self.scan_grew = nodes > self.last_scan_nodes >= 0
-                self.last_scan_nodes = nodes
+                self.last_scan_nodes = max(nodes, self.last_scan_nodes)
                 fields["local_roots"] = roots
                 if holder:
                     fields["local_holder"] = holder
@@ -235,9 +236,9 @@ class Memory(RankProbe):
         cost = time.perf_counter() - t0
         counts = (int(fields.get("tensors") or 0), int(fields.get("graph_nodes") or 0))
         if not final:
-            self.census_grew = (self.last_counts[0] >= 0 and counts != self.last_counts
-                                and counts[0] >= self.last_counts[0] and counts[1] >= self.last_counts[1])
-            self.last_counts = counts
+            hi = self.last_counts
+            self.census_grew = hi[0] >= 0 and (counts[0] > hi[0] or counts[1] > hi[1])
+            self.last_counts = (max(hi[0], counts[0]), max(hi[1], counts[1]))
         self.last_census_cost, self.last_census_t = cost, time.perf_counter()
         self.last_census_step = self.step
         self.last_census_rss = rss if rss is not None else self.last_census_rss
