@@ -160,9 +160,10 @@ class Monitor:
                     break
                 done = self._enough(record)
                 if done:
-                    self.log.write(schema.K_KILL, None, reason=done)
                     if self.live:
                         say(f"{done}: ending the run")
+                    self._settle(reader, now)
+                    self.log.write(schema.K_KILL, None, reason=done)
                     self.end_tree(proc)
                     break
                 if self.spec.max_time and now - t_start > self.spec.max_time:
@@ -212,6 +213,27 @@ class Monitor:
                 return f"--epochs {self.spec.stop_epochs} reached"
         return None
 
+    def _settle(self, reader: RunReader, since: float) -> None:
+        """Before a --steps / --epochs end: let every running rank beat twice more, so the records of the
+        steps it was asked for are on disk (the profile's ranges are written after each beat; a rank
+        whose whole loop fits between two beats would otherwise leave none). Bounded by ``settle``."""
+        first: dict[int, float] = {}
+        deadline = time.time() + self.timings.settle
+        while time.time() < deadline:
+            record = reader.refresh(full=False)
+            waiting = 0
+            for r, rec in record.ranks.items():
+                if rec.event(schema.K_FINISH) is not None or not self._alive(rec.pid):
+                    continue
+                t = float((rec.last_hb or {}).get("t") or 0.0)
+                if t > since and r not in first:
+                    first[r] = t
+                if not (r in first and t > first[r]):
+                    waiting += 1
+            if not waiting:
+                return
+            time.sleep(0.05)
+
     def _remember(self, record: Any) -> None:
         for rec in record.ranks.values():
             pid = rec.pid
@@ -238,7 +260,10 @@ class Monitor:
 
     def _alive(self, pid: int | None) -> bool:
         p = self.seen.get(pid or -1)
-        return bool(p and p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+        try:
+            return bool(p and p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
 
     def end_tree(self, proc: subprocess.Popen) -> None:
         """TERM every process of the tree we started, wait ``grace``, KILL what is left."""

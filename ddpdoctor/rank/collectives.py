@@ -11,12 +11,12 @@ import json
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ddpdoctor.rank import active as _active
 from ddpdoctor.rank import sites
 from ddpdoctor.record import schema
-from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash
+from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash, shapes_text
 
 # Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
 SHAPED, P2P, OTHER = schema.SHAPED, schema.P2P, schema.OTHER
@@ -74,10 +74,6 @@ def _js(value: Any) -> str:
     return out
 
 
-def _shapes_text(shapes: list) -> str:
-    return "[" + ",".join("[" + ",".join(map(str, sh)) + "]" for sh in shapes) + "]"
-
-
 def _end_line(rank: int, gname: str, s0: int, s1: int | None, t1: float, is_async: bool) -> bytes:
     s1s = "null" if s1 is None else str(s1)
     return (f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":{t1!r},"group":{_js(gname)},'
@@ -131,7 +127,24 @@ def ring_turned(p: Any) -> None:
 # the next step, where every line costs several times its warm price): what does not change between calls
 # from one line with one group and one tensor signature is prepared once.
 _PLAIN_KW = frozenset({"group", "op", "async_op", "src", "dst", "tag", "group_src", "group_dst"})
-_calls: dict[tuple, tuple] = {}
+
+
+class _Call(NamedTuple):
+    """What one call line with one group and one tensor signature always writes and counts."""
+
+    gname: str        # the process group's name
+    pg: Any           # the process group (None: not found)
+    shapes: list
+    dtypes: list
+    site: Any         # the user's [file, line, function], or None
+    mid: str          # the issued line from "op" to the open sequence range
+    tail: str         # ... and after it, to the end of the line
+    h: int | None     # its hash in the running digest (None: a point-to-point op, counted out)
+    nccl: bool        # NCCL and an op that takes async_op: issued asynchronously and waited for here
+    code: Any         # the caller's code object (its id is in the cache key: checked on each hit)
+
+
+_calls: dict[tuple, _Call] = {}
 _CALLS_MAX = 4096
 
 
@@ -155,13 +168,12 @@ def _site_key(op: str, args: tuple, kwargs: dict, f: Any) -> tuple | None:
     return (op, id(f.f_code), f.f_lasti, pg, a0.shape, a0.dtype)   # id: a code object hashes its contents
 
 
-def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> tuple:
-    """(group name, group, shapes, dtypes, site, the issued line's middle and tail, digest hash or None,
-    NCCL, the caller's code object) of one call."""
+def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
+    """What one call writes and counts, worked out from its arguments and caller."""
     gname, pg = _group_of(p, kwargs, args)
     shapes, dtypes = _describe(args, kwargs)
     site = sites.user_site(f)
-    shp = _shapes_text(shapes)
+    shp = shapes_text(shapes)
     dts = "[" + ",".join(_js(d) for d in dtypes) + "]"
     st = f"[{_js(site[0])},{site[1]},{_js(site[2])}]" if site else "null"
     mid = f'"op":{_js(op)},"group":{_js(gname)},"seq":['
@@ -174,14 +186,14 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> tuple:
             h = op_hash(op, shp, site)
             if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
                 _op_hashes[key] = h
-    return gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code
+    return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code)
 
 
-def _issued(p: Any, call: tuple, s0: int, t0: float) -> bytes:
+def _issued(p: Any, call: _Call, s0: int, t0: float) -> bytes:
     """The ledger line of a collective as it is issued, formatted by hand from its prepared call
     (json.dumps costs more than the collective's own Python). Its position is predicted (s0 + 1); the end
     line corrects the range. Its issue time is "t" (the reader sets "t0" from it: older runs wrote both)."""
-    return f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":{t0!r},{call[5]}{s0 + 1},{s0 + 1}{call[6]}'.encode()
+    return f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":{t0!r},{call.mid}{s0 + 1},{s0 + 1}{call.tail}'.encode()
 
 
 def forget_groups() -> None:
@@ -206,7 +218,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
             f = getframe(1)
             key = _site_key(op, args, kwargs, f)
             call = _calls.get(key) if key is not None else None
-            if call is None or call[9] is not f.f_code:   # (a freed code object's id reused)
+            if call is None or call.code is not f.f_code:   # (a freed code object's id reused)
                 call = _prepare(p, op, args, kwargs, f)
                 # a call whose caller is not the user's own line depends on the frames above: not cached
                 if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):

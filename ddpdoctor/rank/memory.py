@@ -289,9 +289,8 @@ class Memory(RankProbe):
         except Exception:
             pass
         try:
-            torch = sys.modules.get("torch")
-            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-                self.summaries["last"] = torch.cuda.memory_summary()
+            if _cuda_in_use():
+                self.summaries["last"] = sys.modules["torch"].cuda.memory_summary()
             for which in ("peak", "last"):
                 self._write_summary(which)
         except Exception:

@@ -40,98 +40,107 @@ def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
     sites.reset_prefixes()
     collectives.install(dist)
 
-    init = dist.init_process_group
-    if not hasattr(init, "__ddpdoctor_wrapped__"):
-        @functools.wraps(init)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            out = init(*args, **kwargs)
-            collectives.forget_groups()   # a script that destroys and re-creates its process group
-            p = active.probe
-            if p is not None:
-                try:
-                    pg = dist.distributed_c10d._get_default_group()
-                    p.groups[getattr(pg, "group_name", None) or "default"] = pg
-                    p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
-                                   backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
-                                   frameworks=[m for m in FRAMEWORKS if m in sys.modules])
-                except Exception:
-                    pass
-            return out
-
-        init_process_group.__ddpdoctor_wrapped__ = init  # type: ignore[attr-defined]
-        dist.init_process_group = init_process_group
-
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    fwd = DDP.forward
-    if not hasattr(fwd, "__ddpdoctor_wrapped__"):
-        @functools.wraps(fwd)
-        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            p = active.probe
-            if p is None:
-                return fwd(self, *args, **kwargs)
-            p.ddp_fwd += 1
-            if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
-                p.ddp_models.add(self)
-            p.counters.set_ddp_fwd(p.ddp_fwd)
-            if p.fwd_before:     # the rank probes' hooks (rank/hooks.py); a probe bug never reaches the script
-                try:
-                    for h in p.fwd_before:
-                        h(self)
-                except Exception:
-                    pass
-            p.in_ddp_fwd = True
-            try:
-                return fwd(self, *args, **kwargs)
-            finally:
-                p.in_ddp_fwd = False
-                if p.fwd_after:
-                    try:
-                        for h in p.fwd_after:
-                            h(self)
-                    except Exception:
-                        pass
-
-        forward.__ddpdoctor_wrapped__ = fwd  # type: ignore[attr-defined]
-        DDP.forward = forward
-
-    # model.join() and Join([model]) both ask DDP for its join hook: uneven inputs handled on purpose
-    join_hook = DDP.join_hook
-    if not hasattr(join_hook, "__ddpdoctor_wrapped__"):
-        @functools.wraps(join_hook)
-        def ddp_join_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-            p = active.probe
-            if p is not None:
-                p.events.write(schema.K_JOIN, p.rank, site=sites.user_site(sys._getframe(1)))
-            return join_hook(self, *args, **kwargs)
-
-        ddp_join_hook.__ddpdoctor_wrapped__ = join_hook  # type: ignore[attr-defined]
-        DDP.join_hook = ddp_join_hook
-
     from torch.utils.data import DataLoader
 
-    it = DataLoader.__iter__
-    if not hasattr(it, "__ddpdoctor_wrapped__"):
-        @functools.wraps(it)
-        def __iter__(self: Any) -> Any:
-            p = active.probe
-            if p is not None and threading.get_ident() == p.main_ident:
-                try:
-                    n = len(self)
-                except Exception:
-                    n = None
-                sampler = getattr(self, "batch_sampler", None)  # not `or`: bool() calls a sampler's len()
-                if sampler is None:
-                    sampler = getattr(self, "sampler", None)
-                inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
-                p.events.write(schema.K_DATALOADER, p.rank, len=n, site=sites.user_site(sys._getframe(1)),
-                               sampler=type(inner).__name__ if inner is not None else None)
-            return it(self)
-
-        __iter__.__ddpdoctor_wrapped__ = it  # type: ignore[attr-defined]
-        DataLoader.__iter__ = __iter__
-
+    _wrap_once(dist, "init_process_group", lambda init: _init_process_group(init, dist))
+    _wrap_once(DDP, "forward", _ddp_forward)
+    # model.join() and Join([model]) both ask DDP for its join hook: uneven inputs handled on purpose
+    _wrap_once(DDP, "join_hook", _ddp_join_hook)
+    _wrap_once(DataLoader, "__iter__", _dataloader_iter)
     rebind_user_imports(dist)
+
+
+def _wrap_once(owner: Any, name: str, make: Any) -> None:
+    """Replace ``owner.name`` by ``make(original)`` unless it is ddpdoctor's wrapper already; the wrapper
+    keeps the original's name and docstring, and the original in ``__ddpdoctor_wrapped__``."""
+    orig = getattr(owner, name)
+    if hasattr(orig, "__ddpdoctor_wrapped__"):
+        return
+    wrapper = functools.wraps(orig)(make(orig))
+    wrapper.__ddpdoctor_wrapped__ = orig
+    setattr(owner, name, wrapper)
+
+
+def _init_process_group(init: Any, dist: Any) -> Any:
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        out = init(*args, **kwargs)
+        from ddpdoctor.rank import collectives
+
+        collectives.forget_groups()   # a script that destroys and re-creates its process group
+        p = active.probe
+        if p is not None:
+            try:
+                pg = dist.distributed_c10d._get_default_group()
+                p.groups[getattr(pg, "group_name", None) or "default"] = pg
+                p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
+                               backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
+                               frameworks=[m for m in FRAMEWORKS if m in sys.modules])
+            except Exception:
+                pass
+        return out
+
+    return init_process_group
+
+
+def _run_hooks(hooks_: tuple, model: Any) -> None:
+    """The rank probes' forward hooks (rank/hooks.py); a probe bug never reaches the script."""
+    try:
+        for h in hooks_:
+            h(model)
+    except Exception:
+        pass
+
+
+def _ddp_forward(fwd: Any) -> Any:
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        p = active.probe
+        if p is None:
+            return fwd(self, *args, **kwargs)
+        p.ddp_fwd += 1
+        if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
+            p.ddp_models.add(self)
+        p.counters.set_ddp_fwd(p.ddp_fwd)
+        if p.fwd_before:
+            _run_hooks(p.fwd_before, self)
+        p.in_ddp_fwd = True
+        try:
+            return fwd(self, *args, **kwargs)
+        finally:
+            p.in_ddp_fwd = False
+            if p.fwd_after:
+                _run_hooks(p.fwd_after, self)
+
+    return forward
+
+
+def _ddp_join_hook(join_hook: Any) -> Any:
+    def ddp_join_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        p = active.probe
+        if p is not None:
+            p.events.write(schema.K_JOIN, p.rank, site=sites.user_site(sys._getframe(1)))
+        return join_hook(self, *args, **kwargs)
+
+    return ddp_join_hook
+
+
+def _dataloader_iter(it: Any) -> Any:
+    def __iter__(self: Any) -> Any:
+        p = active.probe
+        if p is not None and threading.get_ident() == p.main_ident:
+            try:
+                n = len(self)
+            except Exception:
+                n = None
+            sampler = getattr(self, "batch_sampler", None)  # not `or`: bool() calls a sampler's len()
+            if sampler is None:
+                sampler = getattr(self, "sampler", None)
+            inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
+            p.events.write(schema.K_DATALOADER, p.rank, len=n, site=sites.user_site(sys._getframe(1)),
+                           sampler=type(inner).__name__ if inner is not None else None)
+        return it(self)
+
+    return __iter__
 
 
 def _install_optimizer_hooks() -> None:
@@ -142,24 +151,19 @@ def _install_optimizer_hooks() -> None:
     _opt_hooks = True
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    def pre(opt: Any, _a: Any, _k: Any) -> None:
-        p = active.probe
-        if p is not None and threading.get_ident() == p.main_ident:
-            try:
-                for h in p.opt_before:
-                    h(opt)
-            except Exception:  # a probe bug never reaches the script's optimizer step
-                pass
+    def dispatch(which: str) -> Any:
+        def hook(opt: Any, _a: Any, _k: Any) -> None:
+            p = active.probe
+            if p is not None and threading.get_ident() == p.main_ident:
+                try:
+                    for h in getattr(p, which):
+                        h(opt)
+                except Exception:  # a probe bug never reaches the script's optimizer step
+                    pass
 
-    def post(opt: Any, _a: Any, _k: Any) -> None:
-        p = active.probe
-        if p is not None and threading.get_ident() == p.main_ident:
-            try:
-                for h in p.opt_after:
-                    h(opt)
-            except Exception:  # a probe bug never reaches the script's optimizer step
-                pass
+        return hook
 
+    pre, post = dispatch("opt_before"), dispatch("opt_after")
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
 
