@@ -4,8 +4,8 @@ in the same rank process, alternating blocks of steps (issue 10).
     ddpdoctor hang --script benchmarks/instep.py --nproc-per-node 1     # or check, memleak, profile
     torchrun --standalone --nproc-per-node 1 benchmarks/instep.py       # bare: on and off alike
 
-"Off" sets ddpdoctor's active probe to None (every wrapper then calls straight through) and removes the
-check probe's module pre-hook; the heartbeat thread keeps running. Prints the median microseconds per
+"Off" sets ddpdoctor's active probe to None (every wrapper then calls straight through), removes the
+check probe's module pre-hook and stops the profile's line sampler; the heartbeat thread keeps beating. Prints the median microseconds per
 step of each phase with the probes off, and the median over pairs of adjacent blocks of on - off. One rank, gloo, OMP_NUM_THREADS=1 advised (what torchrun sets for 2 ranks).
 """
 
@@ -25,6 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=30)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--keep-sampler", action="store_true", help="profile: leave the line sampler on in both arms")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)))
@@ -34,6 +35,8 @@ def main() -> None:
     active = sys.modules.get("ddpdoctor.rank.active")
     probe = active.probe if active else None
     hooks = dict(model.module._forward_pre_hooks)
+    tl = getattr(probe, "timeline", None)
+    period = getattr(tl, "period", 0.0)
     pc = time.perf_counter
     acc: dict[bool, list[list[float]]] = {True: [[] for _ in PHASES], False: [[] for _ in PHASES]}
 
@@ -43,6 +46,8 @@ def main() -> None:
             model.module._forward_pre_hooks.clear()
             if on:
                 model.module._forward_pre_hooks.update(hooks)
+            if tl is not None:
+                tl.period = period if (on or "--keep-sampler" in sys.argv) else 0.0
         s = [0.0] * len(PHASES)
         for _ in range(n):
             t0 = pc()
@@ -71,6 +76,8 @@ def main() -> None:
             block(flag, args.steps)
     if active:
         active.probe = probe
+        if tl is not None:
+            tl.period = period
     # the median over pairs of adjacent blocks of (on - off): a machine whose speed drifts moves both alike
     diffs = [[a - b for a, b in zip(acc[True][i], acc[False][i])] for i in range(len(PHASES))]
     tot = [sum(acc[True][i][k] for i in range(len(PHASES))) - sum(acc[False][i][k] for i in range(len(PHASES)))

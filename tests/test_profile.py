@@ -95,6 +95,36 @@ def test_no_nvtx_call_without_a_tool(tmp_path, monkeypatch):
     assert info and info[0]["nvtx"] is False
 
 
+def _rank_timeline(run_dir: Path, rank: int) -> list[dict]:
+    return [json.loads(l) for l in (run_dir / "ranks" / str(rank) / "timeline.jsonl").read_text().splitlines()]
+
+
+def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(tmp_path, monkeypatch):
+    """By default no comm hook (issue 10: a Python hook costs ~0.1-0.2 ms a step): the buckets and the
+    backward's comm time come from DDP's logger; --bucket-ranges adds one range per bucket all-reduce."""
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    script = str(PROBES / "straggler.py")
+    r = ddpdoctor(["profile", "--script", script, "--", "--steps", "12"], tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    for rank in (0, 1):
+        tl = _rank_timeline(r.run_dir, rank)
+        assert not [e for e in tl if e.get("kind") == "range" and e["name"].startswith("all_reduce bucket")]
+        info = [e for e in tl if e.get("kind") == "profile_info"][-1]
+        assert info["bucket_ranges"] is False and len(info["buckets"]) >= 1 and all(b > 0 for b in info["buckets"])
+        assert info["ddp"]["comm_ms"] > 0 and info["ddp"]["backward_ms"] > 0
+    summary = finding(r.report, "profile.summary")
+    assert "DDP's own timers" in summary["message"] and "gradient all-reduce" in summary["message"]
+    assert summary["evidence"]["ddp_timers_ms"]["comm_ms"] > 0
+
+    h = ddpdoctor(["profile", "--bucket-ranges", "--script", script, "--", "--steps", "12"], tmp_path)
+    assert h.code == 0, h.err[-2000:]
+    for rank in (0, 1):
+        tl = _rank_timeline(h.run_dir, rank)
+        ranges = [e for e in tl if e.get("kind") == "range" and e["name"] == "all_reduce bucket 0"]
+        assert len(ranges) == 12 and all(e["cat"] == "comm" and e["t1"] > e["t0"] for e in ranges)
+        assert [e for e in tl if e.get("kind") == "profile_info"][-1]["bucket_ranges"] is True
+
+
 def line_of(path: Path, text: str) -> int:
     """The number of the script line that contains ``text`` (found in the script, not hard-coded)."""
     hits = [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line]

@@ -271,6 +271,10 @@ def _gpu(record: RunRecord) -> list[Finding]:
                     tuple(sorted(low)), (), {"util": {str(r): u for r, u in low.items()}}, culprits=tuple(sorted(low)))]
 
 
+def _size(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
     info: dict[int, dict[str, Any]] = {r: next((e for e in reversed(rec.timeline) if e.get("kind") == schema.K_PROFILE_INFO), {})
             for r, rec in record.ranks.items()}
@@ -286,14 +290,20 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         parts.append(f"{ranks_phrase(rs)}: {text}")
     if len(groups) > 16:
         parts.append(f"... {len(groups) - 16} more groups")
-    i0 = next(iter(info.values()), {})
+    i0 = next((i for i in info.values() if i), {})   # a rank ended by --steps may have written none
     buckets = i0.get("buckets") or []
     steps, fwd = i0.get("steps") or 0, i0.get("forwards") or 0
     accum = round(fwd / steps, 2) if steps else None
-    tuning = (f"DDP buckets: {len(buckets)} ({', '.join(f'{b / 2**20:.2f}' for b in buckets[:8])} MiB; "
-              f"bucket_cap_mb {i0.get('bucket_cap_mb', 0):.0f}); AMP {'on' if i0.get('amp') else 'off'}; "
+    tuning = (f"DDP buckets: {len(buckets)} ({', '.join(_size(b) for b in buckets[:8])}; "
+              f"bucket_cap_mb {i0.get('bucket_cap_mb', 0):g}); AMP {'on' if i0.get('amp') else 'off'}; "
               f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}")
+    ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
+    if ddp.get("comm_ms") is not None:
+        tuning += (f"; DDP's own timers (rank {next((r for r, i in info.items() if i is i0), '?')}, sampled): backward "
+                   f"compute {ddp.get('backward_ms', 0):.2f} ms, gradient all-reduce {ddp['comm_ms']:.2f} ms, "
+                   f"{ddp.get('overlap_ms', 0):.2f} ms of it overlapped")
     return [Finding("profile.summary", "note", "; ".join(parts) + ". " + tuning,
                     "Steady state after the first 20% of steps. Open trace.json in ui.perfetto.dev for the timeline.",
                     tuple(sorted(med)), (), {"median_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
-                                             "buckets": buckets, "amp": i0.get("amp"), "accumulation": accum})]
+                                             "buckets": buckets, "amp": i0.get("amp"), "accumulation": accum,
+                                             "ddp_timers_ms": ddp})]

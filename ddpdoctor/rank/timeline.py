@@ -1,5 +1,7 @@
-"""Ranges for ``ddpdoctor profile``: step, forward, backward, optimizer step, each collective, each DDP
-bucket all-reduce (enqueue to completion), DataLoader wait.
+"""Ranges for ``ddpdoctor profile``: step, forward, backward, optimizer step, each collective, DataLoader
+wait, and with ``--bucket-ranges`` (or an NVTX tool attached) each DDP bucket all-reduce (enqueue to
+completion, through a Python comm hook: ~0.1-0.2 ms a step, issue 10). Without it the buckets' sizes and
+the backward's comm and overlap times come from DDP's own logger (``ddp_stats``), which costs nothing.
 
 Each range is kept for ddpdoctor's own timeline (written in batches by the heartbeat thread) and, when an
 NVTX tool is attached (``NVTX_INJECTION64_PATH`` is set, as nsys does), emitted as an NVTX start/end
@@ -25,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from ddpdoctor.rank import nvml
@@ -35,6 +38,7 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
 
 CATEGORIES = ("compute", "comm", "data", "optim")
+INFO_STEPS = frozenset(2 ** k for k in range(9))   # optimizer steps after which profile_info is written
 
 
 def tool_attached() -> bool:
@@ -72,6 +76,9 @@ class Timeline(LineSamples, RankProbe):
         self.fwd_stack: list[tuple[tuple, str]] = []   # (token, phase before) of the DDP forwards in progress
         self.opt_tok: tuple | None = None
         self._autocast: Any = lambda: False   # torch.is_autocast_enabled, set by install
+        self.bucket_ranges = False            # a timing comm hook per DDP model (--bucket-ranges, --nsys)
+        self.model_ref: Any = None            # weakref of the first DDP model: its own timers (ddp_stats)
+        self.ddp: dict[str, Any] = {}         # what DDP's logger said last
         self.init_samples()
 
     # a range is (name, category, thread id, start ns, end ns, payload)
@@ -113,7 +120,10 @@ class Timeline(LineSamples, RankProbe):
             return
         self.accum += 1
         self.amp = self.amp or self._autocast()
-        ensure_bucket_hook(model, self)
+        if self.model_ref is None:
+            self.model_ref = weakref.ref(model)
+        if self.bucket_ranges:
+            ensure_bucket_hook(model, self)
         self.fwd_stack.append((self.start("forward", "compute"), self.phase))
         self.phase = "forward"
 
@@ -134,6 +144,44 @@ class Timeline(LineSamples, RankProbe):
             self.opt_tok = None
             self.phase = "other:optimizer"
             self.on_opt_step_end()
+            if self.step in INFO_STEPS or self.step % 500 == 0:
+                self.ddp_stats()
+                self.write_info()
+
+    def ddp_stats(self) -> None:
+        """Buckets and backward timings from DDP's own logger (C++ timers it samples at iterations 1-10 and
+        every 100th; read on the main thread, where the reducer writes them): no comm hook needed."""
+        model = self.model_ref() if self.model_ref is not None else None
+        if model is None:
+            return
+        try:
+            d = model._get_ddp_logging_data()
+        except Exception:
+            return
+        sizes = d.get("rebuilt_bucket_sizes") if d.get("has_rebuilt_buckets") else d.get("bucket_sizes")
+        try:
+            buckets = [int(x) for x in str(sizes or "").split(",") if x.strip()]
+        except ValueError:
+            buckets = []
+        out: dict[str, Any] = {"buckets": buckets, "bucket_cap_mb": round(int(d.get("bucket_cap_bytes") or 0) / 2**20, 3)}
+        for key, name in (("avg_backward_compute_time", "backward_ms"), ("avg_backward_comm_time", "comm_ms"),
+                          ("avg_backward_compute_comm_overlap_time", "overlap_ms"),
+                          ("avg_forward_compute_time", "forward_ms")):
+            v = d.get(key)
+            if isinstance(v, int) and v > 0:
+                out[name] = round(v / 1e6, 3)
+        self.ddp = out
+
+    def write_info(self) -> None:
+        """The run's profile facts so far (steps, forwards, AMP, buckets, DDP's timers, sampling): written
+        at steps 1, 2, 4 ... 256, every 500th and at the end, so a rank ended by --steps still has them."""
+        ddp = dict(self.ddp)
+        if not ddp.get("buckets") and self.buckets:   # the comm hook saw them (DDP's logger did not say)
+            ddp.update(buckets=list(self.buckets), bucket_cap_mb=self.bucket_cap_mb)
+        self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step,
+                     forwards=self.accum, amp=self.amp, buckets=ddp.pop("buckets", []),
+                     bucket_cap_mb=ddp.pop("bucket_cap_mb", 0.0), ddp=ddp, bucket_ranges=self.bucket_ranges,
+                     nvtx=self.dom is not None, samples=self.n_samples, sample_ms=self.period * 1000.0)
 
     def on_tick(self) -> None:
         """After each heartbeat (heartbeat thread): write the ranges ended since, sample GPU utilisation."""
@@ -156,9 +204,8 @@ class Timeline(LineSamples, RankProbe):
     def finish(self) -> None:
         self.drain()
         self.flush_samples(force=True)
-        self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step, forwards=self.accum, amp=self.amp,
-                     buckets=self.buckets, bucket_cap_mb=self.bucket_cap_mb, nvtx=self.dom is not None,
-                     samples=self.n_samples, sample_ms=self.period * 1000.0)
+        self.ddp_stats()
+        self.write_info()
 
     def drain(self) -> None:
         """Write the ranges ended since the last drain: lines formatted by hand (the same bytes as
@@ -198,6 +245,8 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     tl = Timeline(probe)
     if isinstance(opts, dict) and opts.get("sample_ms") is not None:
         tl.period = max(0.0, float(opts["sample_ms"])) / 1000.0
+    # per-bucket ranges take a Python comm hook (~0.1-0.2 ms a step): asked for, or an NVTX tool to show them
+    tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
     probe.timeline = tl
     main = probe.main_ident
