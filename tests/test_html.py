@@ -121,7 +121,7 @@ def runs(tmp_path_factory) -> dict:
                     "memleak.autograd-graph", {0, 1}, PROBES / "leak_graph.py", "ACCUM"),
         "check": (ddpdoctor(["check", "--script", str(PROBES / "check_set_epoch.py")], tmp),
                   "data.missing-set-epoch", {0, 1}, PROBES / "check_set_epoch.py", "SAMPLER"),
-        "profile": (ddpdoctor(["profile", "--script", str(PROBES / "straggler.py")], tmp),
+        "profile": (ddpdoctor(["profile", "--bucket-ranges", "--script", str(PROBES / "straggler.py")], tmp),
                     "profile.straggler", {1}, PROBES / "straggler.py", "SLOW"),
     }
     return {"tmp": tmp, **out}

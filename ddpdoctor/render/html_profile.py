@@ -173,9 +173,13 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
                      for p, c in [*LANE.values(), COMM])
     shown = "" if len(lanes) == len([r for r in record.ranks.values() if r.timeline]) else \
         f" Shown: {len(lanes)} of {len([r for r in record.ranks.values() if r.timeline])} ranks."
+    buckets = any(str(x.get("name", "")).startswith("all_reduce bucket")
+                  for r, _l in lanes for x in record.ranks[r].timeline if x.get("kind") == schema.K_RANGE)
+    strip = ("the thin strip is DDP's gradient all-reduce (it overlaps backward)" if buckets else
+             "the thin strip shows Python collectives; DDP's gradient all-reduces run inside backward "
+             "(rerun with --bucket-ranges to draw each bucket)")
     return (f'<h3>Steps {picked[0]}-{picked[-1]}, rank by rank</h3><p>Consecutive steady-state steps, each lane '
-            f'from the start of step {picked[0]} on that rank; the thin strip is DDP\'s gradient all-reduce '
-            f'(it overlaps backward); the straggler is outlined.{e(shown)}</p>'
+            f'from the start of step {picked[0]} on that rank; {e(strip)}; the straggler is outlined.{e(shown)}</p>'
             f'<div class="bar-legend">{legend}</div>' + "".join(out))
 
 
