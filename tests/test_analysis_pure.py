@@ -140,3 +140,19 @@ def test_analyze_compares_ranks_across_nodes_run_directories(tmp_path):
     assert f.ranks == (0, 1) and report.exit_code == 1
     with pytest.raises(RunDirError, match="appears in"):
         load_runs([str(tmp_path / "node0"), str(tmp_path / "node0")])
+
+
+def test_a_probe_that_failed_inside_a_rank_is_reported_not_hidden(tmp_path):
+    """A wrapper whose own bookkeeping raised lets the call through unrecorded and says so (probe_error):
+    the report names it as ddpdoctor's bug, a note that leaves a clean run's verdict OK."""
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+        b.coll(r, 1, 12)
+        b.add(r, "events.jsonl", "finish", 5.0, code=0)
+    b.add(1, "events.jsonl", "probe_error", 1.0, where="collective wrapper (all_gather)", error="ValueError: boom")
+    rep = diagnose(load_run(str(tmp_path / "run")), Config())
+    f = [x for x in rep.findings if x.id == "probe.internal-error"]
+    assert len(f) == 1 and f[0].severity == "note" and f[0].ranks == (1,)
+    assert "collective wrapper (all_gather)" in f[0].message and "ValueError: boom" in f[0].message
+    assert rep.verdict == "ok" and rep.exit_code == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf, profile, run, teardown
+from ddpdoctor.analysis import (attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf,
+                                profile, run, selfcheck, teardown)
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
@@ -27,6 +28,7 @@ REGISTRY: dict[str, Detector] = {
     "memleak": memory.detect,
     "profile": profile.detect,
     "attach": attach.detect,   # `ddpdoctor attach`: a hang from py-spy stacks alone
+    "probe": selfcheck.detect,   # ddpdoctor's own probes that failed inside a rank
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}

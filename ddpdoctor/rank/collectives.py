@@ -74,10 +74,8 @@ def _js(value: Any) -> str:
     return out
 
 
-def _end_line(rank: int, gname: str, s0: int, s1: int | None, t1: float, is_async: bool) -> bytes:
-    s1s = "null" if s1 is None else str(s1)
-    return (f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":{t1!r},"group":{_js(gname)},'
-            f'"s0":{s0 + 1},"s1":{s1s},"async":{"true" if is_async else "false"}}}\n').encode()
+def _end_head(rank: int) -> str:
+    return f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":'
 
 
 # collectives that take async_op (NCCL runs them as async + wait so the Work is kept)
@@ -142,6 +140,9 @@ class _Call(NamedTuple):
     h: int | None     # its hash in the running digest (None: a point-to-point op, counted out)
     nccl: bool        # NCCL and an op that takes async_op: issued asynchronously and waited for here
     code: Any         # the caller's code object (its id is in the cache key: checked on each hit)
+    head: str         # the issued line up to its time
+    end_head: str     # the end line up to its time
+    end_mid: str      # ... from after its time to the first sequence number
 
 
 _calls: dict[tuple, _Call] = {}
@@ -186,14 +187,25 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
             h = op_hash(op, shp, site)
             if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
                 _op_hashes[key] = h
-    return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code)
+    return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code,
+                 f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":', _end_head(p.rank),
+                 f',"group":{_js(gname)},"s0":')
 
 
-def _issued(p: Any, call: _Call, s0: int, t0: float) -> bytes:
-    """The ledger line of a collective as it is issued, formatted by hand from its prepared call
-    (json.dumps costs more than the collective's own Python). Its position is predicted (s0 + 1); the end
-    line corrects the range. Its issue time is "t" (the reader sets "t0" from it: older runs wrote both)."""
-    return f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":{t0!r},{call.mid}{s0 + 1},{s0 + 1}{call.tail}'.encode()
+_errors_said: set[str] = set()
+
+
+def _probe_error(p: Any, op: str, e: BaseException) -> None:
+    """The wrapper's own bookkeeping failed: say so once per op (events.jsonl), so a report never trusts a
+    ledger that is missing calls without knowing it."""
+    if op in _errors_said or len(_errors_said) >= 8:
+        return
+    _errors_said.add(op)
+    try:
+        p.events.write(schema.K_PROBE_ERROR, p.rank, where=f"collective wrapper ({op})",
+                       error=f"{type(e).__name__}: {str(e)[:300]}")
+    except Exception:
+        pass
 
 
 def forget_groups() -> None:
@@ -223,13 +235,16 @@ def _wrap(op: str, orig: Callable) -> Callable:
                 # a call whose caller is not the user's own line depends on the frames above: not cached
                 if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):
                     _calls[key] = call
-            gname, pg, shapes, dtypes, site, _mid, _tail, h, nccl, _code = call
+            gname, pg, shapes, dtypes, site, _mid, _tail, h, nccl, _code, _head, _ehead, _emid = call
             s0 = pg._get_sequence_number_for_group() if pg is not None else 0
-        except Exception:
+        except Exception as e:   # never the user's problem: the call goes through, unrecorded, and it is said
+            _probe_error(p, op, e)
             return orig(*args, **kwargs)
         t0 = now()
-        # on the ledger before it runs: a collective that aborts the rank or never returns is still there
-        p.ledger.write_bytes(_issued(p, call, s0, t0))
+        # on the ledger before it runs: a collective that aborts the rank or never returns is still there.
+        # Formatted by hand from the prepared call (json.dumps costs more than the collective's own Python);
+        # its position is predicted (s0 + 1), the end line corrects the range; its issue time is "t"
+        p.ledger.write_bytes(f'{call.head}{t0!r},{call.mid}{s0 + 1},{s0 + 1}{call.tail}'.encode())
         # the running count and digest of this group's Python-level calls (record/digest.py)
         if p.ledger.rotations != p.dig_rot:
             ring_turned(p)
@@ -272,7 +287,8 @@ def _wrap(op: str, orig: Callable) -> Callable:
                 # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
                 is_async = not sync_nccl and out is not None and (hasattr(out, "is_completed") or
                                                                    isinstance(out, list))
-                p.ledger.write_bytes(_end_line(p.rank, gname, s0, s1, now(), is_async))
+                p.ledger.write_bytes(f'{call.end_head}{now()!r}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
+                                     f'"async":{"true" if is_async else "false"}}}\n'.encode())
                 if is_async:
                     _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
 

@@ -81,6 +81,7 @@ K_KILL = "kill"            # monitor: the process tree was ended (reason)
 K_SPAWNED = "spawned"      # monitor: torchrun started (pid)
 K_JOIN = "join"            # rank: the script entered DDP's join() context (uneven inputs by design)
 K_ORPHANED = "orphaned"    # rank: the monitor is gone; the rank ends itself (events.jsonl)
+K_PROBE_ERROR = "probe_error"   # rank: one of ddpdoctor's own wrappers failed and let the call through unrecorded
 K_DATALOADER = "dataloader"  # rank: a DataLoader iteration began (len, sampler, site) (events.jsonl)
 
 # check probes (checks.jsonl)
