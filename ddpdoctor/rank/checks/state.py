@@ -46,7 +46,7 @@ class Checks(RankProbe):
         self.unsynced = 0     # ... inside no_sync()
         self.opt_steps = 0
         self.train_fwds = 0   # DDP forwards with grad enabled, all models
-        self.accum: dict[str, int] = {}
+        self.accum: dict[tuple[int, int], int] = {}   # (synced, unsynced) forwards per step -> steps
         self.samplers: dict[int, list] = {}      # id(sampler) -> [ordinal, passes, set_epoch calls, weakref]
         self.loaders: dict[int, int] = {}        # id(loader) -> ordinal
         self.loader_k: dict[int, int] = {}       # loader ordinal -> loader passes so far
@@ -258,14 +258,17 @@ class Checks(RankProbe):
         if self.unmarked_step:
             self._mark(self.unmarked_step, "step")
         self._credit_step()
-        key = f"{self.synced}/{self.unsynced}"
+        key = (self.synced, self.unsynced)   # text at the end (finish): a tuple costs less per step
         self.accum[key] = self.accum.get(key, 0) + 1
         # micro-steps: synced forwards of one model from one line (a loop) before its optimizer steps;
         # a GAN's D(real) and D(fake) are two lines, not accumulation
         models = self._models_of(opt) if opt is not None else list(range(len(self.micro)))
-        micro = max((max(self.micro[m].values(), default=0) for m in models), default=0)
+        micro = 0
         for m in models:
-            self.micro[m].clear()
+            d = self.micro[m]
+            if d:
+                micro = max(micro, max(d.values()))
+                d.clear()
         if self.opt_steps <= OPTSTEP_DETAIL:
             self.event(schema.K_OPTSTEP, n=self.opt_steps, synced=self.synced, unsynced=self.unsynced, micro=micro,
                        models=models, site=sites.user_site(sys._getframe(2)))
@@ -276,5 +279,6 @@ class Checks(RankProbe):
             self.close_loader_pass(lp, "finish")
         for ps in list(self.live):
             self.close_pass(ps, "finish")
-        self.event(schema.K_ACCUM_SUMMARY, opt_steps=self.opt_steps, histogram=self.accum)
+        self.event(schema.K_ACCUM_SUMMARY, opt_steps=self.opt_steps,
+                   histogram={f"{a}/{b}": n for (a, b), n in self.accum.items()})
 
