@@ -47,7 +47,7 @@ def main() -> None:
             if on:
                 model.module._forward_pre_hooks.update(hooks)
             if tl is not None:
-                tl.period = period if (on or "--keep-sampler" in sys.argv) else 0.0
+                tl.period = period if (on or args.keep_sampler) else 0.0
         s = [0.0] * len(PHASES)
         for _ in range(n):
             t0 = pc()

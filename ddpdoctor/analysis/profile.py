@@ -290,7 +290,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         parts.append(f"{ranks_phrase(rs)}: {text}")
     if len(groups) > 16:
         parts.append(f"... {len(groups) - 16} more groups")
-    i0 = next((i for i in info.values() if i), {})   # a rank ended by --steps may have written none
+    r0, i0 = next(((r, i) for r, i in info.items() if i), (None, {}))   # a rank ended by --steps may have none
     buckets = i0.get("buckets") or []
     steps, fwd = i0.get("steps") or 0, i0.get("forwards") or 0
     accum = round(fwd / steps, 2) if steps else None
@@ -299,7 +299,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
               f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}")
     ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
     if ddp.get("comm_ms") is not None:
-        tuning += (f"; DDP's own timers (rank {next((r for r, i in info.items() if i is i0), '?')}, sampled): backward "
+        tuning += (f"; DDP's own timers (rank {r0}, sampled): backward "
                    f"compute {ddp.get('backward_ms', 0):.2f} ms, gradient all-reduce {ddp['comm_ms']:.2f} ms, "
                    f"{ddp.get('overlap_ms', 0):.2f} ms of it overlapped")
     return [Finding("profile.summary", "note", "; ".join(parts) + ". " + tuning,

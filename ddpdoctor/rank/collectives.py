@@ -74,10 +74,6 @@ def _js(value: Any) -> str:
     return out
 
 
-def _end_head(rank: int) -> str:
-    return f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{rank},"t":'
-
-
 # collectives that take async_op (NCCL runs them as async + wait so the Work is kept)
 ASYNCABLE = SHAPED | {"gather", "scatter", "all_to_all"}
 _nccl: dict[int, bool] = {}
@@ -188,7 +184,8 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
             if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
                 _op_hashes[key] = h
     return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code,
-                 f'{{"v":{schema.VERSION},"kind":"coll","rank":{p.rank},"t":', _end_head(p.rank),
+                 f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL}","rank":{p.rank},"t":',
+                 f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{p.rank},"t":',
                  f',"group":{_js(gname)},"s0":')
 
 
@@ -235,7 +232,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
                 # a call whose caller is not the user's own line depends on the frames above: not cached
                 if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):
                     _calls[key] = call
-            gname, pg, shapes, dtypes, site, _mid, _tail, h, nccl, _code, _head, _ehead, _emid = call
+            gname, pg, shapes, dtypes, site, h, nccl = call.gname, call.pg, call.shapes, call.dtypes, call.site, call.h, call.nccl
             s0 = pg._get_sequence_number_for_group() if pg is not None else 0
         except Exception as e:   # never the user's problem: the call goes through, unrecorded, and it is said
             _probe_error(p, op, e)

@@ -176,11 +176,12 @@ class Timeline(LineSamples, RankProbe):
         """The run's profile facts so far (steps, forwards, AMP, buckets, DDP's timers, sampling): written
         at steps 1, 2, 4 ... 256, every 500th and at the end, so a rank ended by --steps still has them."""
         ddp = dict(self.ddp)
-        if not ddp.get("buckets") and self.buckets:   # the comm hook saw them (DDP's logger did not say)
-            ddp.update(buckets=list(self.buckets), bucket_cap_mb=self.bucket_cap_mb)
+        # DDP's logger first; the comm hook's own count where the logger said nothing
+        buckets = ddp.pop("buckets", None) or list(self.buckets)
+        cap = ddp.pop("bucket_cap_mb", None) or self.bucket_cap_mb
         self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step,
-                     forwards=self.accum, amp=self.amp, buckets=ddp.pop("buckets", []),
-                     bucket_cap_mb=ddp.pop("bucket_cap_mb", 0.0), ddp=ddp, bucket_ranges=self.bucket_ranges,
+                     forwards=self.accum, amp=self.amp, buckets=buckets, bucket_cap_mb=cap, ddp=ddp,
+                     bucket_ranges=self.bucket_ranges,
                      nvtx=self.dom is not None, samples=self.n_samples, sample_ms=self.period * 1000.0)
 
     def on_tick(self) -> None:

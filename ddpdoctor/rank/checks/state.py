@@ -26,8 +26,6 @@ def _in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_in_child)
-else:  # pragma: no cover
-    _forked = False
 
 
 class Checks(RankProbe):
