@@ -1,4 +1,6 @@
-"""Write a synthetic multi-node job of ddpdoctor run directories (format version 1) for scale tests.
+"""Write a synthetic multi-node job of ddpdoctor run directories for scale tests (``--format 2``, the
+default: one ledger line per routine collective, as ranks write since stop 11; ``--format 1``: a ``coll``
+and a ``cend`` line per collective, as before).
 
 One run directory per node, ``--ranks-per-node`` ranks each (global ranks, as torchrun numbers them).
 Every rank makes ``--colls`` metric all_reduces from one line of a small script; one rank (``--culprit``,
@@ -44,16 +46,19 @@ def _w(path: str, lines: list[str]) -> None:
         f.write("".join(lines))
 
 
-def _coll(rank: int, op: str, seq: int, line: int, t: float, script: str, shapes: str) -> list[str]:
-    return [f'{{"v":1,"kind":"coll","rank":{rank},"t":{t!r},"op":"{op}","group":"0","seq":[{seq},{seq}],'
+def _coll(rank: int, op: str, seq: int, line: int, t: float, script: str, shapes: str, fmt: int = 2
+          ) -> list[str]:
+    coll = (f'{{"v":1,"kind":"coll","rank":{rank},"t":{t!r},"op":"{op}","group":"0","seq":[{seq},{seq}],'
             f'"shapes":{shapes},"dtypes":["float32"],"site":[{json.dumps(script)},{line},"main"],'
-            f'"st":"issued"}}\n',
-            f'{{"v":1,"kind":"cend","rank":{rank},"t":{t + 0.0004!r},"group":"0","s0":{seq},"s1":{seq},'
+            f'"st":"issued"}}\n')
+    if fmt >= 2:   # a routine call's return is implied by the next line (and the counters for the last)
+        return [coll]
+    return [coll, f'{{"v":1,"kind":"cend","rank":{rank},"t":{t + 0.0004!r},"group":"0","s0":{seq},"s1":{seq},'
             f'"async":false}}\n']
 
 
 def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: int, script: str,
-               host: str) -> None:
+               host: str, fmt: int = 2) -> None:
     os.makedirs(d, mode=0o700, exist_ok=True)
     _w(os.path.join(d, "events.jsonl"), [
         json.dumps({"v": 1, "kind": "start", "rank": rank, "t": T0, "pid": 10000 + rank, "local_rank": local,
@@ -65,19 +70,20 @@ def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: i
     seq, t = 0, T0 + 2 + rnd.random() * 0.002   # each rank's clock and pace differ by a little
     for step in range(colls):
         seq += 1
-        ledger += _coll(rank, "all_reduce", seq, REGULAR, t, script, "[[1]]")
+        ledger += _coll(rank, "all_reduce", seq, REGULAR, t, script, "[[1]]", fmt)
         t += STEP_S * (0.9 + 0.2 * rnd.random())
         if rank == culprit and step == colls - 50:
             seq += 1
-            ledger += _coll(rank, "all_reduce", seq, EXTRA, t, script, "[[1]]")
+            ledger += _coll(rank, "all_reduce", seq, EXTRA, t, script, "[[1]]", fmt)
             t += STEP_S
     # the last call never returns: the culprit's shifted all_reduce meets the others' barrier
     if rank == culprit:
-        ledger.pop()     # its last all_reduce is still pending
+        if fmt < 2:
+            ledger.pop()     # its last all_reduce is still pending (no cend)
         pend_op, pend_line, shapes, seq_p = "all_reduce", REGULAR, [[1]], seq
     else:
         seq += 1
-        ledger += _coll(rank, "barrier", seq, END, t, script, "[]")[:1]
+        ledger += _coll(rank, "barrier", seq, END, t, script, "[]", 1)[:1]
         pend_op, pend_line, shapes, seq_p = "barrier", END, [], seq
     since = t
     end_t = since + 8.0
@@ -99,7 +105,8 @@ def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: i
                               separators=(",", ":")) + "\n")
     _w(os.path.join(d, "heartbeat.jsonl"), hbs)
     _w(os.path.join(d, "ledger.jsonl"), ledger)
-    _w(os.path.join(d, "counters.json"), [json.dumps({"ddp_fwd": 0, "ncoll": seq_p - 1})])
+    # the last routine call that returned: the one before the pending one
+    _w(os.path.join(d, "counters.json"), [json.dumps({"ddp_fwd": 0, "ncoll": seq_p - 1, "ended": ["0", seq_p - 1]})])
 
 
 def main() -> None:
@@ -109,6 +116,7 @@ def main() -> None:
     ap.add_argument("--colls", type=int, default=2000)
     ap.add_argument("--culprit", type=int, default=None)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--format", type=int, choices=(1, 2), default=2, help="run-directory format version")
     a = ap.parse_args()
     world = a.nodes * a.ranks_per_node
     culprit = world // 2 if a.culprit is None else a.culprit
@@ -121,7 +129,7 @@ def main() -> None:
         nd = os.path.join(a.out, f"node{n:05d}")
         os.makedirs(os.path.join(nd, "ranks"), mode=0o700)
         _w(os.path.join(nd, "manifest.json"), [json.dumps({
-            "schema": "ddpdoctor.run", "version": 1, "ddpdoctor": "0.1.0", "created": T0, "host": f"node{n}",
+            "schema": "ddpdoctor.run", "version": a.format, "ddpdoctor": "0.1.0", "created": T0, "host": f"node{n}",
             "command": "hang", "mode": "torchrun", "script": script, "script_args": [], "timeout": 60.0,
             "heartbeat_s": HB_S, "nnodes": a.nodes, "node_rank": n, "nproc_per_node": a.ranks_per_node},
             indent=1)])
@@ -134,7 +142,8 @@ def main() -> None:
             json.dumps({"v": 1, "kind": "exit", "rank": None, "t": end + 1.0, "returncode": -15}) + "\n"])
         for lr in range(a.ranks_per_node):
             r = n * a.ranks_per_node + lr
-            write_rank(os.path.join(nd, "ranks", str(r)), r, lr, world, a.colls, culprit, script, f"node{n}")
+            write_rank(os.path.join(nd, "ranks", str(r)), r, lr, world, a.colls, culprit, script, f"node{n}",
+                       a.format)
     print(f"{a.out}: {a.nodes} node dirs x {a.ranks_per_node} ranks = {world} ranks, culprit rank {culprit} "
           f"at {script}:{EXTRA}")
 

@@ -29,17 +29,43 @@ def test_ring_bounds_the_files_and_the_divergence_is_still_found(tmp_path, monke
     for rank in (0, 1):
         d = r.run_dir / schema.RANKS_DIR / str(rank)
         ledger = d / schema.LEDGER
-        # 2,500 collectives (5,000 lines) went through a ring of 256: rotated, at most 2 x 2 x 256 lines kept
+        # 2,500 routine collectives (a line each, format 2) went through a ring of 256 (segments of 2 x 256
+        # lines: 256 collectives even if each had an end line): rotated, 2 x 256 to 4 x 256 lines kept
         assert Path(prev_path(str(ledger))).exists()
         kept = _lines(ledger) + _lines(Path(prev_path(str(ledger))))
         assert 2 * 256 <= kept <= 4 * 256, kept
         hb = d / schema.HEARTBEAT
         assert _lines(hb) + _lines(Path(prev_path(str(hb)))) <= 2 * 16
-    # the reader sees the ring's last collectives, whole (issued + cend folded), the newest last
+    # the reader sees the ring's last collectives, the newest last, each returned but the barrier it waits in
     rec = reader.load_run(str(r.run_dir)).ranks[1]
-    assert rec.ledger_trimmed and 256 <= len(rec.ledger) <= 2 * 256
-    assert rec.ledger[-1]["op"] == "barrier"
+    assert rec.ledger_trimmed and 2 * 256 <= len(rec.ledger) <= 4 * 256
+    assert rec.ledger[-1]["op"] == "barrier" and rec.ledger[-1]["st"] == "issued"
     assert all(e["st"] == "done" for e in rec.ledger[:-1])
+
+
+KILL_AFTER = Path(__file__).resolve().parent / "scripts" / "kill_after.py"
+
+
+def test_a_rank_killed_after_a_collective_returned_did_not_die_inside_it(tmp_path):
+    """Format 2: a routine collective is one ledger line, copied into a memory map of the file. A rank
+    SIGKILLed just after its last all_reduce returned leaves the map untrimmed (NUL bytes after its
+    lines) and no end line: the reader still reads every line, and the counters say the last call
+    returned, so the rank is not reported as dead inside it; the rank it left waiting is."""
+    r = ddpdoctor(["hang", "--script", str(KILL_AFTER)], tmp_path, timeout=120)
+    assert r.code == 1, r.err[-2000:]
+    f = finding(r.report, "crash.abnormal-exit")
+    assert f["culprits"] == [1] and "rank 1: ended without finishing (killed)" in f["message"]
+    assert json.loads((r.run_dir / schema.MANIFEST).read_text())["version"] == schema.VERSION == 2
+    raw = (r.run_dir / schema.RANKS_DIR / "1" / schema.LEDGER).read_bytes()
+    assert raw.count(b"\n") == 20 and raw.endswith(b"\0")   # killed: never trimmed
+    rec = reader.load_run(str(r.run_dir))
+    killed, waiting = rec.ranks[1].ledger, rec.ranks[0].ledger
+    assert [e["seq"][0] for e in killed] == list(range(1, 21))
+    assert all(e["st"] == "done" and e["site"][1] == marker_line(KILL_AFTER, "ROUTINE") for e in killed)
+    # rank 0's barrier never returned: still issued, or raised when gloo saw the peer's socket close
+    assert waiting[-1]["op"] == "barrier" and waiting[-1]["st"] in ("issued", "error")
+    assert waiting[-1]["site"][1] == marker_line(KILL_AFTER, "WAITS")
+    assert all(e["st"] == "done" for e in waiting[:-1])
 
 
 def test_incremental_reader_follows_rotations(tmp_path):
@@ -134,7 +160,7 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
     assert bad.code == 3, bad.err[-2000:]
     rec = reader.load_run(str(bad.run_dir))
     info = digest.before_window(rec)
-    assert info is not None and info["group"] == "0" and 0 < info["kept"] <= 2 * 16
+    assert info is not None and info["group"] == "0" and 0 < info["kept"] <= 4 * 16   # segments of 2 x 16 lines
     assert sorted(info["digests"].values()) == [[0], [1]]
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.analysis.config import Config

@@ -94,18 +94,6 @@ def _is_nccl(pg: Any) -> bool:
     return out
 
 
-def _track(p: Any, out: Any, op: str, gname: str, s0: int, shapes: list, dtypes: list, site: Any, t0: float,
-           args: tuple, kwargs: dict) -> None:
-    """Hand the Work(s) of an asynchronous call to the heartbeat's tracker."""
-    works = getattr(p, "works", None)
-    if works is None or out is None:
-        return
-    peer = kwargs.get("src", kwargs.get("dst"))
-    if peer is None and op in P2P and len(args) > 1 and isinstance(args[1], int):
-        peer = args[1]
-    for w in (out if isinstance(out, list) else (out,)):
-        if hasattr(w, "is_completed"):
-            works.add(w, op, gname, s0 + 1, shapes, dtypes, site, t0, peer if isinstance(peer, int) else None)
 
 
 def ring_turned(p: Any) -> None:
@@ -139,6 +127,23 @@ class _Call(NamedTuple):
     head: str         # the issued line up to its time
     end_head: str     # the end line up to its time
     end_mid: str      # ... from after its time to the first sequence number
+    gjs: str          # the group's name as JSON text
+    op: str
+
+
+def _track(p: Any, out: Any, call: _Call, s0: int, ns: str, args: tuple, kwargs: dict) -> None:
+    """Hand the Work(s) of an asynchronous call to the heartbeat's tracker."""
+    works = getattr(p, "works", None)
+    if works is None or out is None:
+        return
+    peer = kwargs.get("src", kwargs.get("dst"))
+    if peer is None and call.op in P2P and len(args) > 1 and isinstance(args[1], int):
+        peer = args[1]
+    t0 = int(ns) / 1e9
+    for w in (out if isinstance(out, list) else (out,)):
+        if hasattr(w, "is_completed"):
+            works.add(w, call.op, call.gname, s0 + 1, call.shapes, call.dtypes, call.site, t0,
+                      peer if isinstance(peer, int) else None)
 
 
 _calls: dict[tuple, _Call] = {}
@@ -184,9 +189,9 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
             if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
                 _op_hashes[key] = h
     return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code,
-                 f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL}","rank":{p.rank},"t":',
-                 f'{{"v":{schema.VERSION},"kind":"{schema.K_COLL_END}","rank":{p.rank},"t":',
-                 f',"group":{_js(gname)},"s0":')
+                 f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL}","rank":{p.rank},"t":',
+                 f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL_END}","rank":{p.rank},"t":',
+                 f',"group":{_js(gname)},"s0":', _js(gname), op)
 
 
 _errors_said: set[str] = set()
@@ -225,74 +230,118 @@ def _wrap(op: str, orig: Callable) -> Callable:
             return orig(*args, **kwargs)
         try:
             f = getframe(1)
-            key = _site_key(op, args, kwargs, f)
+            if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:   # dist.all_reduce(t), the most common
+                a0 = args[0]
+                key: tuple | None = (op, id(f.f_code), f.f_lasti, None, a0.shape, a0.dtype)
+            else:
+                key = _site_key(op, args, kwargs, f)
             call = _calls.get(key) if key is not None else None
             if call is None or call.code is not f.f_code:   # (a freed code object's id reused)
                 call = _prepare(p, op, args, kwargs, f)
                 # a call whose caller is not the user's own line depends on the frames above: not cached
                 if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):
                     _calls[key] = call
-            gname, pg, shapes, dtypes, site, h, nccl = call.gname, call.pg, call.shapes, call.dtypes, call.site, call.h, call.nccl
+            pg = call.pg
             s0 = pg._get_sequence_number_for_group() if pg is not None else 0
         except Exception as e:   # never the user's problem: the call goes through, unrecorded, and it is said
             _probe_error(p, op, e)
             return orig(*args, **kwargs)
         ns = str(now_ns())
-        t0 = int(ns) / 1e9
         # on the ledger before it runs: a collective that aborts the rank or never returns is still there.
         # Formatted by hand from the prepared call (json.dumps costs more than the collective's own Python);
-        # its position is predicted (s0 + 1), the end line corrects the range; its issue time is "t"
+        # its position is predicted (s0 + 1), its issue time is "t"
         p.ledger.write_bytes(f'{call.head}{ns[:-9]}.{ns[-9:]},{call.mid}{s0 + 1},{s0 + 1}{call.tail}'.encode())
         # the running count and digest of this group's Python-level calls (record/digest.py)
         if p.ledger.rotations != p.dig_rot:
             ring_turned(p)
+        h = call.h
         if h is not None:
-            c, d = p.digests.get(gname, (0, 0))
-            p.digests[gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
-        p.pending = [op, gname, s0, shapes, dtypes, site, t0]
-        p.depth += 1
-        out, failed = None, False
-        tok = p.timeline.start(op, "comm") if p.timeline is not None else None
-        sync_nccl = False
+            c, d = p.digests.get(call.gname, (0, 0))
+            p.digests[call.gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
+        p.pending = (call, s0, ns)   # the heartbeat's view of the call in progress
+        if call.nccl or p.timeline is not None:
+            return _run_traced(p, op, orig, call, s0, ns, args, kwargs)
+        p.depth = 1
         try:
-            if nccl and not kwargs.get("async_op"):
-                # NCCL returns from a "synchronous" call once it is enqueued: issue it asynchronously and
-                # wait ourselves (the same semantics) so the Work can be asked whether it completed
-                kwargs["async_op"] = sync_nccl = True
             out = orig(*args, **kwargs)
-            if sync_nccl:
-                _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
-                if out is not None:
-                    out.wait()
-                return None
-            return out
         except BaseException as e:
-            failed = True
-            err = f"{type(e).__name__}: {str(e)[:300]}"
-            p.ledger.write(schema.K_COLL_END, p.rank, group=gname, s0=s0 + 1, s1=None, err=err)
-            raise
-        finally:
-            if tok is not None:
-                p.timeline.end(tok)
-            p.depth -= 1
+            p.depth = 0
             p.pending = None
             p.ncoll += 1
-            if not failed:
-                try:
-                    s1 = pg._get_sequence_number_for_group() if pg is not None else None
-                except Exception:
-                    s1 = None
-                # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
-                is_async = not sync_nccl and out is not None and (hasattr(out, "is_completed") or
-                                                                   isinstance(out, list))
-                ns = str(now_ns())
-                p.ledger.write_bytes(f'{call.end_head}{ns[:-9]}.{ns[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
-                                     f'"async":{"true" if is_async else "false"}}}\n'.encode())
-                if is_async:
-                    _track(p, out, op, gname, s0, shapes, dtypes, site, t0, args, kwargs)
+            _ended(p, call, s0, ns, None, args, kwargs, e)
+            raise
+        p.depth = 0
+        p.pending = None
+        p.ncoll += 1
+        if out is None and pg is not None:   # the routine return, inline: one position, nothing to wait for
+            try:
+                s1 = pg._get_sequence_number_for_group()
+            except Exception:
+                s1 = None
+            if s1 == s0 + 1:
+                p.counters.set_ended(call.gjs, s1)
+                return None
+        _ended(p, call, s0, ns, out, args, kwargs)
+        return out
 
     wrapper.__ddpdoctor_wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
+
+
+def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs: dict,
+           error: BaseException | None = None, waited: bool = False) -> None:
+    """After the call: an end line where its return says more than "returned as predicted" (an error,
+    asynchronous, a range other than one position: an *_object call, coalesced ops); else only the
+    counters (a routine call's return is implied by the next ledger line, and by the counters for the
+    last one). ``waited``: ddpdoctor waited for an NCCL call's Work itself (done, not asynchronous)."""
+    if error is not None:
+        p.ledger.write(schema.K_COLL_END, p.rank, group=call.gname, s0=s0 + 1, s1=None,
+                       err=f"{type(error).__name__}: {str(error)[:300]}")
+        return
+    pg = call.pg
+    try:
+        s1 = pg._get_sequence_number_for_group() if pg is not None else None
+    except Exception:
+        s1 = None
+    # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
+    is_async = not waited and out is not None and (hasattr(out, "is_completed") or isinstance(out, list))
+    if is_async or s1 != s0 + 1:
+        ns = str(time.time_ns())
+        p.ledger.write_bytes(f'{call.end_head}{ns[:-9]}.{ns[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
+                             f'"async":{"true" if is_async else "false"}}}\n'.encode())
+        if is_async:
+            _track(p, out, call, s0, ns, args, kwargs)
+    else:
+        p.counters.set_ended(call.gjs, s0 + 1)
+
+
+def _run_traced(p: Any, op: str, orig: Callable, call: _Call, s0: int, ns: str, args: tuple, kwargs: dict) -> Any:
+    """The call with a profile range around it, or on NCCL (a "synchronous" call returns once it is
+    enqueued: it is issued asynchronously and waited for here, the same semantics, so that its Work can be
+    asked whether it completed)."""
+    tok = p.timeline.start(op, "comm") if p.timeline is not None else None
+    sync_nccl = False
+    p.depth = 1
+    try:
+        if call.nccl and not kwargs.get("async_op"):
+            kwargs["async_op"] = sync_nccl = True
+        out = orig(*args, **kwargs)
+        if sync_nccl:
+            _track(p, out, call, s0, ns, args, kwargs)
+            if out is not None:
+                out.wait()
+            out = None
+    except BaseException as e:
+        _ended(p, call, s0, ns, None, args, kwargs, e)
+        raise
+    finally:
+        if tok is not None:
+            p.timeline.end(tok)
+        p.depth = 0
+        p.pending = None
+        p.ncoll += 1
+    _ended(p, call, s0, ns, out, args, kwargs, waited=sync_nccl)
+    return out
 
 
 def install(dist: Any) -> None:

@@ -88,7 +88,7 @@ class Memory(RankProbe):
         self.w = JsonlWriter(os.path.join(probe.dir, schema.MEMORY))
         self.buf: list[bytes] = []   # per-step lines not written yet
         self.last_flush = 0.0
-        self._head = f'{{"v":{schema.VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
+        self._head = f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
         self.census_every = census_every
         self.step = 0
         self.by_optimizer = False

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter, RingWriter
+from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter
 from ddpdoctor.rank import hooks, sites
 
 # install, rebind_user_imports and FRAMEWORKS live in wrappers.py; importable from here as before
@@ -43,11 +43,12 @@ class Probe:
         os.makedirs(d, mode=0o700, exist_ok=True)
         self.dir = d
         self.events = JsonlWriter(os.path.join(d, schema.EVENTS))
-        # bounded files (issue 10): the last LEDGER_RING..2x collectives (two lines each), HB_RING..2x beats
+        # bounded files (issue 10): 2 x LEDGER_RING..4x ledger lines, so at least LEDGER_RING collectives even
+        # when every one has an end line (asynchronous calls); a routine collective is one line. HB_RING..2x beats
         ring = _ring_size("DDPDOCTOR_LEDGER_RING", manifest.get("ledger_ring"), schema.LEDGER_RING)
         self.hb = RingWriter(os.path.join(d, schema.HEARTBEAT),
                              _ring_size("DDPDOCTOR_HB_RING", manifest.get("hb_ring"), schema.HB_RING), shared=True)
-        self.ledger = RingWriter(os.path.join(d, schema.LEDGER), 2 * ring)
+        self.ledger = MappedRingWriter(os.path.join(d, schema.LEDGER), 2 * ring)
         self.stacks = JsonlWriter(os.path.join(d, schema.STACKS))
         from ddpdoctor.rank.works import WorkTracker
 
@@ -57,7 +58,7 @@ class Probe:
         self.monitor_ctime = manifest.get("monitor_create_time")
         self.control = os.path.join(run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
         self.main_ident = threading.get_ident()
-        self.pending: list | None = None
+        self.pending: tuple | None = None   # (the collective's prepared call, s0, issue time ns) while in one
         self.ncoll = 0
         self.ddp_fwd = 0
         self.counters = Counters(os.path.join(d, schema.COUNTERS))
@@ -95,6 +96,7 @@ class Probe:
         for fin in hooks.bound(self.probes, "finish"):
             fin()
         self.tick(final=True)
+        self.ledger.close()   # trimmed (a collective made later, at interpreter exit, opens it again)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
                           seq=self.seqs(), **self.digest_fields(), **fields)
 
@@ -153,9 +155,9 @@ class Probe:
         seq = self.seqs()
         pending = None
         if pend is not None:
-            op, gname, _s0, shapes, dtypes, site, t0 = pend
-            pending = {"op": op, "group": gname, "seq": seq.get(gname), "shapes": shapes, "dtypes": dtypes,
-                       "site": site, "since": t0}
+            call, _s0, ns = pend   # rank/collectives.py: the prepared call, its sequence number, issue time
+            pending = {"op": call.op, "group": call.gname, "seq": seq.get(call.gname), "shapes": call.shapes,
+                       "dtypes": call.dtypes, "site": call.site, "since": int(ns) / 1e9}
         try:
             awaiting = self.works.poll()
         except Exception:
@@ -229,22 +231,39 @@ class Counters:
     """Counts kept in a shared memory map of a small JSON file: the training thread updates them in
     well under a microsecond, and they survive a rank that aborts (the page cache keeps them)."""
 
-    _TEMPLATE = b'{"v":1,"kind":"%s","ddp_fwd":%%12d}\n' % schema.K_COUNTERS.encode()
+    # "ended": [group, position] of the last routine collective that returned: the reader knows the ledger's
+    # last "issued" line returned when they are its own (no end line is written for a routine call). The
+    # group (its JSON text, padded) is rewritten only when it changes; the position is 12 digits in place.
+    _TEMPLATE = (b'{"v":1,"kind":"%s","ddp_fwd":%%12d,"ended":[%%-48s,%%12d]}\n' % schema.K_COUNTERS.encode())
 
     def __init__(self, path: str) -> None:
         import mmap
 
         self.mm = None
+        self._gjs: str | None = None
         try:
-            data = self._TEMPLATE % 0
+            data = self._TEMPLATE % (0, b"null", 0)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, data)
             self.mm = mmap.mmap(fd, len(data))
             os.close(fd)
             self._fwd_at = data.index(b'"ddp_fwd":') + len(b'"ddp_fwd":')
+            self._grp_at = data.index(b'"ended":[') + len(b'"ended":[')
+            self._pos_at = self._grp_at + 49
         except (OSError, ValueError):
             self.mm = None
 
     def set_ddp_fwd(self, n: int) -> None:
         if self.mm is not None:
             self.mm[self._fwd_at:self._fwd_at + 12] = b"%12d" % n
+
+    def set_ended(self, gjs: str, pos: int) -> None:
+        """The routine collective that just returned: its group (JSON text) and position."""
+        mm = self.mm
+        if mm is None:
+            return
+        if gjs is not self._gjs:
+            g = gjs.encode()
+            mm[self._grp_at:self._grp_at + 48] = (g if len(g) <= 48 else b"null").ljust(48)
+            self._gjs = gjs
+        mm[self._pos_at:self._pos_at + 12] = b"%12d" % pos

@@ -212,7 +212,7 @@ class Timeline(LineSamples, RankProbe):
         """Write the ranges ended since the last drain: lines formatted by hand (the same bytes as
         ``writer.line``; json.dumps per range was most of the heartbeat thread's work), one ``os.write``."""
         lines = []
-        head = f'{{"v":{schema.VERSION},"kind":"{schema.K_RANGE}","rank":{self.p.rank},"t":{time.time()!r},"name":'
+        head = f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_RANGE}","rank":{self.p.rank},"t":{time.time()!r},"name":'
         js = self._js
         while self.buf:
             name, cat, tid, t0, t1, payload = self.buf.popleft()

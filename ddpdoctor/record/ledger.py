@@ -69,26 +69,36 @@ def fast_ledger(raw: bytes) -> dict[str, Any] | None:
     return None
 
 
+_LAST = ("", -1)   # open_'s key of the newest issued entry
+
+
 def fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]],
                  open_: dict[tuple, dict[str, Any]] | None = None) -> None:
-    """A collective is written when issued ("st": "issued", its position predicted) and ended by a
-    ``cend`` line (its real range, or the error it raised). Entries without "st" (older runs) are done.
-    ``open_`` indexes the issued entries awaiting their end by (group, s0) (kept across calls by the
-    incremental reader; at most 64, the oldest dropped); a ``cend`` whose ``coll`` was rotated away is
-    dropped."""
+    """A collective is written when issued ("st": "issued", its position predicted). A ``cend`` line
+    follows where the return says more (asynchronous, another range, the error it raised; every call in
+    runs before stop 11). Ledger lines come from the training thread alone, so the next ``coll`` line
+    means the one before returned: an issued entry still issued then is done (the last one is settled by
+    :func:`settle_last`). Entries without "st" (older runs) are done. ``open_`` indexes the issued entries
+    awaiting their end by (group, s0) (kept across calls by the incremental reader; at most 64, the oldest
+    dropped); a ``cend`` whose ``coll`` was rotated away is dropped."""
     if open_ is None:
         open_ = {}
     end = schema.K_COLL_END
+    issued, done = schema.ST_ISSUED, schema.ST_DONE
     for e in lines:
         if e.get("kind") != end:
             if "t0" not in e:
                 e["t0"] = e.get("t")
+            prev = open_.pop(_LAST, None)
+            if prev is not None and prev.get("st") == issued:
+                prev["st"] = done
             ledger.append(e)
             rng = e.get("seq")
-            if e.get("st") == schema.ST_ISSUED and rng:
+            if e.get("st") == issued and rng:
                 open_[(e.get("group"), rng[0])] = e
                 if len(open_) > 64:
                     del open_[next(iter(open_))]
+                open_[_LAST] = e
             continue
         c = open_.pop((e.get("group"), e.get("s0")), None)
         if c is None:
@@ -98,6 +108,16 @@ def fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]],
         c["t1"] = e.get("t")
         c["err"] = e.get("err")
         c["st"] = schema.ST_ERROR if e.get("err") else (schema.ST_ASYNC if e.get("async") else schema.ST_DONE)
+
+
+def settle_last(ledger: list[dict[str, Any]], counters: dict[str, Any]) -> None:
+    """The newest entry, still issued, returned if the rank's counters name it (group, position) as the
+    last routine collective that ended (replaced by a copy: an entry shared between ranks never changes)."""
+    if ledger and ledger[-1].get("st") == schema.ST_ISSUED:
+        last, ended = ledger[-1], counters.get("ended")
+        rng = last.get("seq")
+        if isinstance(ended, list) and len(ended) == 2 and rng and [last.get("group"), rng[0]] == ended:
+            ledger[-1] = dict(last, st=schema.ST_DONE)
 
 
 # what differs between the ledgers of ranks that made the same collectives: the rank and the times
@@ -114,7 +134,9 @@ def read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> t
     for p in (prev_path(path), path):
         try:
             with open(p, "rb") as f:
-                chunks.append(f.read())
+                chunk = f.read()
+            z = chunk.find(b"\0")   # a memory-mapped segment's unwritten rest (writer.MappedRingWriter)
+            chunks.append(chunk if z < 0 else chunk[:z])
             if p != path:
                 trimmed = True   # rotated at least once: older collectives may be gone
         except OSError:

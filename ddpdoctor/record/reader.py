@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import schema
-from .ledger import fast_ledger, fold_ledger, read_ledger_shared
+from .ledger import fast_ledger, fold_ledger, read_ledger_shared, settle_last
 from .streams import APPEND, FOLD, LATEST, STREAMS, WHOLE, progressed, read_whole
 from .tails import Tail
 
@@ -111,10 +111,10 @@ def read_manifest(run_dir: str) -> dict[str, Any]:
         raise RunDirError(f"{path}: unreadable or truncated manifest ({e.__class__.__name__})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != schema.SCHEMA:
         raise RunDirError(f"{path}: not a ddpdoctor run manifest")
-    if manifest.get("version") != schema.VERSION:
+    if manifest.get("version") not in schema.READABLE:
         raise RunDirError(
-            f"{path}: run format version {manifest.get('version')!r}, this ddpdoctor reads version "
-            f"{schema.VERSION}; use the ddpdoctor release that wrote it"
+            f"{path}: run format version {manifest.get('version')!r}, this ddpdoctor reads versions "
+            f"{', '.join(map(str, schema.READABLE))}; use the ddpdoctor release that wrote it"
         )
     return manifest
 
@@ -181,6 +181,8 @@ class RunReader:
                     got, value = read_whole(w, path)
                     if got:
                         setattr(rec, w.field, value)
+            if full:
+                settle_last(rec.ledger, rec.counters)
         return RunRecord(self.run_dir, self.manifest, dict(sorted(self._ranks.items())), list(self._monitor),
                          list(self._launcher))
 

@@ -36,7 +36,12 @@ Running counts survive the ring: each heartbeat and the finish event carry ``nco
 from __future__ import annotations
 
 SCHEMA = "ddpdoctor.run"
-VERSION = 1
+# the run directory's format (manifest "version"). 2: a routine collective is one ledger line (its return is
+# implied by the next line, and for the newest by counters.json's "ended"); the ledger file may end in NUL
+# bytes (memory-mapped, writer.MappedRingWriter). Version 1 (every collective a coll + cend pair) is read too.
+VERSION = 2
+READABLE = (1, 2)
+LINE_VERSION = 1   # each line's "v": the layout of one line (unchanged by version 2)
 
 MANIFEST = "manifest.json"
 MONITOR = "monitor.jsonl"

@@ -1,6 +1,8 @@
 """Incremental readers of the run directory's JSON-lines files (plain and ring-rotated). Stdlib only.
 
-A truncated last line (a killed rank leaves one) is held back until its end arrives, or skipped.
+A truncated last line (a killed rank leaves one) is held back until its end arrives, or skipped. A NUL
+byte ends a file's data: a memory-mapped writer (the ledger, ``MappedRingWriter``) leaves the unwritten
+rest of its last chunk as NULs until it trims the file.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class Tail:
             data = f.read()
         except OSError:
             return b""
+        z = data.find(b"\0")
+        if z >= 0:
+            data = data[:z]   # the bytes after it are not written yet: read them from here next time
         if self.offset == 0 and data:
             self.head = data[:64]
         self.offset += len(data)
