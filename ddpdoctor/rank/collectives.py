@@ -17,6 +17,7 @@ from ddpdoctor.rank import active as _active
 from ddpdoctor.rank import sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash, shapes_text
+from ddpdoctor.record.writer import line
 
 # Collectives whose tensor shapes must agree across ranks; for the others only the op is compared.
 SHAPED, P2P, OTHER = schema.SHAPED, schema.P2P, schema.OTHER
@@ -98,8 +99,8 @@ def _is_nccl(pg: Any) -> bool:
 
 def ring_turned(p: Any) -> None:
     """The ledger started a new segment: the digests at the start of the oldest segment on disk move on.
-    Called before the collective whose line started it is counted (a segment that starts with the end
-    line of the previous collective is noticed at the next one: the same point for the reader)."""
+    Called before the collective whose line started it is counted (a segment always starts with a
+    collective's line: end lines ride uncounted in their collective's segment)."""
     p.dig_rot = p.ledger.rotations
     p.dig_ring = p.dig_seg
     p.dig_seg = dict(p.digests)
@@ -295,8 +296,8 @@ def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs:
     counters (a routine call's return is implied by the next ledger line, and by the counters for the
     last one). ``waited``: ddpdoctor waited for an NCCL call's Work itself (done, not asynchronous)."""
     if error is not None:
-        p.ledger.write(schema.K_COLL_END, p.rank, group=call.gname, s0=s0 + 1, s1=None,
-                       err=f"{type(error).__name__}: {str(error)[:300]}")
+        p.ledger.append_bytes(line(schema.K_COLL_END, p.rank, group=call.gname, s0=s0 + 1, s1=None,
+                                   err=f"{type(error).__name__}: {str(error)[:300]}"))
         return
     pg = call.pg
     try:
@@ -307,8 +308,8 @@ def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs:
     is_async = not waited and out is not None and (hasattr(out, "is_completed") or isinstance(out, list))
     if is_async or s1 != s0 + 1:
         ns = str(time.time_ns())
-        p.ledger.write_bytes(f'{call.end_head}{ns[:-9]}.{ns[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
-                             f'"async":{"true" if is_async else "false"}}}\n'.encode())
+        p.ledger.append_bytes(f'{call.end_head}{ns[:-9]}.{ns[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
+                              f'"async":{"true" if is_async else "false"}}}\n'.encode())
         if is_async:
             _track(p, out, call, s0, ns, args, kwargs)
     else:

@@ -43,12 +43,12 @@ class Probe:
         os.makedirs(d, mode=0o700, exist_ok=True)
         self.dir = d
         self.events = JsonlWriter(os.path.join(d, schema.EVENTS))
-        # bounded files (issue 10): 2 x LEDGER_RING..4x ledger lines, so at least LEDGER_RING collectives even
-        # when every one has an end line (asynchronous calls); a routine collective is one line. HB_RING..2x beats
+        # bounded files (issue 10): the last LEDGER_RING..2x collectives (a segment counts collectives: a routine
+        # one is one line, an end line rides uncounted in its collective's segment), HB_RING..2x beats
         ring = _ring_size("DDPDOCTOR_LEDGER_RING", manifest.get("ledger_ring"), schema.LEDGER_RING)
         self.hb = RingWriter(os.path.join(d, schema.HEARTBEAT),
                              _ring_size("DDPDOCTOR_HB_RING", manifest.get("hb_ring"), schema.HB_RING), shared=True)
-        self.ledger = MappedRingWriter(os.path.join(d, schema.LEDGER), 2 * ring)
+        self.ledger = MappedRingWriter(os.path.join(d, schema.LEDGER), ring)
         self.stacks = JsonlWriter(os.path.join(d, schema.STACKS))
         from ddpdoctor.rank.works import WorkTracker
 

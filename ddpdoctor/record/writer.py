@@ -82,6 +82,15 @@ class RingWriter(JsonlWriter):
         else:
             self._write(data)
 
+    def append_bytes(self, data: bytes) -> None:
+        """Append ``data`` to the current segment, not counted as a line of the ring (the end line of the
+        collective just written stays in its segment: the ring counts collectives)."""
+        if self._lock is not None:
+            with self._lock:
+                JsonlWriter.write_bytes(self, data)
+        else:
+            JsonlWriter.write_bytes(self, data)
+
     def _write(self, data: bytes) -> None:
         if self._n >= self.seg_lines:
             try:
@@ -120,7 +129,7 @@ def _in_forked_child() -> None:
     them, nor trim the file at exit. Its lines are not the rank's: they are dropped."""
     for w in list(_mapped_writers):
         w._mm, w._fd, w._mapped = None, None, False
-        w.write_bytes = w.write = w.close = _discard   # type: ignore[method-assign,assignment]
+        w.write_bytes = w.append_bytes = w.write = w.close = _discard   # type: ignore[method-assign,assignment]
 
 
 _mapped_writers: "weakref.WeakSet[MappedRingWriter]" = weakref.WeakSet()
@@ -221,11 +230,18 @@ class MappedRingWriter(RingWriter):
             except OSError:
                 pass
 
-    def _write(self, data: bytes) -> None:
+    def append_bytes(self, data: bytes) -> None:
+        """Copy ``data`` into the current segment, not counted (see :meth:`RingWriter.append_bytes`)."""
+        self._write(data, False)
+
+    def _write(self, data: bytes, count: bool = True) -> None:
         if not self._mapped:
-            RingWriter._write(self, data)
+            if count:
+                RingWriter._write(self, data)
+            else:
+                JsonlWriter.write_bytes(self, data)
             return
-        if self._n >= self.seg_lines:
+        if count and self._n >= self.seg_lines:
             self._trim()
             try:
                 os.replace(self.path, prev_path(self.path))
@@ -237,7 +253,8 @@ class MappedRingWriter(RingWriter):
         if self._mm is None and not self._next_chunk():
             RingWriter._write(self, data)
             return
-        self._n += 1
+        if count:
+            self._n += 1
         pos, n = self._pos, len(data)
         if n <= self.chunk - pos:
             try:
