@@ -307,11 +307,11 @@ def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs:
     # async_op=True returns a Work that completes later: kept until it does (rank/works.py)
     is_async = not waited and out is not None and (hasattr(out, "is_completed") or isinstance(out, list))
     if is_async or s1 != s0 + 1:
-        ns = str(time.time_ns())
-        p.ledger.append_bytes(f'{call.end_head}{ns[:-9]}.{ns[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
+        t1 = str(time.time_ns())
+        p.ledger.append_bytes(f'{call.end_head}{t1[:-9]}.{t1[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
                               f'"async":{"true" if is_async else "false"}}}\n'.encode())
         if is_async:
-            _track(p, out, call, s0, ns, args, kwargs)
+            _track(p, out, call, s0, ns, args, kwargs)   # awaited since it was issued (ns)
     else:
         p.counters.set_ended(call.gjs, s0 + 1)
 
