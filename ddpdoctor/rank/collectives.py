@@ -261,7 +261,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
             p.digests[call.gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
         p.pending = (call, s0, ns)   # the heartbeat's view of the call in progress
         if call.nccl or p.timeline is not None:
-            return _run_traced(p, op, orig, call, s0, ns, args, kwargs)
+            return _run_traced(p, orig, call, s0, ns, args, kwargs)
         p.depth = 1
         try:
             out = orig(*args, **kwargs)
@@ -316,11 +316,11 @@ def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs:
         p.counters.set_ended(call.gjs, s0 + 1)
 
 
-def _run_traced(p: Any, op: str, orig: Callable, call: _Call, s0: int, ns: str, args: tuple, kwargs: dict) -> Any:
+def _run_traced(p: Any, orig: Callable, call: _Call, s0: int, ns: str, args: tuple, kwargs: dict) -> Any:
     """The call with a profile range around it, or on NCCL (a "synchronous" call returns once it is
     enqueued: it is issued asynchronously and waited for here, the same semantics, so that its Work can be
     asked whether it completed)."""
-    tok = p.timeline.start(op, "comm") if p.timeline is not None else None
+    tok = p.timeline.start(call.op, "comm") if p.timeline is not None else None
     sync_nccl = False
     p.depth = 1
     try:

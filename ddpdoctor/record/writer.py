@@ -234,12 +234,16 @@ class MappedRingWriter(RingWriter):
         """Copy ``data`` into the current segment, not counted (see :meth:`RingWriter.append_bytes`)."""
         self._write(data, False)
 
+    def _plain(self, data: bytes, count: bool) -> None:
+        """A plain append (not mapped, or mapping failed): counted as a ring line or not."""
+        if count:
+            RingWriter._write(self, data)
+        else:
+            JsonlWriter.write_bytes(self, data)
+
     def _write(self, data: bytes, count: bool = True) -> None:
         if not self._mapped:
-            if count:
-                RingWriter._write(self, data)
-            else:
-                JsonlWriter.write_bytes(self, data)
+            self._plain(data, count)
             return
         if count and self._n >= self.seg_lines:
             self._trim()
@@ -251,7 +255,7 @@ class MappedRingWriter(RingWriter):
             self._n = 0
             self.rotations += 1
         if self._mm is None and not self._next_chunk():
-            RingWriter._write(self, data)
+            self._plain(data, count)
             return
         if count:
             self._n += 1
@@ -261,6 +265,7 @@ class MappedRingWriter(RingWriter):
                 self._mm[pos:pos + n] = data
             except (ValueError, TypeError, IndexError):   # never into the training thread
                 self._fall_back()
+                JsonlWriter.write_bytes(self, data)   # counted above already
                 return
             self._pos = pos + n
             return
