@@ -64,3 +64,43 @@ def test_silent_shape_mismatch_from_ledgers(tmp_path):
     for r in (0, 1):
         b2.start(r).coll(r, 3, 12).coll(r, 4, 17).finish(r, 5.0, seq=4)
     assert collective.detect(load_run(str(tmp_path / "ok")), Config()) == []
+
+
+def test_a_peer_ended_before_its_first_beat_in_the_loop_is_placed_by_the_size_mismatch_abort(tmp_path):
+    """The record CI once got from trainer_async_save.py under the simulation: gloo aborted rank 0 on a
+    size mismatch in its rank-0-only all_reduce #14 and torchrun ended rank 1 before it raised, wrote a
+    finish or beat again; rank 1's last beat is from before the loop (position 0). The abort proves rank 1
+    sent data for #14 (its ledger holds no Python collective there: a DDP all-reduce); the verdict is
+    the divergence, not an unexplained crash."""
+    from builder import RunBuilder
+
+    from ddpdoctor.analysis.registry import diagnose
+    from ddpdoctor.record.reader import load_run
+
+    probe = PROBES / "trainer_async_save.py"
+    line = marker_line(probe, "EXTRA")
+    run = tmp_path / "run"
+    b = RunBuilder(run, script=str(probe))
+    for r in (0, 1):
+        b.start(r).hb(r, 0.5, 0, where=59)
+    b.add(0, "ledger.jsonl", "coll", 1.2, op="all_reduce", group="0", seq=[14, 14], shapes=[[1]],
+          dtypes=["float32"], site=[str(probe), line, "_save"], st="issued")
+    b.add(0, "ledger.jsonl", "cend", 1.2, group="0", s0=14, s1=14, **{"async": True})
+    (run / "ranks" / "0" / "fatal.txt").write_text("Fatal Python error: Aborted\n\nThread 0x1 (most recent call "
+                                                   "first):\n  <no Python frame>\n")
+    (run / "ranks" / "1" / "terminated.txt").write_text("Current thread 0x2 (most recent call first):\n"
+                                                        "  <no Python frame>\n")
+    for r in (0, 1):
+        log = run / "logs" / "x" / "attempt_0" / str(r)
+        log.mkdir(parents=True)
+        (log / "stderr.log").write_text(
+            "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+            "pair.cc:456] op.preamble.length <= op.nbytes. 12 vs 4. Received data size doesn't match expected "
+            "size. Is there a distributed collective mismatch in your code?\n" if r == 0 else "")
+    b.add(None, "monitor.jsonl", "exit", 1.5, returncode=1)
+    rep = diagnose(load_run(str(run)), Config())
+    f = next(f for f in rep.findings if f.severity == "error")
+    assert f.id == "hang.rank-conditional-collective", [x.id for x in rep.findings]
+    assert f.culprits == (0,)
+    assert any(l.rank == 0 and l.line == line for l in f.locations)
+    assert f.evidence["reached_by_abort"] == {"1": 14}

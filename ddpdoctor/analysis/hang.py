@@ -8,6 +8,7 @@ words for where a rank stands in :mod:`ddpdoctor.analysis.hang_waits`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
@@ -60,12 +61,15 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     states = all_states(record, now, cfg)
     if verdict is None and not errors:
         return _cut_short(record, states, now, cfg)
-    div = first_divergence(record, states)
     size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
+    states, reached = _reached_by_abort(record, states, size_err)
+    div = first_divergence(record, states)
     uneven = _uneven(record, states)
     ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
     if size_err:
         ev["aborted"] = {r: str(errors[r].get("message", ""))[:200] for r in size_err}
+    if reached:
+        ev["reached_by_abort"] = reached
     lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
 
     if div is not None and div.kind == "exited":
@@ -113,6 +117,37 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if verdict is not None:
         return [timeout_finding(record, states, now, cfg, ev)]
     return []
+
+
+def _reached_by_abort(record: RunRecord, states: dict[int, RankState], aborted: list[int]
+                      ) -> tuple[dict[int, RankState], dict[str, int]]:
+    """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: that peer
+    issued its collective there. A peer ended from outside (torchrun's SIGTERM after the abort) before it
+    wrote a finish or an error may have a last heartbeat from before it got there; its position is lifted
+    to the aborted collective's (its ledger, written before each call, says whether that was a Python
+    collective; else it was an internal one, DDP's). Returns the states and {rank: lifted position}."""
+    top: dict[str, int] = {}
+    for r in aborted:
+        seq = dict(states[r].seq or {})
+        for e in record.ranks[r].ledger[-4:]:
+            if e.get("group") is not None and e.get("seq"):
+                seq[e["group"]] = max(int(seq.get(e["group"], 0)), int(e["seq"][1]))
+        for g, n in seq.items():
+            top[g] = max(top.get(g, 0), int(n))
+    lifted: dict[str, int] = {}
+    out = dict(states)
+    for r, st in states.items():
+        rec = record.ranks[r]
+        if r in aborted or rec.event(schema.K_FINISH) is not None or rec.error is not None or not st.seq:
+            continue
+        seq = dict(st.seq)
+        for g, n in top.items():
+            if g in seq and int(seq[g]) < n:
+                seq[g] = n
+                lifted[str(r)] = n
+        if seq != st.seq:
+            out[r] = dataclasses.replace(st, seq=seq)
+    return out, lifted
 
 
 def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
