@@ -334,3 +334,41 @@ def test_a_rank_waiting_for_data_is_dataloader_bound_not_a_straggler(tmp_path):
     assert f.culprits == (1,) and f.ranks == (0, 1)
     assert {(l.rank, l.line, l.role) for l in f.locations} == {(1, 25, "slow"), (0, 26, "waiting")}
     assert "rank 0 waits for it in backward" in f.message
+
+
+LONG_LOOP = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+for step in range(1250):
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_a_long_run_keeps_every_step_up_to_1000_then_blocks_of_ten(tmp_path):
+    """A long profile run's timeline stays small (issue 10): every step's ranges up to step 1,000, then
+    one block of 10 consecutive steps in 10, the same steps on every rank; the verdict, the step count
+    and the breakdown are those of every step."""
+    script = tmp_path / "train.py"
+    script.write_text(LONG_LOOP)
+    r = ddpdoctor(["profile", "--script", str(script)], tmp_path, timeout=240)
+    assert r.code == 0, r.err[-2000:]
+    assert [f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")] == []
+    assert "profile.summary" in {f["id"] for f in r.report["findings"]}
+    want = set(range(1000)) | {b + i for b in (1000, 1100, 1200) for i in range(10)}
+    for rank in (0, 1):
+        lines = [json.loads(l) for l in (r.run_dir / "ranks" / str(rank) / "timeline.jsonl").read_text().splitlines()]
+        steps = {e["payload"] for e in lines if e["kind"] == "range" and e["name"] == "step"}
+        assert steps == want
+        forwards = [e for e in lines if e["kind"] == "range" and e["name"] == "forward"]
+        assert len(forwards) == len(want)
+        info = [e for e in lines if e["kind"] == "profile_info"][-1]
+        assert info["steps"] == 1250 and info["kept_steps"] == len(want) and info["forwards"] == 1250

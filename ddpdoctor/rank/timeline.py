@@ -37,8 +37,22 @@ from ddpdoctor.rank.linesamples import LineSamples
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
 
+_native_id, _now_ns = threading.get_native_id, time.perf_counter_ns
+
 CATEGORIES = ("compute", "comm", "data", "optim")
 INFO_STEPS = frozenset(2 ** k for k in range(9))   # optimizer steps after which profile_info is written
+FULL_STEPS = 1000   # every step's ranges are kept up to this step; then blocks of BLOCK consecutive steps,
+BLOCK = 10          # one block in 10 up to step 10,000, one in 100 up to 100,000 ...: about 1,000 steps
+                    # kept per decade of steps, so a day of training keeps a few MB of ranges (issue 10)
+
+
+def keep_step(n: int) -> bool:
+    """Are the ranges of optimizer step ``n`` kept in ddpdoctor's own timeline? The same steps on every
+    rank (the ranks' phases are compared step by step); NVTX ranges are emitted for every step."""
+    if n < FULL_STEPS:
+        return True
+    every = 10 ** (len(str(n)) - len(str(FULL_STEPS)) + 1)
+    return (n // BLOCK) % every == 0
 
 
 def tool_attached() -> bool:
@@ -63,6 +77,9 @@ class Timeline(LineSamples, RankProbe):
             except Exception:
                 self.dom = None
         self.step = 0
+        self.keep = True          # this step's ranges go to the timeline (keep_step)
+        self.kept_steps = 0
+        self.in_opt = False
         self.step_t0 = time.perf_counter_ns()
         self.step_rid = self._nvtx_start("step", None, 0)
         self.accum = 0
@@ -97,20 +114,30 @@ class Timeline(LineSamples, RankProbe):
         if rid is not None and self.dom is not None:
             self.dom.end_range(rid)
 
-    def start(self, name: str, cat: str | None, payload: int | None = None) -> tuple:
-        return (name, cat, threading.get_native_id(), time.perf_counter_ns(), payload,
-                self._nvtx_start(name, cat, payload))
+    def start(self, name: str, cat: str | None, payload: int | None = None) -> tuple | None:
+        """A range's token; None when neither the timeline (a step not kept) nor NVTX wants it."""
+        if self.dom is None:
+            if not self.keep:
+                return None
+            return (name, cat, _native_id(), _now_ns(), payload, None, True)
+        return (name, cat, _native_id(), _now_ns(), payload, self._nvtx_start(name, cat, payload), self.keep)
 
-    def end(self, token: tuple) -> None:
-        name, cat, tid, t0, payload, rid = token
-        self._nvtx_end(rid)
-        self.buf.append((name, cat, tid, t0, time.perf_counter_ns(), payload))
+    def end(self, token: tuple | None) -> None:
+        if token is None:
+            return
+        if token[5] is not None:
+            self._nvtx_end(token[5])
+        if token[6]:
+            self.buf.append((token[0], token[1], token[2], token[3], _now_ns(), token[4]))
 
     def on_opt_step_end(self) -> None:
-        now = time.perf_counter_ns()
+        now = _now_ns()
         self._nvtx_end(self.step_rid)
-        self.buf.append(("step", None, threading.get_native_id(), self.step_t0, now, self.step))
+        if self.keep:
+            self.buf.append(("step", None, _native_id(), self.step_t0, now, self.step))
+            self.kept_steps += 1
         self.step += 1
+        self.keep = keep_step(self.step)
         self.step_t0 = now
         self.step_rid = self._nvtx_start("step", None, self.step)
 
@@ -136,12 +163,14 @@ class Timeline(LineSamples, RankProbe):
 
     def on_optimizer_step(self, opt: Any) -> None:
         self.opt_tok = self.start("optimizer step", "optim")
+        self.in_opt = True
         self.phase = "optimizer"
 
     def after_optimizer_step(self, opt: Any) -> None:
-        if self.opt_tok is not None:
+        if self.in_opt:
             self.end(self.opt_tok)
             self.opt_tok = None
+            self.in_opt = False
             self.phase = "other:optimizer"
             self.on_opt_step_end()
             if self.step in INFO_STEPS or self.step % 500 == 0:
@@ -180,7 +209,7 @@ class Timeline(LineSamples, RankProbe):
         buckets = ddp.pop("buckets", None) or list(self.buckets)
         cap = ddp.pop("bucket_cap_mb", None) or self.bucket_cap_mb
         self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step,
-                     forwards=self.accum, amp=self.amp, buckets=buckets, bucket_cap_mb=cap, ddp=ddp,
+                     kept_steps=self.kept_steps, forwards=self.accum, amp=self.amp, buckets=buckets, bucket_cap_mb=cap, ddp=ddp,
                      bucket_ranges=self.bucket_ranges,
                      nvtx=self.dom is not None, samples=self.n_samples, sample_ms=self.period * 1000.0)
 
