@@ -4,8 +4,8 @@ in the same rank process, alternating blocks of steps (issue 10).
     ddpdoctor hang --script benchmarks/instep.py --nproc-per-node 1     # or check, memleak, profile
     torchrun --standalone --nproc-per-node 1 benchmarks/instep.py       # bare: on and off alike
 
-"Off" sets ddpdoctor's active probe to None (every wrapper then calls straight through), removes the
-check probe's module pre-hook and stops the profile's line sampler; the heartbeat thread keeps beating. Prints the median microseconds per
+"Off" sets ddpdoctor's active probe to None (every wrapper then calls straight through), (the
+check probe's point after DDP's buffer sync tests it too) and stops the profile's line sampler; the heartbeat thread keeps beating. Prints the median microseconds per
 step of each phase with the probes off, and the median over pairs of adjacent blocks of on - off. One rank, gloo, OMP_NUM_THREADS=1 advised (what torchrun sets for 2 ranks).
 """
 

@@ -66,12 +66,14 @@ def test_silent_shape_mismatch_from_ledgers(tmp_path):
     assert collective.detect(load_run(str(tmp_path / "ok")), Config()) == []
 
 
-def test_a_peer_ended_before_its_first_beat_in_the_loop_is_placed_by_the_size_mismatch_abort(tmp_path):
-    """The record CI once got from trainer_async_save.py under the simulation: gloo aborted rank 0 on a
-    size mismatch in its rank-0-only all_reduce #14 and torchrun ended rank 1 before it raised, wrote a
-    finish or beat again; rank 1's last beat is from before the loop (position 0). The abort proves rank 1
-    sent data for #14 (its ledger holds no Python collective there: a DDP all-reduce); the verdict is
-    the divergence, not an unexplained crash."""
+@pytest.mark.parametrize("aborted", [0, 1], ids=["the-extra-call's-rank-aborted", "the-other-rank-aborted"])
+def test_ranks_ended_before_their_first_beat_in_the_loop_are_placed_by_the_size_mismatch_abort(tmp_path, aborted):
+    """The record CI once got from trainer_async_save.py under the simulation: gloo aborted a rank on a
+    size mismatch at position #14 (rank 0's rank-0-only all_reduce against rank 1's DDP all-reduce) and
+    torchrun ended the other rank before it raised, finished or beat again; both ranks' last beats are
+    from before the loop (position 0). The abort proves both were at #14 (rank 0's ledger has it; rank 1's
+    has no Python collective there: a DDP all-reduce); the verdict is the divergence, not an unexplained
+    crash, whichever of the two gloo aborted."""
     from builder import RunBuilder
 
     from ddpdoctor.analysis.registry import diagnose
@@ -86,17 +88,18 @@ def test_a_peer_ended_before_its_first_beat_in_the_loop_is_placed_by_the_size_mi
     b.add(0, "ledger.jsonl", "coll", 1.2, op="all_reduce", group="0", seq=[14, 14], shapes=[[1]],
           dtypes=["float32"], site=[str(probe), line, "_save"], st="issued")
     b.add(0, "ledger.jsonl", "cend", 1.2, group="0", s0=14, s1=14, **{"async": True})
-    (run / "ranks" / "0" / "fatal.txt").write_text("Fatal Python error: Aborted\n\nThread 0x1 (most recent call "
-                                                   "first):\n  <no Python frame>\n")
-    (run / "ranks" / "1" / "terminated.txt").write_text("Current thread 0x2 (most recent call first):\n"
-                                                        "  <no Python frame>\n")
+    other = 1 - aborted
+    (run / "ranks" / str(aborted) / "fatal.txt").write_text(
+        "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  <no Python frame>\n")
+    (run / "ranks" / str(other) / "terminated.txt").write_text(
+        "Current thread 0x2 (most recent call first):\n  <no Python frame>\n")
     for r in (0, 1):
         log = run / "logs" / "x" / "attempt_0" / str(r)
         log.mkdir(parents=True)
         (log / "stderr.log").write_text(
             "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
             "pair.cc:456] op.preamble.length <= op.nbytes. 12 vs 4. Received data size doesn't match expected "
-            "size. Is there a distributed collective mismatch in your code?\n" if r == 0 else "")
+            "size. Is there a distributed collective mismatch in your code?\n" if r == aborted else "")
     b.add(None, "monitor.jsonl", "exit", 1.5, returncode=1)
     rep = diagnose(load_run(str(run)), Config())
     f = next(f for f in rep.findings if f.severity == "error")

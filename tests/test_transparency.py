@@ -54,3 +54,45 @@ def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
         assert o["file"] == p["file"]
         assert set(o["env"]) - {TOKEN_VAR} == set(p["env"]), set(o["env"]) ^ set(p["env"])
         assert o["world"] == p["world"] == "2"
+
+
+MODULE_SCRIPT = '''
+import copy, io, sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+model = DDP(net)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+ema = copy.deepcopy(model.module)            # an EMA copy, as many training scripts keep
+for step in range(3):
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+buf = io.BytesIO()
+torch.save(model.module, buf)                # the whole module, pickled
+buf.seek(0)
+back = torch.load(buf, weights_only=False)
+hooks = [len(m._forward_pre_hooks) + len(m._forward_hooks) for m in (model.module, ema, back)]
+sys.stdout.write(f"MODULE hooks={hooks} saved={buf.getbuffer().nbytes > 0}\\n")
+dist.destroy_process_group()
+'''
+
+
+def test_the_users_module_is_left_as_it_is_under_check(tmp_path):
+    """check fingerprints after DDP's buffer sync without adding anything to the user's module: a hook there
+    made ``torch.save(model.module)`` fail (a local function cannot be pickled) and rode along in
+    ``copy.deepcopy`` copies. The script pickles the whole module, keeps a deep copy, and sees no hooks;
+    the run is OK and the fingerprints were still taken."""
+    script = tmp_path / "train.py"
+    script.write_text(MODULE_SCRIPT)
+    r = ddpdoctor(["check", "--script", str(script)], tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    assert r.out.count("MODULE hooks=[0, 0, 0] saved=True") == 2
+    assert [f["id"] for f in r.report["findings"] if f["severity"] in ("error", "warning")] == []
+    for rank in (0, 1):
+        fps = [json.loads(l) for l in (r.run_dir / "ranks" / str(rank) / "fingerprints.jsonl").read_text().splitlines()]
+        assert [(f["where"], f["step"]) for f in fps] == [("ddp-init", 0), ("forward", 1)]

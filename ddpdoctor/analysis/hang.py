@@ -121,28 +121,33 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
 
 def _reached_by_abort(record: RunRecord, states: dict[int, RankState], aborted: list[int]
                       ) -> tuple[dict[int, RankState], dict[str, int]]:
-    """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: that peer
-    issued its collective there. A peer ended from outside (torchrun's SIGTERM after the abort) before it
-    wrote a finish or an error may have a last heartbeat from before it got there; its position is lifted
-    to the aborted collective's (its ledger, written before each call, says whether that was a Python
-    collective; else it was an internal one, DDP's). Returns the states and {rank: lifted position}."""
+    """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: both had
+    issued a collective at that position, the newest any rank is known to have issued (every rank's
+    ledger is written before each call and survives the abort). A rank whose position is known only from
+    a heartbeat older than that (the aborted rank, or a peer torchrun ended before it raised, finished or
+    beat again) is lifted to it; its ledger says whether its collective there was a Python one, else it
+    was an internal one (DDP's). Returns the states and {rank: lifted position}."""
+    if not aborted:
+        return states, {}
     top: dict[str, int] = {}
-    for r in aborted:
-        seq = dict(states[r].seq or {})
+    known: dict[int, dict[str, int]] = {}
+    for r, st in states.items():
+        seq = {g: int(n) for g, n in (st.seq or {}).items()}
         for e in record.ranks[r].ledger[-4:]:
             if e.get("group") is not None and e.get("seq"):
-                seq[e["group"]] = max(int(seq.get(e["group"], 0)), int(e["seq"][1]))
+                seq[e["group"]] = max(seq.get(e["group"], 0), int(e["seq"][1]))
+        known[r] = seq
         for g, n in seq.items():
-            top[g] = max(top.get(g, 0), int(n))
+            top[g] = max(top.get(g, 0), n)
     lifted: dict[str, int] = {}
     out = dict(states)
     for r, st in states.items():
         rec = record.ranks[r]
-        if r in aborted or rec.event(schema.K_FINISH) is not None or rec.error is not None or not st.seq:
+        if rec.event(schema.K_FINISH) is not None or not st.seq or (rec.error is not None and r not in aborted):
             continue
         seq = dict(st.seq)
         for g, n in top.items():
-            if g in seq and int(seq[g]) < n:
+            if g in seq and known[r].get(g, 0) < n:
                 seq[g] = n
                 lifted[str(r)] = n
         if seq != st.seq:

@@ -62,6 +62,8 @@ class Checks(RankProbe):
         self.micro: list[dict[tuple, int]] = []           # per DDP model: synced forwards per call site
         self.opt_models: dict[int, list[int]] = {}        # id(optimizer) -> the DDP models it steps
         self.fwd_site: list | None = None                 # the user's line of the DDP forward in progress
+        # per DDP model: [its ordinal, synced training forwards so far] (install.py's point after the buffer sync)
+        self.ddp_state: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def main_thread(self) -> bool:
         # a forked DataLoader worker keeps the parent's thread id: it is not the rank's main thread (a flag
@@ -140,7 +142,7 @@ class Checks(RankProbe):
     def on_forward(self, model: Any) -> None:
         """Count DDP forwards with and without gradient sync (no_sync) since the last optimizer step, and note
         the user's line that called this forward (three frames up: DDP.forward's wrapper, torch's
-        ``_call_impl``, ``_wrapped_call_impl``) for the module pre-hook."""
+        ``_call_impl``, ``_wrapped_call_impl``) for the point after DDP's buffer sync (install.py)."""
         if self._grad_enabled():
             if model.require_backward_grad_sync:
                 self.synced += 1
@@ -153,7 +155,7 @@ class Checks(RankProbe):
             self.on_opt_step(opt)
 
     def on_module_forward(self, grad: bool) -> None:
-        """The wrapped module's forward pre-hook (after DDP synced buffers): credit the passes that fed it."""
+        """A DDP forward after DDP synced its buffers (install.py): credit the passes that fed it."""
         if grad:
             self.train_fwds += 1
             if self.unmarked_fwd:
