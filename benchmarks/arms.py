@@ -1,0 +1,75 @@
+"""Whole-run pairs of several arms in one session: bare torchrun and any ddpdoctor commands, each rep runs
+every arm once (the order reversed every other rep), each arm's ratio is taken against the same rep's bare
+run. The comm-heavy loop (benchmarks/comm_loop.py), 2 ranks, gloo.
+
+    python benchmarks/arms.py --steps 3000 --reps 10 hang check memleak profile
+    python benchmarks/arms.py --reps 8 profile --json out.json
+
+Prints per arm: median steps/s, the ratio of the medians (bare/arm), the median of the reps' own ratios
+with their range, and the median of the reps' CPU-time-per-step ratios (arm/bare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LOOP = Path(__file__).resolve().parent / "comm_loop.py"
+
+
+def run_arm(arm: str, steps: int, tmp: str) -> tuple[float, float]:
+    if arm == "bare":
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(LOOP),
+                "--steps", str(steps)]
+    else:
+        argv = [sys.executable, "-m", "ddpdoctor", arm, "--script", str(LOOP), "--nproc-per-node", "2",
+                "--run-dir", tempfile.mkdtemp(dir=tmp), "--", "--steps", str(steps)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    text = r.stdout + r.stderr
+    sps = [float(x) for x in re.findall(r"STEPS_PER_S ([\d.]+)", text)]
+    cpu = [float(x) for x in re.findall(r"CPU_MS_PER_STEP ([\d.]+)", text)]
+    if not sps:
+        raise RuntimeError(f"{arm}: no STEPS_PER_S in its output:\n{text[-2000:]}")
+    return min(sps), sum(cpu) / len(cpu) if cpu else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("arms", nargs="+", choices=["hang", "check", "memleak", "profile"])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--json", help="write the raw runs and the summary here")
+    args = ap.parse_args()
+    arms = ["bare", *args.arms]
+    sps: dict[str, list[float]] = {a: [] for a in arms}
+    cpu: dict[str, list[float]] = {a: [] for a in arms}
+    with tempfile.TemporaryDirectory(prefix="ddpd-arms-") as tmp:
+        for i in range(args.reps):
+            for arm in (arms if i % 2 == 0 else arms[::-1]):
+                s, c = run_arm(arm, args.steps, tmp)
+                sps[arm].append(s)
+                cpu[arm].append(c)
+            print(f"rep {i + 1}: " + ", ".join(f"{a} {sps[a][-1]:.1f}" for a in arms), flush=True)
+    summary = {}
+    for a in arms[1:]:
+        pairs = [b / x for b, x in zip(sps["bare"], sps[a])]
+        cpus = [x / b for b, x in zip(cpu["bare"], cpu[a])]
+        summary[a] = {"throughput_ratio": statistics.median(sps["bare"]) / statistics.median(sps[a]),
+                      "paired_median": statistics.median(pairs), "paired_range": [min(pairs), max(pairs)],
+                      "cpu_paired_median": statistics.median(cpus)}
+        print(f"{a:>8}: median {statistics.median(sps[a]):.1f} steps/s (bare {statistics.median(sps['bare']):.1f}); "
+              f"ratio {summary[a]['throughput_ratio']:.3f}; reps' ratios median {summary[a]['paired_median']:.3f} "
+              f"[{min(pairs):.3f}-{max(pairs):.3f}]; CPU per step {summary[a]['cpu_paired_median']:.3f}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"steps_per_s": sps, "cpu_ms_per_step": cpu, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
