@@ -20,10 +20,10 @@ WRONG_HINT = ("A collective that returns a wrong result without an error is a br
               "or NCCL_IB_DISABLE=1 to find the faulty path, and keep this node out of jobs until it passes.")
 
 
-
 def _sig(x: float) -> float:
     """Four significant figures: a slow link's 0.0212 GB/s keeps its precision (round(x, 4) cut it to 0.2 %)."""
     return float(f"{x:.4g}")
+
 
 def _key(row: dict[str, Any]) -> tuple:
     return (row["op"], row.get("dtype", "-"), row.get("bytes", 0))

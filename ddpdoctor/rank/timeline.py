@@ -209,7 +209,8 @@ class Timeline(LineSamples, RankProbe):
         buckets = ddp.pop("buckets", None) or list(self.buckets)
         cap = ddp.pop("bucket_cap_mb", None) or self.bucket_cap_mb
         self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step,
-                     kept_steps=self.kept_steps, forwards=self.accum, amp=self.amp, buckets=buckets, bucket_cap_mb=cap, ddp=ddp,
+                     kept_steps=self.kept_steps, forwards=self.accum, amp=self.amp, buckets=buckets,
+                     bucket_cap_mb=cap, ddp=ddp,
                      bucket_ranges=self.bucket_ranges,
                      nvtx=self.dom is not None, samples=self.n_samples, sample_ms=self.period * 1000.0)
 
