@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.findings import ExitCode, rank_list
+from ddpdoctor.analysis.findings import rank_list
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.errors import DdpdoctorError
 
 PHASES = ("step", "data", "forward", "backward+comm", "optimizer", "collective", "other")

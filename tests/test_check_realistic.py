@@ -9,7 +9,7 @@ import textwrap
 from builder import RunBuilder
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
-from ddpdoctor.analysis import data as data_mod
+from ddpdoctor.analysis.check import data as data_mod
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 

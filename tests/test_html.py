@@ -240,8 +240,8 @@ def test_profile_timeline_at_1024_ranks():
     """Pure: 1,024 ranks' timelines give a few lanes (the straggler, the slowest, median and fastest)."""
     from ddpdoctor.analysis.findings import Finding, Report
     from ddpdoctor.record.reader import RankRecord, RunRecord
-    from ddpdoctor.render import html_profile
-    from ddpdoctor.render.html import render
+    from ddpdoctor.render.html import profile as html_profile
+    from ddpdoctor.render.html.page import render
 
     def timeline(r: int) -> list[dict]:
         out, t = [], 1_000_000_000
@@ -316,7 +316,7 @@ def test_readable_at_1024_ranks(tmp_path):
 
     from ddpdoctor.analysis.findings import Finding, Location, RankLine, Report
     from ddpdoctor.record.reader import load_run
-    from ddpdoctor.render.html import render
+    from ddpdoctor.render.html.page import render
 
     train = tmp_path / "train.py"
     train.write_text("\n".join(f"x = {i}  # line {i}" for i in range(1, 41)) + "\n")
@@ -353,7 +353,7 @@ def test_readable_at_1024_ranks(tmp_path):
 
 def test_missing_source_file_is_a_note(tmp_path):
     from ddpdoctor.analysis.findings import Finding, Location, Report
-    from ddpdoctor.render.html import render
+    from ddpdoctor.render.html.page import render
 
     gone = str(tmp_path / "gone.py")
     f = Finding("crash.exception", "error", "boom <b>", "", (0,), (Location(0, gone, 7, "main", "raised"),),

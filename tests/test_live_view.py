@@ -29,7 +29,7 @@ from helpers import PROBES, TOKEN_VAR, assert_no_orphans, ddpdoctor
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
-from ddpdoctor.render import live
+from ddpdoctor.render.live import terminal as live
 
 ESC = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -269,7 +269,7 @@ def test_doctor_progress_in_place_on_a_terminal(tmp_path):
 
 
 def test_doctor_progress_plain_lines():
-    from ddpdoctor.selftest import Progress, probes
+    from ddpdoctor.health.selftest import Progress, probes
 
     buf = io.StringIO()
     todo = [p for p in probes() if p.name in ("healthy.py", "rank_conditional.py")]

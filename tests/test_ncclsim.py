@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
-from ddpdoctor.analysis import collective
+from ddpdoctor.analysis.hang import collective
 from ddpdoctor.analysis.config import Config
 
 SIM = {"DDPDOCTOR_TEST_NCCLSIM": "1", "PYTHONPATH": str(Path(__file__).parent / "ncclsim")}

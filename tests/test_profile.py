@@ -15,7 +15,7 @@ import pytest
 from builder import RunBuilder
 from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
 
-from ddpdoctor.analysis import profile as profile_analysis
+from ddpdoctor.analysis.profile import breakdown as profile_analysis
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 

@@ -140,7 +140,7 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
     ranks agree, and the analysis folded over the kept ledger reaches the rank's own digest. When rank 0
     made one extra call long before the ring (16 kept), the hang finding's culprit comes from the window,
     but the digests at the window's start differ and the note says the sequences differed before it."""
-    from ddpdoctor.analysis import digest
+    from ddpdoctor.analysis.hang import digest
 
     monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "16")
     ok = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT)], tmp_path, timeout=120)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis import memory, profile
+from ddpdoctor.analysis.series import growth
+from ddpdoctor.analysis.profile import breakdown as profile
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -27,7 +28,7 @@ def compute(record: RunRecord) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for key, name in (("rss", "rss"), ("cuda_allocated", "cuda")):
             pts = [(float(e["step"]), float(e[key])) for e in steps if key in e and e.get("step") is not None]
-            g = memory.growth(pts)
+            g = growth(pts)
             if g is not None:
                 row[f"{name}_bytes_per_step"] = round(g["late_slope"], 1)
                 row[f"{name}_last_bytes"] = int(g["last"])

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
 
 REPORT_SCHEMA = "ddpdoctor.report"
 REPORT_VERSION = 2   # 2: findings carry `culprits`; location roles documented
 
+Severity = Literal["error", "warning", "note"]
+Verdict = Literal["ok", "findings", "crash", "hang", "error"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "note")   # most severe first
 
-class ExitCode:
-    """The documented exit codes (README, docs/cli.md)."""
 
-    OK = 0           # healthy (warnings and notes do not fail a run unless --fail-on asks)
-    FINDINGS = 1     # findings of severity error (a crash, a leak, a data mistake)
-    USAGE = 2        # usage or bad input: missing script, syntax error, bad option, bad run dir
-    HANG = 3         # a hang or a divergence that gloo turned into an error
-    NOT_RUN = 4      # could not run: the script ended before init_process_group, torchrun failed
-    INTERNAL = 5     # a bug in ddpdoctor
-    INTERRUPTED = 130
+def severity_rank(severity: str) -> int:
+    """0 for error, 1 warning, 2 note (3 for anything else): the one order of severities."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class Finding:
     them. A fault every rank shares (a forgotten ``set_epoch``) names every rank as culprit."""
 
     id: str
-    severity: str
+    severity: Severity
     message: str
     hint: str = ""
     ranks: tuple[int, ...] = ()
@@ -109,7 +107,7 @@ class RankLine:
 @dataclass(frozen=True)
 class Report:
     command: str
-    verdict: str               # ok | hang | crash | error
+    verdict: Verdict           # ok | findings | hang | crash | error
     exit_code: int
     run_dir: str
     findings: tuple[Finding, ...] = ()

@@ -4,35 +4,26 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import (attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf,
-                                profile, run, selfcheck, teardown)
+from ddpdoctor.analysis import check, ending, figures, hang, memleak, profile, selfcheck
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
+from ddpdoctor.analysis.catalog import VERDICT_RANK, entry
+from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.analysis.state import all_states, complete_errors
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 Detector = Callable[[RunRecord, Config], "list[Finding]"]
 
-# One entry per fault family; each is pure and sees the whole record.
+# family -> its detector (the same keys as commands.COMMANDS, rank.hooks.REGISTRY and render.html.SECTIONS);
+# each is pure and sees the whole record. "probe" is ddpdoctor's own health, not a command's.
 REGISTRY: dict[str, Detector] = {
-    "run": run.detect,
-    "crash": crash.detect,
-    "hang": lambda r, c: digest.annotate(hang.detect(r, c), r),   # + sequences that differed before the ring
-    "collective": collective.detect,   # a run that went on past a collective with mismatched shapes
-    "teardown": teardown.detect,
-    "data": data.detect,
-    "drift": drift.detect,
-    "checkpoint": checkpoint.detect,
-    "perf": perf.detect,
-    "memleak": memory.detect,
+    "hang": hang.detect,         # every command: startup, crashes, hangs, shape mismatches, teardown, attach
+    "check": check.detect,
+    "memleak": memleak.detect,
     "profile": profile.detect,
-    "attach": attach.detect,   # `ddpdoctor attach`: a hang from py-spy stacks alone
     "probe": selfcheck.detect,   # ddpdoctor's own probes that failed inside a rank
 }
-
-_ORDER = {"error": 0, "warning": 1, "note": 2}
-
 
 def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
     """Run every detector on the record, apply the verdict invariant and pick the exit code."""
@@ -49,27 +40,26 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]
-    findings.sort(key=lambda f: _ORDER.get(f.severity, 3))
-    errors = [f for f in findings if f.severity == "error"]
-    fam = {f.id.split(".", 1)[0] for f in errors}
-    if "run" in fam:
-        verdict = "error"
-        code = ExitCode.USAGE if any(f.id == "run.no-distributed" for f in errors) else ExitCode.NOT_RUN
-    elif "hang" in fam:
-        verdict, code = "hang", ExitCode.HANG
-    elif "crash" in fam:
-        verdict, code = "crash", ExitCode.FINDINGS
-    elif errors:
-        verdict, code = "findings", ExitCode.FINDINGS
-    else:
-        verdict, code = "ok", ExitCode.OK
-        if config.fail_on in ("warning", "note") and any(
-                _ORDER[f.severity] <= _ORDER[config.fail_on] for f in findings):
-            code = ExitCode.FINDINGS
+    findings.sort(key=lambda f: severity_rank(f.severity))
+    verdict, code = verdict_of(findings, config.fail_on)
     return Report(command=command or str(record.manifest.get("command", "analyze")), verdict=verdict,
                   exit_code=code, run_dir=record.run_dir, findings=tuple(findings),
                   ranks=tuple(rank_lines(record, config)), summary=_summary(verdict, findings),
                   figures=figures.compute(record))
+
+
+def verdict_of(findings: list[Finding], fail_on: str = "error") -> tuple[Verdict, int]:
+    """The report's verdict and exit code, from the catalog entries of its error findings: the verdict that
+    ranks first (could not run, hang, crash, findings) and, among those, the lowest exit code (a script that
+    is not distributed at all is bad input, 2, before could not run, 4). No error: OK, exit 0, or 1 where a
+    finding is at least as severe as ``fail_on``."""
+    errors = [entry(f.id) for f in findings if f.severity == "error"]
+    if errors:
+        top = min(VERDICT_RANK[e.verdict] for e in errors)
+        first = [e for e in errors if VERDICT_RANK[e.verdict] == top]
+        return first[0].verdict, min(e.exit_code for e in first)
+    failing = fail_on != "error" and any(severity_rank(f.severity) <= severity_rank(fail_on) for f in findings)
+    return "ok", ExitCode.FINDINGS if failing else ExitCode.OK
 
 
 def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:

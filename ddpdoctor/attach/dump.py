@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.analysis.findings import ExitCode
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.errors import DdpdoctorError
 
 PTRACE_HELP = ("py-spy needs ptrace: run ddpdoctor as the job's user (or root); in a container start it with "

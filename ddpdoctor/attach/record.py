@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Any
 
-from ddpdoctor.analysis.attach import collective_of
+from ddpdoctor.analysis.hang.attach import collective_of
 from ddpdoctor.attach.discover import Job
 from ddpdoctor.attach.dump import Dump
 from ddpdoctor.record import schema

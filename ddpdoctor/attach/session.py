@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ddpdoctor.analysis.findings import ExitCode
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.attach import dump as dumps
 from ddpdoctor.attach.discover import Job, find_jobs
 from ddpdoctor.attach.record import main_stack, write

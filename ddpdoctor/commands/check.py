@@ -30,7 +30,7 @@ SPEC = CommandSpec(
                                                 "(and at construction). Default: forward 1, every 10 up to "
                                                 "100, then every 100.")),
     ),
-    settings=lambda v: {"checks": {"every": v.get("fingerprint_every")}},
+    settings=lambda v: {"check": {"every": v.get("fingerprint_every")}},
     stop=lambda v: Stop(steps=v.get("steps"), epochs=v.get("epochs")),
     validate=_validate,
     pictures=("html",),

@@ -20,7 +20,7 @@ SPEC = CommandSpec(
                                            "steps 1, 2, 4, ..., 64, then whenever it costs at most 0.25-0.5% of "
                                            "the time, more often while memory grows, and at the end).")),
     ),
-    settings=lambda v: {"memory": {"census_every": v.get("census_every")}},
+    settings=lambda v: {"memleak": {"census_every": v.get("census_every")}},
     stop=lambda v: Stop(steps=v.get("steps")),
     pictures=("memory", "html"),
 )

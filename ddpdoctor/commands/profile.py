@@ -12,7 +12,7 @@ def _nsys(v: Values) -> tuple[str, ...]:
     import shlex
     import shutil
 
-    from ddpdoctor.analysis.findings import ExitCode
+    from ddpdoctor.errors import ExitCode
     from ddpdoctor.errors import DdpdoctorError
 
     nsys = shutil.which("nsys")

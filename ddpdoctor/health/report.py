@@ -7,7 +7,7 @@ import json
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from ddpdoctor.analysis.findings import Finding, Report
+from ddpdoctor.analysis.findings import Finding, Report, severity_rank
 from ddpdoctor.health.analyze import _size
 
 DOCTOR_SCHEMA = "ddpdoctor.doctor"
@@ -140,7 +140,7 @@ def verdict_lines(result: dict[str, Any]) -> str:
 def _findings_json(fs: list[Finding]) -> list[dict[str, Any]]:
     from ddpdoctor.render.json_report import to_dict
 
-    return to_dict(Report("doctor", "", 0, "", tuple(fs)))["findings"]
+    return to_dict(Report("doctor", "ok", 0, "", tuple(fs)))["findings"]
 
 
 def to_dict(result: dict[str, Any]) -> dict[str, Any]:
@@ -177,10 +177,9 @@ def junit(result: dict[str, Any]) -> str:
             ET.SubElement(tc, "skipped", message=skipped)
 
     fail_on = result.get("fail_on", "error")
-    order = {"error": 0, "warning": 1, "note": 2}
 
     def env_case(name: str, ids: tuple[str, ...]) -> None:
-        bad = [f for i in ids for f in by_id.get(i, []) if order[f.severity] <= order[fail_on]]
+        bad = [f for i in ids for f in by_id.get(i, []) if severity_rank(f.severity) <= severity_rank(fail_on)]
         case("environment", name, bad[0].message + (f" (fix: {bad[0].hint})" if bad[0].hint else "") if bad else None)
 
     h = result.get("health")

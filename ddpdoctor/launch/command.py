@@ -11,7 +11,8 @@ import click
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.launch.timings import Timings
-from ddpdoctor.analysis.findings import ExitCode, Report
+from ddpdoctor.analysis.findings import Report
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.commands import CommandSpec
 from ddpdoctor.errors import DdpdoctorError
 from ddpdoctor.record import schema
@@ -112,8 +113,8 @@ def _write_private(path: str, text: str, what: str) -> str:
         return f"could not write {path}: {e.strerror}"
 
 
-def attach_pictures(report: Report, record: Any, spec: CommandSpec | None, html_path: str | None = None) -> Report:
-    """Write the pictures the command asks for (render.pictures) into the run directory; note each.
+def attach_pictures(report: Report, record: Any, pictures: tuple[str, ...], html_path: str | None = None) -> Report:
+    """Write the ``pictures`` (render.pictures names, from the command's spec) into the run directory; note each.
     A picture drawn from the report too (report.html) sees the notes of the pictures before it.
     ``html_path`` (``--html FILE``): the HTML report written there as well."""
     import glob
@@ -124,7 +125,7 @@ def attach_pictures(report: Report, record: Any, spec: CommandSpec | None, html_
     reports = sorted(glob.glob(os.path.join(record.run_dir, schema.NSYS_DIR, "*.nsys-rep")))
     if reports:
         notes.append("Nsight Systems reports: " + ", ".join(reports))
-    for name in spec.pictures if spec else ():
+    for name in pictures:
         pic = PICTURES[name]
         if pic.applies(record):
             text = pic.make(record, dataclasses.replace(report, notes=tuple(notes)))
@@ -205,6 +206,6 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
             summary=report.summary if errors else "interrupted before the run finished: no verdict on the rest",
             notes=report.notes + ("interrupted (Ctrl-C or SIGTERM): every process was ended; the records so far "
                                   f"are in {report.run_dir}",))
-    report = attach_pictures(report, record, spec, html_path)
+    report = attach_pictures(report, record, spec.pictures, html_path)
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

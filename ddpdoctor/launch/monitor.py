@@ -24,7 +24,7 @@ from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader
 from ddpdoctor.record.writer import JsonlWriter
-from ddpdoctor.render import live as live_view
+from ddpdoctor.render.live import terminal as live_view
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Monitor:
         out, err = (sys.stdout.buffer, sys.stderr.buffer) if self.echo else (None, None)
         if self.stdout_free and out is not None:
             out = sys.stderr.buffer
-        # on a terminal: a table per rank redrawn in place (render/live.py); the workers' lines go above it
+        # on a terminal: a table per rank redrawn in place (render/live/terminal.py); the workers' lines go above it
         view = live_view.start_view(sys.stderr) if self.live and self.echo else None
         say = view.say if view else _say
         rates = live_view.Rates()

@@ -30,8 +30,8 @@ def check_script(path: str) -> ast.Module:
 
 def uses_mp_spawn(tree: ast.Module) -> bool:
     """Does the script start its own ranks with torch.multiprocessing.spawn / start_processes?"""
-    mp_aliases = set()
-    fn_aliases = set()
+    mp_aliases: set[str] = set()
+    fn_aliases: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:

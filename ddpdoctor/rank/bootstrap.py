@@ -85,14 +85,14 @@ def main(argv: list[str]) -> int:
     manifest = read_manifest(run_dir)
     if manifest.get("mode") == "spawn":
         return _main_spawn(run_dir, manifest, script, args)
-    from ddpdoctor.rank import probe
+    from ddpdoctor.rank import probe, wrappers
 
     rank = int(os.environ.get("RANK", "0"))
     p = probe.Probe(run_dir, rank, manifest)
     enable_faulthandler(p.dir)
     p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
             world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    probe.install(p, manifest)
+    wrappers.install(p, manifest)
 
     def on_exit(code: Any, exc: BaseException | None) -> None:
         if exc is not None:

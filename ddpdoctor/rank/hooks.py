@@ -16,19 +16,19 @@ wrappers) and ``probe.py`` (the heartbeat) call:
 Only the hooks a probe overrides are called: ``wrappers.install`` keeps a tuple of bound methods per hook,
 built once, so the DDP.forward wrapper of a run without probes loops over nothing.
 
-Adding a probe: a module in ``rank/`` with ``install`` and a ``RankProbe`` subclass, and one line in
-``REGISTRY`` (the manifest key the command's ``settings`` write, and the module).
+Adding a probe: a package in ``rank/probes/`` with ``install`` and a ``RankProbe`` subclass, and one line in
+``REGISTRY`` (the family key, which the command's ``settings`` write into the manifest, and the package).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# manifest key -> module (installed in this order; after_* hooks run in the reverse order)
+# family (the manifest key the command's settings write) -> package (installed in this order; after_* hooks run in the reverse order)
 REGISTRY: dict[str, str] = {
-    "checks": "ddpdoctor.rank.checks",      # ddpdoctor check: samplers, loaders, seeds, DDP state, saves
-    "memory": "ddpdoctor.rank.memory",      # ddpdoctor memleak: per-step memory, censuses
-    "profile": "ddpdoctor.rank.timeline",   # ddpdoctor profile: ranges, line samples, NVTX
+    "check": "ddpdoctor.rank.probes.check",      # ddpdoctor check: samplers, loaders, seeds, DDP state, saves
+    "memleak": "ddpdoctor.rank.probes.memleak",  # ddpdoctor memleak: per-step memory, censuses
+    "profile": "ddpdoctor.rank.probes.profile",  # ddpdoctor profile: ranges, line samples, NVTX
 }
 
 HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "on_tick", "finish")

@@ -20,8 +20,6 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter
 from ddpdoctor.rank import hooks, sites
 
-# install, rebind_user_imports and FRAMEWORKS live in wrappers.py; importable from here as before
-from ddpdoctor.rank.wrappers import FRAMEWORKS, install, rebind_user_imports  # noqa: F401
 
 
 def _ring_size(env: str, configured: Any, default: int) -> int:
@@ -74,7 +72,7 @@ class Probe:
         self.dig_ring: dict[str, tuple[int, int]] | None = None
         self.dig_rot = 0
         self.depth = 0
-        self.timeline: Any = None     # ddpdoctor.rank.timeline.Timeline when the run is profiled
+        self.timeline: Any = None     # ddpdoctor.rank.probes.profile.timeline.Timeline when the run is profiled
         # the rank probes the manifest asked for (rank/hooks.py), and their hooks as tuples of bound methods
         self.probes: list[hooks.RankProbe] = []
         self.fwd_before: tuple = ()

@@ -25,16 +25,16 @@ class ProbedEntry:
         self.run_dir = run_dir
 
     def __call__(self, i: int, *args: Any) -> Any:
-        from ddpdoctor.rank import probe
+        from ddpdoctor.rank import probe, wrappers
 
         manifest = rankfiles.read_manifest(self.run_dir)
         p = probe.Probe(self.run_dir, i, manifest)
         rankfiles.enable_faulthandler(p.dir)
         p.start(local_rank=i, host=socket.gethostname(), script=sys.argv[0], spawned=True)
-        probe.install(p, manifest)
+        wrappers.install(p, manifest)
         import torch.distributed as dist
 
-        probe.rebind_user_imports(dist, (getattr(self.fn, "__globals__", None) or {},))
+        wrappers.rebind_user_imports(dist, (getattr(self.fn, "__globals__", None) or {},))
         try:
             out = self.fn(i, *args)
         except SystemExit as e:

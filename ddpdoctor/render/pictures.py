@@ -45,7 +45,7 @@ def _trace(record: RunRecord) -> str:
 
 
 def _html(report: Report, record: RunRecord) -> str:
-    from ddpdoctor.render.html import render
+    from ddpdoctor.render.html.page import render
 
     return render(report, record)
 

@@ -1,0 +1,25 @@
+"""The hang family: how the run ended and why it stopped. Every command runs it.
+
+Its detectors, in report order: the job never became distributed (``startup``), a rank raised
+(``crash``), deadlocks and divergent collectives (``deadlock``, with ``divergence`` aligning the ranks'
+sequences, ``waits`` for hangs without a divergence, ``hints`` for the advice, ``digest`` for sequences
+that differed before the ledger window), collectives that completed with mismatched shapes
+(``collective``), teardown noise (``teardown``) and ``ddpdoctor attach``'s stacks-only view (``attach``).
+Pure.
+"""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.record.reader import RunRecord
+
+
+def detect(record: RunRecord, config: Config) -> list[Finding]:
+    """Every finding of the hang family, in report order."""
+    from ddpdoctor.analysis.hang import attach, collective, crash, deadlock, digest, startup, teardown
+
+    return (startup.detect(record, config) + crash.detect(record, config)
+            + digest.annotate(deadlock.detect(record, config), record)
+            + collective.detect(record, config) + teardown.detect(record, config)
+            + attach.detect(record, config))

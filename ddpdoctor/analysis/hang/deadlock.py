@@ -1,0 +1,283 @@
+"""Deadlocks and divergent collectives: the post-mortem diagnosis. Pure.
+
+The live verdict (certain deadlock, timeout) is in :mod:`ddpdoctor.analysis.live`; this module explains a
+run that ended: the first divergence of the ranks' collective sequences and what it means. The hints are
+in :mod:`ddpdoctor.analysis.hang.hints`, the hangs without a divergence (receive cycles, timeouts) and the
+words for where a rank stands in :mod:`ddpdoctor.analysis.hang.waits`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
+from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
+from ddpdoctor.analysis.hang.hints import (BLOCKED_HINT, FRAMEWORK_HINTS, HINTS, P2P_HINT, frameworks, hint_for,
+                                           uneven_hint)
+from ddpdoctor.analysis.hang.waits import (at, best_where, code, receive_cycle, slot_loc, slot_text, state_text,
+                                           timeout_finding)
+from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
+from ddpdoctor.analysis.state import SIZE_MISMATCH, RankState, all_states, is_transport_error
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunRecord
+
+__all__ = ["BLOCKED_HINT", "FRAMEWORK_HINTS", "HINTS", "P2P_HINT", "best_where", "detect", "frameworks", "hint_for"]
+
+
+def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, int], dict[int, Any]] | None:
+    fwd = {r: s.ddp_fwd for r, s in states.items()}
+    if len(set(fwd.values())) < 2 or min(fwd.values()) == 0:
+        return None
+    lens: dict[int, Any] = {}
+    for r, rec in record.ranks.items():
+        dl = [e for e in rec.events if e.get("kind") == schema.K_DATALOADER]
+        if dl:
+            lens[r] = dl[-1].get("len")
+    return fwd, lens
+
+
+def _uneven_finding(record: RunRecord, states: dict[int, RankState], fwd: dict[int, int], lens: dict[int, Any],
+                    ev: dict) -> Finding:
+    more = [r for r, n in fwd.items() if n == max(fwd.values())]
+    fewer = [r for r in fwd if r not in more]
+    locs = [l for r in more if (l := best_where(record, states[r], "waiting (extra step)"))]
+    locs += [l for r in fewer if (l := best_where(record, states[r], "ran out of batches"))]
+    batch = f"; DataLoader lengths {group_values(lens)}" if lens else ""
+    msg = (f"uneven number of DDP steps: {ranks_phrase(more)} ran {max(fwd.values())} forward passes, "
+           f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}")
+    return Finding("hang.uneven-batches", "error", msg, uneven_hint(record), tuple(sorted(fwd)), tuple(locs),
+                   dict(ev, ddp_forwards=fwd, dataloader_len=lens), culprits=tuple(sorted(fewer)))
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The hang of a run that ended, explained: the first divergence and what it means, else a wait."""
+    verdict = record.monitor_event(schema.K_VERDICT)
+    errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
+    if any(not is_transport_error(e) for e in errors.values()):
+        return []  # a real exception: crash.detect explains it, the waits are its victims
+    now = float(verdict["t"]) if verdict else record.latest_t()
+    states = all_states(record, now, cfg)
+    if verdict is None and not errors:
+        return _cut_short(record, states, now, cfg)
+    size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
+    states, reached = _reached_by_abort(record, states, size_err)
+    div = first_divergence(record, states)
+    uneven = _uneven(record, states)
+    ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
+    if size_err:
+        ev["aborted"] = {r: str(errors[r].get("message", ""))[:200] for r in size_err}
+    if reached:
+        ev["reached_by_abort"] = reached
+    lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
+
+    if div is not None and div.kind == "exited":
+        flipped = _guarded_waiters(record, div)
+        if flipped is not None:
+            # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
+            return [_from_div(record, "hang.rank-conditional-collective", flipped, states, ev,
+                              "a collective is called on some ranks only")]
+    if div is not None and div.kind != "exited":
+        left = _departed(record, div)
+        if left is not None:
+            if lens_differ:
+                return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
+            return [_early_exit(record, div, states, ev, *left)]
+    if div is not None and lens_differ and any(sl.op == INTERNAL for sl in div.slots.values()):
+        # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
+        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
+    if div is not None and div.exclusive:
+        return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
+                          "a collective is called on some ranks only")]
+    if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
+        return [_from_div(record, "hang.shape-mismatch", div, states, ev,
+                          "ranks passed different shapes/dtypes to the same collective")]
+    if lens_differ:
+        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
+    if div is not None and div.kind == "exited":
+        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
+    if div is not None:
+        return [_from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")]
+    if uneven and not uneven[1]:
+        return [_uneven_finding(record, states, *uneven, ev)]
+    ended = [s for s in states.values() if s.state == "finished"]
+    others = [s for s in states.values() if not s.ended or s.state == "crashed"]
+    if ended and others:
+        locs = [l for s in ended if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
+        locs += [l for s in others if (l := best_where(record, s, "waiting"))]
+        gone = [s.rank for s in ended]
+        return [Finding("hang.early-exit", "error",
+                        f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} "
+                        "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
+                        culprits=tuple(sorted(gone)))]
+    recv = receive_cycle(states)
+    if recv is not None and verdict is not None:
+        return [recv]
+    if verdict is not None:
+        return [timeout_finding(record, states, now, cfg, ev)]
+    return []
+
+
+def _reached_by_abort(record: RunRecord, states: dict[int, RankState], aborted: list[int]
+                      ) -> tuple[dict[int, RankState], dict[str, int]]:
+    """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: both had
+    issued a collective at that position, the newest any rank is known to have issued (every rank's
+    ledger is written before each call and survives the abort). A rank whose position is known only from
+    a heartbeat older than that (the aborted rank, or a peer torchrun ended before it raised, finished or
+    beat again) is lifted to it; its ledger says whether its collective there was a Python one, else it
+    was an internal one (DDP's). Returns the states and {rank: lifted position}."""
+    if not aborted:
+        return states, {}
+    top: dict[str, int] = {}
+    known: dict[int, dict[str, int]] = {}
+    for r, st in states.items():
+        seq = {g: int(n) for g, n in (st.seq or {}).items()}
+        for e in record.ranks[r].ledger[-4:]:
+            if e.get("group") is not None and e.get("seq"):
+                seq[e["group"]] = max(seq.get(e["group"], 0), int(e["seq"][1]))
+        known[r] = seq
+        for g, n in seq.items():
+            top[g] = max(top.get(g, 0), n)
+    lifted: dict[str, int] = {}
+    out = dict(states)
+    for r, st in states.items():
+        rec = record.ranks[r]
+        if rec.event(schema.K_FINISH) is not None or not st.seq or (rec.error is not None and r not in aborted):
+            continue
+        seq = dict(st.seq)
+        for g, n in top.items():
+            if g in seq and known[r].get(g, 0) < n:
+                seq[g] = n
+                lifted[str(r)] = n
+        if seq != st.seq:
+            out[r] = dataclasses.replace(st, seq=seq)
+    return out, lifted
+
+
+def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
+    """Ranks exited normally while the others wait in a collective they reached under a rank test that the
+    exited ranks never reached: the waiting ranks diverged (``if rank == 0: dist.barrier()``)."""
+    waiters = [r for r in div.slots if r not in div.diverged]
+    if not waiters or any(record.ranks[r].event(schema.K_FINISH) is None or record.ranks[r].error
+                          for r in div.diverged):
+        return None
+    for r in waiters:
+        site = div.slots[r].site
+        gone_sites = {e.get("site") and tuple(e["site"]) for d in div.diverged for e in record.ranks[d].ledger}
+        if not site or tuple(site) in gone_sites or rank_guard(record, r, site) is None:
+            return None
+    return Divergence(div.group, div.seq, div.slots, tuple(sorted(waiters)), "extra-call", True)
+
+
+def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:
+    """Some ranks all left the loop (or call) the others are still in: an early exit. The leavers are the
+    diverged ranks or, with no majority to tell, whichever group of ranks (by what they issued) left. Not
+    when their collective sits under a rank test (``if rank == 0:``): that is a rank-conditional call."""
+    groups: dict[tuple, list[int]] = {}
+    for r, sl in sorted(div.slots.items()):
+        groups.setdefault(sl.key() + (sl.site,), []).append(r)
+    candidates = [tuple(div.diverged)] if len(div.diverged) < len(div.slots) else [tuple(g) for g in groups.values()]
+    found = []
+    for leavers in candidates:
+        others = [r for r in div.slots if r not in leavers]
+        if not others or any(rank_guard(record, d, div.slots[d].site) for d in leavers):
+            continue
+        deps = [departure(record, d, others[0]) for d in leavers]
+        if deps[0] is not None and all(x is not None for x in deps):
+            found.append((leavers, deps[0]))
+    return found[0] if len(found) == 1 else None
+
+
+def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState], ev: dict,
+                leavers: tuple[int, ...], dep: Departure) -> Finding:
+    gone = sorted(leavers)
+    stay = sorted(r for r in div.slots if r not in gone)
+    locs = [l for r in gone if (l := slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
+    role = "left the loop here" if len(dep.exits) == 1 else "may have left the loop here"
+    for line in dep.exits[:3]:  # the break/return it took (when the code has only a few)
+        locs += [Location(r, dep.exit_file, line, "", role) for r in gone]
+    where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
+    locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
+    locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
+    short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
+    left = (f"left the loop at {short} early" if dep.how == "left the loop" else
+            f"returned early from the call at {short} ({dep.func})")
+    waits = group_values({r: slot_text(div.slots[r]) for r in gone}, bare=True)
+    went = group_values({r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r]))
+                         for r in stay}, bare=True)
+    base = dep.exit_file.rsplit("/", 1)[-1]
+    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
+    msg = (f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
+           f"(collective #{div.seq} of group {div.group})")
+    ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": gone},
+              departure={"how": dep.how, "file": dep.file, "line": dep.line})
+    return Finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), tuple(sorted(div.slots)),
+                   tuple(locs), ev, culprits=tuple(gone))
+
+
+def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> list[Finding]:
+    """torchrun ended some ranks that had not finished (because another rank failed at exit, say): judge
+    only what the record proves, i.e. a rank that finished while another had gone further."""
+    if record.monitor_event(schema.K_EXIT) is None or record.monitor_event(schema.K_KILL) is not None:
+        return []
+    done = [s for s in states.values() if s.state == "finished"]
+    cut = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    if not done or not cut:
+        return []
+    ev = {"reason": "ranks ended by torchrun before finishing", "live": None}
+    uneven = _uneven(record, states)
+    if uneven and uneven[1] and len(set(uneven[1].values())) > 1:
+        return [_uneven_finding(record, states, *uneven, ev)]
+    div = first_divergence(record, states)
+    if div is not None and div.kind == "exited":
+        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
+    fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
+    if fewer:
+        locs = [l for s in fewer if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
+        locs += [l for s in cut if (l := best_where(record, s, "went on"))]
+        steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
+        return [Finding("hang.early-exit", "error",
+                        f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
+                        f"({steps}) while the others went on",
+                        HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
+                        culprits=tuple(sorted(s.rank for s in fewer)))]
+    return []
+
+
+def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int, RankState]) -> list[Location]:
+    """A rank that exited without a Python collective on its ledger: the ways out of the loops the others
+    are still in (break, return, sys.exit), and their line, where it made its last DDP step with them."""
+    w = next((l for r in div.slots if r not in div.diverged and (l := best_where(record, states[r], ""))), None)
+    if w is None:
+        return []
+    exits = loop_exits(w.file, w.line, every_loop=True)
+    role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
+    out = [Location(rank, w.file, x, "", role) for x in exits[:3]]
+    return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]
+
+
+def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
+    locs = []
+    culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
+    for r in sorted(div.slots):
+        role = culprit_role if r in div.diverged else "waiting"
+        l = slot_loc(record, r, div.slots[r], states, role)
+        if l:
+            locs.append(l)
+        elif div.kind == "exited" and r in div.diverged:
+            locs += _exit_guess(record, r, div, states)
+    # culprits first, then the others, ranks with the same slot grouped
+    desc = group_values({r: slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
+    msg = f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); " \
+          f"diverged: {ranks_phrase(div.diverged)}"
+    if ev.get("aborted"):
+        msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
+    blocked = {r: f"{at(s.blocked)}{code(s.blocked)}" for r, s in states.items() if s.blocked is not None}
+    if blocked:
+        # asynchronous collectives: where each rank's CPU waits (Work.wait(), .item(), synchronize)
+        msg += f"; blocked at a sync point: {group_values(blocked)}"
+        locs += [s.blocked for s in states.values() if s.blocked is not None]
+    ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
+    return Finding(fid, "error", msg, hint_for(record, fid), tuple(sorted(div.slots)), tuple(locs), ev,
+                   culprits=tuple(sorted(div.diverged)))

@@ -1,0 +1,267 @@
+"""Memory that grows step after step: on which rank, in which layer, and why. Pure.
+
+A series is judged after a warm-up (the first 20 % of its samples, at least 3), with a Theil-Sen slope
+(robust to the allocator's jumps) over the second half of the run: a cache that fills and then stays
+flat has a flat second half and is not a leak.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, rank_list
+from ddpdoctor.record import schema
+from ddpdoctor.analysis.series import growth, theil_sen
+from ddpdoctor.record.reader import RunRecord
+
+
+
+def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> bool:
+    return bool(g and g["late_slope"] >= min_slope and g["late_total"] >= min_total and g["up_fraction"] >= 0.5
+                and g.get("above_prior", min_total) >= min_total / 2)
+
+
+def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
+    """Censuses per rank. The one taken after the script returned (``final``) counts only when it still
+    sees what the previous one saw: a script whose loop lives in a function has freed its locals by then,
+    and that drop is not the leak ending."""
+    out = {}
+    for r, rec in record.ranks.items():
+        cs: list[dict[str, Any]] = []
+        for e in rec.memory:
+            if e.get("kind") != schema.K_CENSUS:
+                continue
+            if e.get("final") and cs and (e.get("tensors", 0) < cs[-1].get("tensors", 0)
+                                          or e.get("graph_nodes", 0) < cs[-1].get("graph_nodes", 0)):
+                continue
+            cs.append(e)
+        out[r] = cs
+    return out
+
+
+def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
+    return {r: [e for e in rec.memory if e.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
+
+
+def _who(ranks: list[int], all_ranks: list[int]) -> str:
+    if len(ranks) == len(all_ranks):
+        return "on every rank"
+    return f"on only rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank-conditional code)"
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _mb(x: float) -> str:
+    if abs(x) >= 2**20:
+        return f"{x / 2**20:.2f} MiB"
+    return f"{x / 1024:.1f} KiB"
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """The memleak findings: growth of RSS, CUDA memory, live tensors or autograd graphs, with their holders."""
+    census, steps = _census(record), _steps(record)
+    ranks = sorted(r for r in record.ranks if steps.get(r))
+    if not ranks:
+        return []
+    out: list[Finding] = []
+    out += _graphs(census, ranks, steps)
+    out += _tensor_groups(census, ranks, {f.id for f in out})
+    out += _layers(census, steps, ranks, {f.id for f in out})
+    return out
+
+
+def _project(steps: list[dict[str, Any]], census: list[dict[str, Any]], per_step: float, key: str) -> str:
+    if per_step <= 0:
+        return ""
+    if key == "cuda":
+        last = steps[-1] if steps else {}
+        free = (last.get("nvml_total") or 0) - (last.get("nvml_used") or 0)
+        where = "the GPU"
+    else:
+        free = (census[-1].get("host_available") or 0) if census else 0
+        where = "the host"
+    if free <= 0:
+        return ""
+    return f"; at this rate {where} is full in about {int(free / per_step):,} more steps"
+
+
+def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -> list[Finding]:
+    """Autograd graphs kept alive: from the dense scan of the user's variables (every few steps), else
+    from the censuses of all live tensors."""
+    hits, found = {}, {}
+    for r in ranks:
+        dense = [(s["step"], float(s["local_graph"])) for s in steps.get(r, []) if "local_graph" in s]
+        sparse = [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])]
+        for how, pts in (("dense", dense), ("census", sparse)):
+            g = growth(pts)
+            if g is not None and _leaking(g, 0.5, 5):
+                hits[r] = g
+                found[r] = how
+                break
+    if not hits:
+        return []
+    hr = sorted(hits)
+    locs, holders = [], {}
+    for r in hr:
+        h = _graph_holder(census.get(r, []), steps.get(r, []), found[r] == "dense")
+        if h:
+            holders[r] = h
+            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
+    per = median(g["late_slope"] for g in hits.values())
+    rss = [growth([(s["step"], float(s.get("rss", 0))) for s in steps[r]]) for r in hr]
+    rss_slope = median(g["slope"] for g in rss if g) if any(rss) else 0.0
+    h0 = next(iter(holders.values()), {})
+    name = h0.get("name", "")
+    stored = bool(h0.get("container")) if h0 else False
+    cause = ("tensors stored with their autograd graph" if stored else
+             "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)")
+    held = f" in `{name}` ({_short(h0['file'])}:{h0['line']})" if name and h0.get("file") else ""
+    msg = (f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks)}: {cause}{held}; "
+           f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
+           + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host"))
+    what = f"`{name}`" if name else "the container"
+    hint = (f"Store `x.detach()` (or `x.item()` for a number) in {what}, not the tensor itself: each stored "
+            "tensor keeps its step's graph and activations alive." if stored else
+            "Accumulate `loss.item()` or `loss.detach()`, not `loss`: each step's graph stays alive otherwise.")
+    return [Finding("memleak.autograd-graph", "error", msg, hint, tuple(hr), tuple(locs),
+                    {"nodes_per_step": per, "rss_bytes_per_step": rss_slope,
+                     "ranks_growing": hr, "holders": {str(r): h for r, h in holders.items()}},
+                    culprits=tuple(hr))]
+
+
+def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], dense: bool) -> dict[str, Any] | None:
+    """Who holds the growing graph on one rank: when the scan of the user's names saw the growth, the
+    holder of most of the nodes in the last scan; else the holder of the biggest graph in the last census
+    that names one."""
+    last = next((s for s in reversed(steps) if s.get("local_holder")), None)
+    if dense and last and last["local_holder"].get("file") and \
+            last["local_holder"].get("nodes", 0) * 2 >= last.get("local_graph", 0):
+        return last["local_holder"]
+    for c in reversed(census):
+        h = next((b.get("holder") for b in c.get("biggest_graphs", []) if b.get("holder")), None)
+        if h:
+            return h
+        h = next((v for k, v in (c.get("group_holders") or {}).items() if k.endswith("|True")), None)
+        if h:
+            return h
+    return None
+
+
+def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
+    """Live tensors of one kind (shape, dtype, device) whose number keeps growing."""
+    hits: dict[int, tuple] = {}
+    for r in ranks:
+        cs = census.get(r, [])
+        keys = {(tuple(g["shape"]), g["dtype"], g["device"], g["grad_fn"]) for c in cs for g in c.get("groups", [])}
+        best = None
+        for k in keys:
+            pts = []
+            for c in cs:
+                n = next((g["bytes"] for g in c.get("groups", []) if (tuple(g["shape"]), g["dtype"], g["device"],
+                                                                         g["grad_fn"]) == k), 0)
+                pts.append((c["step"], float(n)))
+            g = growth(pts)
+            if g is not None and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"])) and (best is None or
+                                                                                   g["late_slope"] > best[1]["late_slope"]):
+                best = (k, g)
+        if best:
+            hits[r] = best
+    if not hits or "memleak.autograd-graph" in seen and all(h[0][3] for h in hits.values()):
+        return []
+    hr = sorted(hits)
+    k, g = hits[hr[0]]
+    locs, holders = [], {}
+    for r in hr:
+        key = hits[r][0]
+        h = (census[r][-1].get("group_holders") or {}).get(f"{list(key[0])}|{key[1]}|{key[2]}|{key[3]}")
+        if h and h.get("file"):
+            holders[r] = h
+            locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
+    h0 = next(iter(holders.values()), None)
+    held = f", held by `{h0['name']}` ({_short(h0['file'])}:{h0['line']})" if h0 else ""
+    return [Finding("memleak.tensors", "error",
+                    f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
+                    f"{_who(hr, ranks)}{held}",
+                    "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
+                    "bound it, or store detached CPU copies.", tuple(hr), tuple(locs),
+                    {"group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]}, "bytes_per_step": g["late_slope"],
+                     "holders": {str(r): h for r, h in holders.items()}}, culprits=tuple(hr))]
+
+
+def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
+    out: list[Finding] = []
+    if seen:
+        return out  # the cause is already named; the layers would repeat it
+    specs = [
+        ("memleak.cuda", "CUDA allocator (allocated bytes)", lambda r: [(s["step"], float(s["cuda_allocated"]))
+                                                                        for s in steps[r] if "cuda_allocated" in s],
+         "cuda"),
+        ("memleak.dataloader-workers", "DataLoader worker processes (RSS)",
+         lambda r: [(c["step"], float(sum((c.get("workers") or {}).values()))) for c in census.get(r, [])], "host"),
+        ("memleak.python-objects", "Python objects (count)",
+         lambda r: [(c["step"], float(c.get("objects", 0))) for c in census.get(r, [])], "objects"),
+        ("memleak.rss", "process RSS",
+         lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
+    ]
+    for fid, layer, series, unit in specs:
+        hits: dict[int, dict[str, float]] = {}
+        for r in ranks:
+            g = growth(series(r))
+            thr = (20.0, 200.0) if unit == "objects" else (64 * 1024.0, 8 * 2**20)
+            if g is not None and _leaking(g, *thr):
+                hits[r] = g
+        if not hits:
+            continue
+        hr = sorted(hits)
+        per = median(g["late_slope"] for g in hits.values())
+        amount = f"{per:.0f} objects" if unit == "objects" else _mb(per)
+        proj = "" if unit == "objects" else _project(steps[hr[0]], census.get(hr[0], []), per, unit)
+        msg = f"{layer} grows by {amount} per step {_who(hr, ranks)}{proj}"
+        hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
+        ev: dict[str, Any] = {"per_step": per}
+        if fid == "memleak.rss":
+            msg, hint, ev = _rss_cause(msg, census, hits, ev)
+        out.append(Finding(fid, "error", msg, hint, tuple(hr), (), ev, culprits=tuple(hr)))
+        break  # the first (most specific) layer that grows
+    return out
+
+
+def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dict[str, Any]) -> tuple:
+    """Native memory only when censuses covered the growth and saw nothing grow; otherwise say that the
+    census could not explain it, and how to make it cover the growth."""
+    covered: list[tuple] = []
+    few: list[tuple] = []
+    for r, g in hits.items():
+        lo, hi = g["first_step"], g["last_step"]
+        cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]
+        span = (cs[-1]["step"] - cs[0]["step"]) if cs else 0
+        (covered if len(cs) >= 3 and span * 2 >= hi - lo else few).append((r, len(cs), lo, hi))
+    ev = dict(ev, censuses_in_growth={str(r): n for r, n, _lo, _hi in covered + few})
+    if not few:
+        n = min(c[1] for c in covered)
+        grew = []
+        for r, _n, lo, hi in covered:
+            cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]
+            tb = growth([(c["step"], float(sum((c.get("tensor_bytes") or {}).values()))) for c in cs])
+            if tb and tb["late_slope"] * 2 >= hits[r]["late_slope"]:
+                grew.append(r)
+        if grew:
+            return (msg + f"; live tensors of many shapes grow with it on rank(s) {rank_list(grew)} "
+                    f"({n}+ censuses): no single group stands out",
+                    "Look at the census groups in the run directory (memory.jsonl) for what the loop keeps per step.",
+                    dict(ev, cause="tensors"))
+        return (msg + f": not explained by live tensors, autograd graphs or Python objects ({n}+ censuses "
+                "during the growth saw none grow): native memory (a C extension, allocator fragmentation, "
+                "pinned memory)",
+                "Look for native allocations per step (C extensions, pinned memory, a growing allocator "
+                "pool); `MALLOC_ARENA_MAX=2` rules out glibc arena fragmentation.", dict(ev, cause="native"))
+    r, n, lo, hi = min(few, key=lambda x: x[1])
+    every = max(1, int((hi - lo) // 10))
+    return (msg + f"; the census could not explain it: too few censuses during the growth on rank {r} "
+            f"({n} between steps {int(lo)} and {int(hi)})",
+            f"Rerun with `--census-every {every}` so that censuses of live tensors and graphs cover the growth.",
+            dict(ev, cause="unknown"))

@@ -1,0 +1,310 @@
+"""Memory probes for ``ddpdoctor memleak``: per step RSS (and CUDA allocator/NVML figures where a GPU
+is in use); a cheap scan of the autograd graphs the user's own names reach; every so often a census of
+all live tensors and graphs, with who holds them (``census.py``, ``holders.py``).
+
+Per step (an optimizer step, or a DDP forward where there is no optimizer) the cost is one
+``memory_info()`` call and one line. The scans and censuses run on a schedule that gives enough points
+whatever the step time, within an overhead budget:
+
+- a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
+  run so far: about log2(steps) of them; after step ``EARLY_STEPS``, while nothing grows, only when each
+  costs at most ``DOUBLING_BUDGET`` of the time since the previous one), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
+  while RSS keeps growing, at evenly spaced points when the run's length is known (``--steps``), every
+  ``census_every`` steps when asked, and once more when the script returns (``final``: what module-level
+  names still hold);
+- the graph scan every ``LOCAL_EVERY`` steps at most, and no more often than ``SCAN_BUDGET`` of the time
+  allows (``EARLY_SCAN_BUDGET`` in the first ``EARLY_STEPS`` and while the scanned graphs grow: a short
+  run gets its points, and so does a leak) (a growing graph makes the scan dearer and rarer, never a drag on the loop).
+
+A healthy loop thus pays about 2 % (issue 10: at most 1.05 in-loop with the ledger); a loop whose RSS grows pays
+more, and is diagnosed. The per-step lines are kept in memory and written together every
+``FLUSH_S`` (a rank killed by a signal loses at most that much of its RSS series; its censuses and the
+lines before are on disk); RSS is read from ``/proc/self/statm`` through a file kept open.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from ddpdoctor.record import schema
+from ddpdoctor.record.writer import JsonlWriter, line
+from ddpdoctor.rank.probes.memleak import census as census_mod
+from ddpdoctor.rank import nvml
+from ddpdoctor.rank.hooks import RankProbe
+
+LOCAL_EVERY = 5           # at most one graph scan per this many steps
+SCAN_BUDGET = 0.005       # share of the loop's time the graph scans may take
+EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
+EARLY_STEPS = 64          # censuses at 1, 2, 4, ..., 64 whatever they cost
+BUDGET = 0.0025           # share of the time a census may take in steady state
+DOUBLING_BUDGET = 0.005   # ... at steps 128, 256, ... (1, 2, ..., 64: free)
+RSS_BUDGET = 0.10         # ... while RSS grows
+RSS_TRIGGER = 4 * 2**20   # RSS growth since the last census that makes one due (with RSS_BUDGET)
+PLANNED = 8               # evenly spaced censuses when the run's length is known
+FLUSH_S = 0.2             # the per-step lines are written together this often
+
+
+def _cuda_in_use() -> bool:
+    """Has this process initialised CUDA (a plain flag: the per-step check costs nothing on CPU)?"""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available()
+
+
+class _RssReader:
+    """This process's RSS: ``/proc/self/statm`` read through a descriptor kept open (a few microseconds),
+    psutil elsewhere; the same figure as psutil's ``memory_info().rss``."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+        try:
+            self.page = os.sysconf("SC_PAGE_SIZE")
+            self.fd = os.open("/proc/self/statm", os.O_RDONLY)
+        except (OSError, ValueError, AttributeError):
+            self.fd = None
+
+    def __call__(self) -> int:
+        if self.fd is not None:
+            try:
+                return int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+            except (OSError, ValueError, IndexError):
+                self.fd = None
+        return int(self.proc.memory_info().rss)
+
+
+class Memory(RankProbe):
+    """The memory probe of one rank: a step is an optimizer step, or a DDP forward where there is none."""
+
+    def __init__(self, probe: Any, census_every: int | None, stop_steps: int | None = None) -> None:
+        import psutil
+
+        self.p = probe
+        self.proc = psutil.Process()
+        self.rss = _RssReader(self.proc)
+        self.w = JsonlWriter(os.path.join(probe.dir, schema.MEMORY))
+        self.buf: list[bytes] = []   # per-step lines not written yet
+        self.last_flush = 0.0
+        self._head = f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
+        self.census_every = census_every
+        self.step = 0
+        self.by_optimizer = False
+        self.last_census_t = 0.0
+        self.last_census_cost = 0.0
+        self.last_census_step = 0
+        self.last_census_rss = 0
+        self.last_scan_t = 0.0
+        self.last_scan_cost = 0.0
+        self.last_scan_step = 0
+        self.last_scan_nodes = -1  # the most graph nodes a scan saw so far
+        # growth, as a leak shows it: a new high (the counts of a healthy loop wobble below their maximum)
+        self.scan_grew = False    # the last scan saw more graph nodes than any scan before
+        self.census_grew = False  # the last census saw more tensors or graph nodes than any census before
+        self.last_counts = (-1, -1)   # the highest (tensors, graph nodes) of the censuses so far
+        self.plan = sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} |
+                           {max(1, stop_steps - 2)}) if stop_steps else []
+        self.censuses = 0
+        self.overhead = 0.0       # seconds the scans and censuses took inside the loop
+        self.names: dict = {}     # holder -> its description (name, storing line): found once
+        self.peak_cuda = -1
+        self.cuda_dev: int | None = None
+        self.summaries: dict[str, str] = {}
+
+    # -- the protocol (rank/hooks.py) ------------------------------------------------------------------
+    def after_forward(self, model: Any) -> None:
+        if threading.get_ident() == self.p.main_ident:
+            self.on_step("ddp")
+
+    def after_optimizer_step(self, opt: Any) -> None:
+        self.on_step("optimizer")
+
+    # -- per step ------------------------------------------------------------------------------------
+    def on_step(self, source: str) -> None:
+        if source == "optimizer":
+            self.by_optimizer = True
+        elif self.by_optimizer:
+            return  # with an optimizer, a step is an optimizer step
+        self.step += 1
+        rss = self.rss()
+        fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
+        now = time.perf_counter()
+        step = self.step
+        frame = sys._getframe(1)
+        scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
+        if step == 1 or (step - self.last_scan_step >= LOCAL_EVERY
+                         and now - self.last_scan_t >= self.last_scan_cost / scan_budget):
+            fields.setdefault("rss", rss)
+            try:
+                nodes, roots, holder = census_mod.local_graphs(frame, self.names)
+                fields["local_graph"] = nodes
+                self.scan_grew = nodes > self.last_scan_nodes >= 0
+                self.last_scan_nodes = max(nodes, self.last_scan_nodes)
+                fields["local_roots"] = roots
+                if holder:
+                    fields["local_holder"] = holder
+            except Exception:
+                pass
+            t1 = time.perf_counter()
+            self.last_scan_cost, self.last_scan_t, self.last_scan_step = t1 - now, t1, step
+            self.overhead += t1 - now
+        if fields:
+            self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
+        else:   # the common line, formatted by hand (the same bytes as writer.line)
+            self.buf.append(f'{self._head}{time.time()!r},"step":{step},"rss":{rss}}}\n'.encode())
+        if now - self.last_flush >= FLUSH_S or len(self.buf) >= 512:
+            self.flush(now)
+        why = self._due(step, now, rss)
+        if why:
+            self.census(frame, why, rss)
+
+    def flush(self, now: float | None = None) -> None:
+        """Write the per-step lines kept so far (one ``os.write``)."""
+        self.last_flush = time.perf_counter() if now is None else now
+        if self.buf:
+            data, self.buf = b"".join(self.buf), []
+            self.w.write_bytes(data)
+
+    def _due(self, step: int, now: float, rss: int) -> str | None:
+        if step == 1:
+            return "first"
+        if self.census_every:
+            return "every" if step % self.census_every == 0 else None
+        if self.plan and self.p.ddp_fwd >= self.plan[0]:
+            while self.plan and self.p.ddp_fwd >= self.plan[0]:
+                self.plan.pop(0)
+            return "planned"
+        since = now - self.last_census_t
+        if step >= 2 * self.last_census_step and (self.last_census_step < EARLY_STEPS or self.scan_grew or
+                                                  self.census_grew or since >= self.last_census_cost / DOUBLING_BUDGET):
+            return "doubling"
+        if since >= self.last_census_cost / BUDGET:
+            return "budget"
+        if rss - self.last_census_rss >= RSS_TRIGGER and since >= self.last_census_cost / RSS_BUDGET:
+            return "rss"
+        return None
+
+    def _cuda(self) -> dict[str, Any]:
+        torch = sys.modules.get("torch")
+        try:
+            dev = torch.cuda.current_device()
+            st = torch.cuda.memory_stats(dev)
+            out = {"cuda_allocated": st.get("allocated_bytes.all.current", 0),
+                   "cuda_reserved": st.get("reserved_bytes.all.current", 0),
+                   "cuda_active": st.get("active_bytes.all.current", 0)}
+            out.update(self._nvml(dev))
+            if out["cuda_allocated"] > self.peak_cuda:
+                self.peak_cuda = out["cuda_allocated"]
+                self.summaries["peak"] = torch.cuda.memory_summary(dev)
+            if "first" not in self.summaries:
+                self.summaries["first"] = torch.cuda.memory_summary(dev)
+                self._write_summary("first")
+            return out
+        except Exception:
+            return {}
+
+    def _nvml(self, dev: int) -> dict[str, Any]:
+        try:
+            import pynvml
+
+            info = pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(dev))
+            return {"nvml_used": int(info.used), "nvml_total": int(info.total)}
+        except Exception:
+            return {}
+
+    def _write_summary(self, which: str) -> None:
+        text = self.summaries.get(which)
+        if text:
+            path = os.path.join(self.p.dir, schema.CUDA_SUMMARY.format(which))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+
+    # -- census --------------------------------------------------------------------------------------
+    def census(self, frame: Any, why: str, rss: int | None = None, final: bool = False) -> None:
+        self.flush()
+        t0 = time.perf_counter()
+        try:
+            fields = census_mod.census(frame, self.names)
+        except Exception:
+            return
+        fields["workers"] = self._worker_rss()
+        fields["uss"] = self._uss()
+        fields["host_available"] = self._available()
+        cost = time.perf_counter() - t0
+        counts = (int(fields.get("tensors") or 0), int(fields.get("graph_nodes") or 0))
+        if not final:
+            hi = self.last_counts
+            self.census_grew = hi[0] >= 0 and (counts[0] > hi[0] or counts[1] > hi[1])
+            self.last_counts = (max(hi[0], counts[0]), max(hi[1], counts[1]))
+        self.last_census_cost, self.last_census_t = cost, time.perf_counter()
+        self.last_census_step = self.step
+        self.last_census_rss = rss if rss is not None else self.last_census_rss
+        self.censuses += 1
+        if not final:
+            self.overhead += cost
+        self.w.write(schema.K_CENSUS, self.p.rank, step=self.step, why=why, final=final or None,
+                     cost_s=round(cost, 4), **fields)
+
+    def _available(self) -> int | None:
+        try:
+            import psutil
+
+            return int(psutil.virtual_memory().available)
+        except Exception:
+            return None
+
+    def _uss(self) -> int | None:
+        try:
+            return int(self.proc.memory_full_info().uss)
+        except Exception:
+            return None
+
+    def _worker_rss(self) -> dict[str, int]:
+        """RSS of this rank's worker processes (DataLoader workers are multiprocessing children: listed
+        without scanning /proc)."""
+        import multiprocessing
+
+        import psutil
+
+        out = {}
+        for c in multiprocessing.active_children():
+            try:
+                out[str(c.pid)] = int(psutil.Process(c.pid).memory_info().rss)
+            except Exception:
+                pass
+        return out
+
+    def finish(self) -> None:
+        """The script has returned: its functions' locals are gone, module-level names remain. One last
+        census (``final``) records what they still hold, and the overhead the probes took."""
+        self.flush()
+        try:
+            if self.step:
+                self.census(None, "finish", final=True)
+            self.w.write(schema.K_MEM_OVERHEAD, self.p.rank, step=self.step, censuses=self.censuses,
+                         overhead_s=round(self.overhead, 4))
+        except Exception:
+            pass
+        try:
+            if _cuda_in_use():
+                self.summaries["last"] = sys.modules["torch"].cuda.memory_summary()
+            for which in ("peak", "last"):
+                self._write_summary(which)
+        except Exception:
+            pass
+
+
+def install(probe: Any, settings: Any = None) -> Memory:
+    """The memory probe; ``settings``: {"census_every": N or None}; the run's --steps come from the manifest."""
+    census_every = settings.get("census_every") if isinstance(settings, dict) else None
+    stop = None
+    try:
+        from ddpdoctor.rank.rankfiles import read_manifest
+
+        stop = (read_manifest(probe.run_dir).get("stop") or {}).get("steps")
+    except Exception:
+        pass
+    return Memory(probe, census_every, int(stop) if stop else None)
