@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from ddpdoctor.rank import active as _active
-from ddpdoctor.rank import sites
+from ddpdoctor.rank import failures, sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash, shapes_text
 from ddpdoctor.record.writer import line
@@ -195,20 +195,11 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
                  f',"group":{_js(gname)},"s0":', _js(gname), op)
 
 
-_errors_said: set[str] = set()
-
-
 def _probe_error(p: Any, op: str, e: BaseException) -> None:
-    """The wrapper's own bookkeeping failed: say so once per op (events.jsonl), so a report never trusts a
-    ledger that is missing calls without knowing it."""
-    if op in _errors_said or len(_errors_said) >= 8:
-        return
-    _errors_said.add(op)
-    try:
-        p.events.write(schema.K_PROBE_ERROR, p.rank, where=f"collective wrapper ({op})",
-                       error=f"{type(e).__name__}: {str(e)[:300]}")
-    except Exception:
-        pass
+    """The wrapper's own bookkeeping failed: said once per op, so a report never trusts a ledger that is
+    missing calls without knowing it."""
+    failures.report(p, f"collective wrapper ({op})", "those calls ran but are not in the ledger, so a hang among "
+                    "them is found by timeout, not by proof", e)
 
 
 def forget_groups() -> None:

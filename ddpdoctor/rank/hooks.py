@@ -35,7 +35,12 @@ HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_st
 
 
 class RankProbe:
-    """Base of a probe: every hook does nothing; a probe overrides the ones it needs."""
+    """Base of a probe: every hook does nothing; a probe overrides the ones it needs. ``family`` (its key in
+    ``REGISTRY``) and ``records`` (what it writes, in words) name it when one of its hooks fails
+    (``rank/failures.py``: the report's ``probe.internal-error`` says which data is missing)."""
+
+    family = ""
+    records = ""
 
     def on_forward(self, model: Any) -> None:
         """Before DDP.forward of ``model`` runs."""
@@ -67,9 +72,15 @@ def install_all(probe: Any, manifest: dict[str, Any]) -> list[RankProbe]:
     """Install the probes the manifest names (its key's value is the probe's settings)."""
     import importlib
 
+    from ddpdoctor.rank import failures
+
     out = []
     for key, module in REGISTRY.items():
         settings = manifest.get(key)
         if settings:
-            out.append(importlib.import_module(module).install(probe, settings))
+            try:
+                out.append(importlib.import_module(module).install(probe, settings))
+            except Exception as e:   # the script still runs, with the other probes; the report says what is missing
+                failures.report(probe, f"{key} probe (install)", f"everything the {key} probe records (its "
+                                "findings cannot be judged)", e)
     return out

@@ -18,7 +18,7 @@ from typing import Any
 
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter
-from ddpdoctor.rank import hooks, sites
+from ddpdoctor.rank import failures, hooks, sites
 
 
 
@@ -92,7 +92,10 @@ class Probe:
 
     def finish(self, code: int | str | None, **fields: Any) -> None:
         for fin in hooks.bound(self.probes, "finish"):
-            fin()
+            try:
+                fin()
+            except Exception as e:   # the other probes' and the rank's own end records still get written
+                failures.hook_failed(self, fin, e)
         self.tick(final=True)
         self.ledger.close()   # trimmed (a collective made later, at interpreter exit, opens it again)
         self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
@@ -110,8 +113,9 @@ class Probe:
                 if tl is not None and tl.period > 0:
                     try:
                         tl.sample()
-                    except Exception:  # a sampling bug must not stop the heartbeats
-                        pass
+                    except Exception as e:  # a sampling bug must not stop the heartbeats
+                        failures.report(self, "profile line sampler", "line samples (where each phase's time "
+                                        "goes)", e)
                     if now - last_tick < self.interval - tl.period / 2:
                         continue
                 last_tick = now
@@ -119,15 +123,16 @@ class Probe:
                 if now - last_check > 1.0:
                     last_check = now
                     self._check_monitor()
-            except Exception:  # never let a probe bug reach the user's job
-                pass
+            except Exception as e:  # never let a probe bug reach the user's job
+                failures.report(self, "heartbeat thread", "heartbeats after this one (the live view and "
+                                "the hang verdicts see this rank less often)", e)
 
     def seqs(self) -> dict[str, int]:
         out = {}
         for name, pg in list(self.groups.items()):
             try:
                 out[name] = int(pg._get_sequence_number_for_group())
-            except Exception:
+            except Exception:   # a group destroyed by the script, or a backend without sequence numbers
                 pass
         return out
 
@@ -168,8 +173,8 @@ class Probe:
         for h in self.tick_hooks:   # the rank probes' on_tick (rank/hooks.py); a bug never stops the beats
             try:
                 h()
-            except Exception:
-                pass
+            except Exception as e:
+                failures.hook_failed(self, h, e)
         if not final:
             self._maybe_dump(frame)
 

@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.rank import active, hooks, sites
+from ddpdoctor.rank import active, failures, hooks, sites
 
 # training frameworks whose layers a diagnosis names (imported by the time they init the process group)
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers", "deepspeed")
@@ -76,20 +76,21 @@ def _init_process_group(init: Any, dist: Any) -> Any:
                 p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
                                backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
                                frameworks=[m for m in FRAMEWORKS if m in sys.modules])
-            except Exception:
-                pass
+            except Exception as e:
+                failures.report(p, "init_process_group wrapper", "the init record (backend, world size, "
+                                "frameworks, the init line)", e)
         return out
 
     return init_process_group
 
 
 def _run_hooks(hooks_: tuple, model: Any) -> None:
-    """The rank probes' forward hooks (rank/hooks.py); a probe bug never reaches the script."""
-    try:
-        for h in hooks_:
+    """The rank probes' forward hooks (rank/hooks.py); a probe bug never reaches the script, and is said."""
+    for h in hooks_:
+        try:
             h(model)
-    except Exception:
-        pass
+        except Exception as e:
+            failures.hook_failed(active.probe, h, e)
 
 
 def _ddp_forward(fwd: Any) -> Any:
@@ -155,11 +156,11 @@ def _install_optimizer_hooks() -> None:
         def hook(opt: Any, _a: Any, _k: Any) -> None:
             p = active.probe
             if p is not None and threading.get_ident() == p.main_ident:
-                try:
-                    for h in getattr(p, which):
+                for h in getattr(p, which):
+                    try:
                         h(opt)
-                except Exception:  # a probe bug never reaches the script's optimizer step
-                    pass
+                    except Exception as e:  # a probe bug never reaches the script's optimizer step
+                        failures.hook_failed(p, h, e)
 
         return hook
 

@@ -27,7 +27,7 @@ from typing import Any
 
 
 def install(probe: Any, settings: Any = None) -> Any:
-    """Install the check probes (``install.py``); imported on use so the package stays light."""
-    from ddpdoctor.rank.probes.check import install as _install
+    """Install the check probes (``installer.py``); imported on use so the package stays light."""
+    from ddpdoctor.rank.probes.check import installer
 
-    return _install.install(probe, settings)
+    return installer.install(probe, settings)

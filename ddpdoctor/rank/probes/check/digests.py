@@ -181,11 +181,11 @@ def _rng_digests(torch: Any) -> dict[str, Any]:
     if np is not None:
         try:
             out["numpy"] = _state_digest(np.random.get_state()[1].tolist())
-        except Exception:
+        except Exception:   # numpy present but its legacy generator cannot say: numpy's stream is not compared
             pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         try:
             out["cuda"] = hashlib.sha1(bytes(torch.cuda.get_rng_state().tolist())).hexdigest()[:16]
-        except Exception:
+        except Exception:   # no generator on this device yet: the CUDA stream is not compared
             pass
     return out

@@ -8,7 +8,7 @@ import weakref
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.rank import sites
+from ddpdoctor.rank import failures, sites
 from ddpdoctor.rank.probes.check.digests import (_batch_digest, _data_fingerprint, _framework_shard, _int_or_none, _known,
                                            _made_by, _safe_len, _sampler_chain)
 from ddpdoctor.rank.probes.check.passes import INDEX_CAP, INDEX_PASSES, SET_EPOCH_DETAIL, _digest, _feed, _watch
@@ -33,8 +33,9 @@ def install(c: Any, torch: Any) -> None:
                     drop_last=bool(getattr(self, "drop_last", False)), num_replicas=int(self.num_replicas),
                     sampler_rank=int(self.rank), dataset_len=_safe_len(self.dataset),
                     site=sites.user_site(sys._getframe(1)))
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(c.p, "check sampler record", "a DistributedSampler's settings (set_epoch, seeds "
+                            "and shards are judged without it)", e)
 
     DistributedSampler.__init__ = sampler_init
 
@@ -115,8 +116,9 @@ def install(c: Any, torch: Any) -> None:
                     prefetch=(self.prefetch_factor or 0) * self.num_workers if self.num_workers else 0,
                     subset_digest=_digest(sub) if sub is not None else None, subset=sub,
                     data_fp=_data_fingerprint(ds), site=sites.user_site(sys._getframe(1)))
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(c.p, "check DataLoader record", "a DataLoader's settings (its sampler, data set "
+                            "and batches: the data checks judge without it)", e)
 
     DataLoader.__init__ = loader_init
 
@@ -134,7 +136,7 @@ def install(c: Any, torch: Any) -> None:
         if o is not None and c.main_thread():
             try:
                 self._ddpdoctor_loader = o
-            except Exception:
+            except Exception:   # an iterator class with __slots__: its fetches are credited at the end instead
                 pass
 
     base_iter.__init__ = loader_iter_init

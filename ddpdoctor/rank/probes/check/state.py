@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
-from ddpdoctor.rank import sites
+from ddpdoctor.rank import failures, sites
 from ddpdoctor.rank.probes.check.passes import INDEX_PASSES, OPTSTEP_DETAIL, _LoaderPass, _Pass
 from ddpdoctor.rank.hooks import RankProbe
 
@@ -30,6 +30,9 @@ if hasattr(os, "register_at_fork"):
 
 class Checks(RankProbe):
     """The check probes of one rank (a RankProbe: DDP forwards and optimizer steps reach it through probe.py)."""
+
+    family = "check"
+    records = "sampler, DataLoader, seed, fingerprint and checkpoint records (the check's verdicts may miss faults)"
 
     def __init__(self, probe: Any, every: int | None) -> None:
         import torch
@@ -231,8 +234,9 @@ class Checks(RankProbe):
                        indices=keep.tolist() if keep is not None and lp.kind == "int" else None,
                        truncated=lp.truncated, steps=lp.steps, fwds=lp.fwds, exhausted=lp.exhausted, why=why,
                        site=lp.site, first_batch=lp.first)
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(self.p, "check loader pass", "what a DataLoader pass fetched (the shard checks "
+                            "miss it)", e)
 
     # -- optimizer steps -----------------------------------------------------------------------------
     def on_sync_forward(self, model: int, frame: Any) -> None:

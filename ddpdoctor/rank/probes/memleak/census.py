@@ -39,7 +39,7 @@ def walk_graph(fn: Any, seen: set[int], cap: int) -> int:
         seen.add(id(fn))
         try:
             stack.extend(nf for nf, _ in fn.next_functions)
-        except Exception:
+        except Exception:   # a node freed under us, or a custom node without next_functions: a leaf here
             pass
     return len(seen) - before
 

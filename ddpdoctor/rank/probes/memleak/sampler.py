@@ -33,7 +33,7 @@ from typing import Any
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, line
 from ddpdoctor.rank.probes.memleak import census as census_mod
-from ddpdoctor.rank import nvml
+from ddpdoctor.rank import failures, nvml
 from ddpdoctor.rank.hooks import RankProbe
 
 LOCAL_EVERY = 5           # at most one graph scan per this many steps
@@ -78,6 +78,9 @@ class _RssReader:
 
 class Memory(RankProbe):
     """The memory probe of one rank: a step is an optimizer step, or a DDP forward where there is none."""
+
+    family = "memleak"
+    records = "memory per step and the censuses of live tensors and graphs (growth may go unexplained)"
 
     def __init__(self, probe: Any, census_every: int | None, stop_steps: int | None = None) -> None:
         import psutil
@@ -145,8 +148,9 @@ class Memory(RankProbe):
                 fields["local_roots"] = roots
                 if holder:
                     fields["local_holder"] = holder
-            except Exception:
-                pass
+            except Exception as e:
+                failures.report(self.p, "memleak graph scan", "the scan of the autograd graphs the script's "
+                                "names reach (a kept graph may go without its holder)", e)
             t1 = time.perf_counter()
             self.last_scan_cost, self.last_scan_t, self.last_scan_step = t1 - now, t1, step
             self.overhead += t1 - now
@@ -228,7 +232,9 @@ class Memory(RankProbe):
         t0 = time.perf_counter()
         try:
             fields = census_mod.census(frame, self.names)
-        except Exception:
+        except Exception as e:
+            failures.report(self.p, "memleak census", "censuses of live tensors and graphs (growth may go "
+                            "unexplained, without a holder or a line)", e)
             return
         fields["workers"] = self._worker_rss()
         fields["uss"] = self._uss()
@@ -273,7 +279,7 @@ class Memory(RankProbe):
         for c in multiprocessing.active_children():
             try:
                 out[str(c.pid)] = int(psutil.Process(c.pid).memory_info().rss)
-            except Exception:
+            except Exception:   # a worker that just exited has no memory to count
                 pass
         return out
 
@@ -286,15 +292,16 @@ class Memory(RankProbe):
                 self.census(None, "finish", final=True)
             self.w.write(schema.K_MEM_OVERHEAD, self.p.rank, step=self.step, censuses=self.censuses,
                          overhead_s=round(self.overhead, 4))
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(self.p, "memleak final census", "the census at the end of the script (what "
+                            "module-level names still hold)", e)
         try:
             if _cuda_in_use():
                 self.summaries["last"] = sys.modules["torch"].cuda.memory_summary()
             for which in ("peak", "last"):
                 self._write_summary(which)
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(self.p, "memleak CUDA summary", "torch.cuda.memory_summary() of this rank", e)
 
 
 def install(probe: Any, settings: Any = None) -> Memory:
@@ -305,6 +312,6 @@ def install(probe: Any, settings: Any = None) -> Memory:
         from ddpdoctor.rank.rankfiles import read_manifest
 
         stop = (read_manifest(probe.run_dir).get("stop") or {}).get("steps")
-    except Exception:
+    except Exception:   # no --steps: the census schedule does not aim at a last step
         pass
     return Memory(probe, census_every, int(stop) if stop else None)

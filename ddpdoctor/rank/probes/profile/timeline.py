@@ -30,7 +30,7 @@ import time
 import weakref
 from typing import Any
 
-from ddpdoctor.rank import nvml
+from ddpdoctor.rank import failures, nvml
 from ddpdoctor.rank.probes.profile.buckets import ensure_bucket_hook
 from ddpdoctor.rank.hooks import RankProbe
 from ddpdoctor.rank.probes.profile.linesamples import LineSamples
@@ -61,6 +61,9 @@ def tool_attached() -> bool:
 
 class Timeline(LineSamples, RankProbe):
     """The profile probe of one rank: ranges in a buffer the heartbeat thread drains, phases for the samples."""
+
+    family = "profile"
+    records = "step and phase ranges, line samples and DDP's timers (the step breakdown may be partial)"
 
     def __init__(self, probe: Any) -> None:
         self.p = probe
@@ -185,7 +188,9 @@ class Timeline(LineSamples, RankProbe):
             return
         try:
             d = model._get_ddp_logging_data()
-        except Exception:
+        except Exception as e:
+            failures.report(self.p, "profile DDP timers", "DDP's bucket sizes and backward timers "
+                            "(compute vs gradient all-reduce)", e)
             return
         sizes = d.get("rebuilt_bucket_sizes") if d.get("has_rebuilt_buckets") else d.get("bucket_sizes")
         try:

@@ -9,7 +9,7 @@ import weakref
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.rank import active, sites
+from ddpdoctor.rank import active, failures, sites
 from ddpdoctor.rank.probes.check import loaders
 from ddpdoctor.rank.probes.check.digests import _rng_digests
 from ddpdoctor.rank.probes.check.state import Checks
@@ -76,8 +76,9 @@ def install(probe: Any, settings: Any = None) -> Checks:
             else:   # torch without DDP._pre_forward: a pre-hook on the wrapped module (same point)
                 module.register_forward_pre_hook(
                     lambda _mod, _inputs: after_sync(ddp_ref(), model) if c.main_thread() else None)
-        except Exception:
-            pass
+        except Exception as e:
+            failures.report(active.probe, "check DDP-init record", "DDP's settings and the parameter "
+                            "fingerprint at DDP init (drift.init-mismatch cannot be judged)", e)
 
     def after_sync(ddp: Any, model: int, st: list | None = None) -> None:
         """A DDP forward after DDP synced its buffers, before the wrapped module computes: count it and
@@ -115,8 +116,9 @@ def install(probe: Any, settings: Any = None) -> Checks:
             if st is not None and active.probe is not None and c.main_thread():
                 try:
                     after_sync(self, st[0], st)
-                except Exception:   # a probe bug never reaches the script's forward
-                    pass
+                except Exception as e:   # a probe bug never reaches the script's forward
+                    failures.report(active.probe, "check forward fingerprint", "parameter and buffer "
+                                    "fingerprints (drift cannot be judged)", e)
             return out
 
         _pre_forward.__ddpdoctor_checks__ = True  # type: ignore[attr-defined]
