@@ -23,7 +23,7 @@ def test_doctor_runs_probes_and_reports_each(tmp_path):
 
 def test_every_finding_id_has_a_docs_page():
     ids = set()
-    for path in (ROOT / "ddpdoctor" / "analysis").glob("*.py"):
+    for path in [*(ROOT / "ddpdoctor" / "analysis").glob("*.py"), *(ROOT / "ddpdoctor" / "postmortem").glob("*.py")]:
         ids |= set(re.findall(r'"((?:hang|crash|run|teardown|memleak|data|drift|seed|checkpoint|perf|profile|multinode|probe|attach|collective|postmortem)\.[a-z-]+)"', path.read_text()))
     assert len(ids) >= 10
     missing = [i for i in sorted(ids) if not (ROOT / "docs" / "findings" / f"{i}.md").is_file()]
