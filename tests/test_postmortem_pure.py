@@ -167,3 +167,22 @@ Root Cause (first observed failure):
     got = errorfiles.summaries(text)
     assert [(e.rank, e.local_rank, e.exitcode, e.victim) for e in got] == [(0, 0, 1, True), (3, 1, -9, False)]
     assert got[0].user_frame() == ("/job/train.py", 66, "main") and got[1].root_cause
+
+
+def test_mix_with_a_run_directory_and_junit_html(tmp_path):
+    golden = Path(__file__).resolve().parent / "golden" / "healthy"
+    for r in (0, 1):
+        ents = [_entry(0, "0", 1), _entry(1, "1" if r == 1 else "0", 1 if r == 1 else 2, line=20 if r == 1 else 10)]
+        _write(tmp_path, r, ents, {"0": (1 if r == 1 else 2, 1)} | ({"1": (1, 0)} if r == 1 else {}))
+    junit, html = tmp_path / "r.xml", tmp_path / "r.html"
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(golden), str(tmp_path), "--json", "-",
+                        "--junit", str(junit)], check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    rep = json.loads(p.stdout)
+    assert p.returncode == 3 and rep["verdict"] == "hang", p.stderr
+    f = next(f for f in rep["findings"] if f["id"] == "hang.rank-conditional-collective")
+    assert f["culprits"] == [1] and {(loc["rank"], loc["line"]) for loc in f["locations"]} == {(1, 20), (0, 10)}
+    assert "hang.rank-conditional-collective" in junit.read_text()
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(tmp_path / "rank_0"),
+                        str(tmp_path / "rank_1"), "--html", str(html)], check=False, capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert p.returncode == 3 and "hang.rank-conditional-collective" in html.read_text(), p.stderr
