@@ -60,7 +60,11 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
-def _completed(d: Dump, e: Entry) -> bool:
+def _completed(d: Dump, e: Entry, done: dict[str, int] | None = None) -> bool:
+    if done and not e.is_p2p and e.seq <= done.get(e.group, -1):
+        # another rank completed it: a collective completes on one rank only once every rank joined, so
+        # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
+        return True
     st = d.pg_status.get(e.pg_id)
     if e.is_p2p or st is None:
         # gloo never moves an entry's state past "scheduled"; retired = no longer watched
@@ -68,9 +72,20 @@ def _completed(d: Dump, e: Entry) -> bool:
     return e.seq <= st.last_completed
 
 
-def stand(d: Dump) -> Stand:
-    """The rank's oldest pending collective (the one it blocks in) and its newest entry."""
-    pend = [e for e in d.entries if not _completed(d, e)]
+def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
+    """Per group, the highest sequence id any rank completed."""
+    done: dict[str, int] = {}
+    for d in dumps:
+        for pg_id, st in d.pg_status.items():
+            g = d.group_of(pg_id)
+            done[g] = max(done.get(g, -1), st.last_completed)
+    return done
+
+
+def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
+    """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
+    group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
+    pend = [e for e in d.entries if not _completed(d, e, done)]
     return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None,
                  d.entries[-1] if d.entries else None)
 
@@ -158,7 +173,8 @@ def _root_causes(fails: dict[int, list[RankError]]) -> list[tuple[int, RankError
 def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
     """The findings, one line per rank, and the notes (what the records cannot tell)."""
     world, known = expected_ranks(inp)
-    stands = {r: stand(d) for r, d in sorted(inp.dumps.items())}
+    done = completed_anywhere(list(inp.dumps.values()))
+    stands = {r: stand(d, done) for r, d in sorted(inp.dumps.items())}
     missing = sorted(world - set(inp.dumps))
     fails = _failures(inp)
     notes = _notes(inp, known, missing)
