@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,7 +171,10 @@ Root Cause (first observed failure):
 
 
 def test_mix_with_a_run_directory_and_junit_html(tmp_path):
-    golden = Path(__file__).resolve().parent / "golden" / "healthy"
+    golden = tmp_path / "healthy-run"   # a copy: analyze writes report.html into a run directory
+    shutil.copytree(Path(__file__).resolve().parent / "golden" / "healthy", golden)
+    (tmp_path / "dumps").mkdir()
+    tmp_path = tmp_path / "dumps"
     for r in (0, 1):
         ents = [_entry(0, "0", 1), _entry(1, "1" if r == 1 else "0", 1 if r == 1 else 2, line=20 if r == 1 else 10)]
         _write(tmp_path, r, ents, {"0": (1 if r == 1 else 2, 1)} | ({"1": (1, 0)} if r == 1 else {}))
