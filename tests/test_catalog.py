@@ -17,7 +17,7 @@ from ddpdoctor.analysis.registry import verdict_of
 from ddpdoctor.health.selftest import probes
 
 PREFIXES = ("hang", "crash", "run", "teardown", "memleak", "data", "drift", "seed", "checkpoint", "perf", "profile",
-            "multinode", "probe", "attach", "collective", "doctor")
+            "multinode", "probe", "attach", "collective", "doctor", "postmortem")
 ID_LITERAL = re.compile(r'"((?:' + "|".join(PREFIXES) + r')\.[a-z0-9]+(?:-[a-z0-9]+)*)"')
 NOT_IDS = {"run.py"}   # a file name that reads like one
 

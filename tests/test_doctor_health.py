@@ -51,7 +51,7 @@ def test_doctor_health_and_one_probe(tmp_path):
     suite = ET.fromstring(junit.read_text())
     classes = {tc.get("classname").rsplit(".", 1)[1] for tc in suite.findall("testcase")}
     assert classes == {"environment", "collectives", "bandwidth", "probes"}
-    assert suite.get("failures") == "0" and int(suite.get("tests")) == 7 + 22 + 8 + 1
+    assert suite.get("failures") == "0" and int(suite.get("tests")) == 8 + 22 + 8 + 1  # 8 environment checks (flight-recorder added)
     health = tmp_path / "d" / "health"
     assert stat.S_IMODE(health.stat().st_mode) == 0o700
     assert sorted(p.name for p in (health / "ranks").iterdir()) == ["0.json", "1.json"]

@@ -78,6 +78,10 @@ _ENTRIES = (
     _e("teardown.gloo-abort", "hang", "warning", "torch 2.13 + gloo aborted a finished rank at exit"),
     _e("multinode.partial-view", "hang", "warning", "this node's records cover only part of the job"),
     _e("attach.running", "hang", "note", "attach: the job was running, what every rank was doing"),
+    # post-mortem of torch's own records (analyze of flight-recorder dumps, error files, logs)
+    _e("postmortem.no-dump", "hang", "error|warning", "a rank left no flight-recorder dump: the first suspect",
+       "crash"),
+    _e("postmortem.mixed-dumps", "hang", "warning", "the dumps come from different jobs, attempts or versions"),
     # check
     _e("data.missing-set-epoch", "check", "error", "DistributedSampler.set_epoch not called: every epoch the same order"),
     _e("data.sampler-seed-mismatch", "check", "error", "the ranks' DistributedSamplers have different seeds"),
@@ -124,6 +128,11 @@ _ENTRIES = (
     _e("doctor.collective-failed", "doctor", "error", "a collective raised"),
     _e("doctor.low-busbw", "doctor", "error", "all_reduce bus bandwidth below --min-busbw"),
     _e("doctor.clock-skew", "doctor", "warning", "the nodes' clocks differ"),
+    _e("doctor.fr-old-name", "doctor", "warning|note", "a flight-recorder variable under its old name"),
+    _e("doctor.fr-buffer-off", "doctor", "warning", "flight-recorder dumps asked for with a buffer of 0"),
+    _e("doctor.fr-dump-tmp", "doctor", "warning|error", "flight-recorder dumps to node-local /tmp or a missing folder"),
+    _e("doctor.fr-heartbeat-timeout", "doctor", "warning", "heartbeat vs watchdog timeouts that defeat the dump"),
+    _e("doctor.debug-detail", "doctor", "warning", "TORCH_DISTRIBUTED_DEBUG=DETAIL left on"),
     _e("doctor.probe-failed", "doctor", "error", "a built-in probe did not give its expected finding"),
 )
 

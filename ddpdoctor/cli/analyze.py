@@ -21,14 +21,24 @@ def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | N
     """Re-diagnose a saved run directory without re-running it (no torch needed).
 
     For a multi-node job give every node's run directory: the ranks are compared across nodes.
+    Jobs not run under ddpdoctor: give torch's flight-recorder dumps (pickle or JSON), torchrun error files,
+    torchrun's log folder or the job's log, in any mix (docs/postmortem.md).
     """
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch.command import attach_pictures, check_html_path, emit
+    from ddpdoctor.postmortem import command as postmortem
     from ddpdoctor.record.reader import RunDirError, load_runs
 
     check_html_path(html_path)
+    dirs, others = postmortem.split(list(run_dirs))
+    pm, found = postmortem.analyze(others, fail_on) if others else (None, [])
+    dirs += found
+    if not dirs and pm is not None:
+        pm = postmortem.with_html(pm, html_path)
+        emit(pm, json_path, junit_path)
+        sys.exit(pm.exit_code)
     try:
-        record = load_runs(list(run_dirs))
+        record = load_runs(dirs)
     except RunDirError as e:
         raise DdpdoctorError(str(e)) from None
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
@@ -36,5 +46,7 @@ def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | N
     spec = spec_of(command)
     report = attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record,
                              spec.pictures if spec else (), html_path)
+    if pm is not None:
+        report = postmortem.merge(report, pm)
     emit(report, json_path, junit_path)
     sys.exit(report.exit_code)

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.health import frsettings
 
 SHM_MIN = 1 << 30          # Docker's default /dev/shm is 64 MiB: DataLoader workers die with a bus error
 NOFILE_MIN = 4096          # DataLoader workers share tensors through file descriptors
@@ -131,6 +132,7 @@ def collect(master_addr: str | None, master_port: int | None, node_rank: int | N
         env["interfaces"] = {}
         env["interfaces_error"] = str(e)
     env["socket_ifname"] = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+    env["flight_recorder"] = frsettings.collect()
     try:
         st = os.statvfs("/dev/shm")
         env["shm"] = {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
@@ -229,6 +231,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
                                "errors since the driver loaded",
                                "Drain the node and run `nvidia-smi -q -d ECC` / DCGM diagnostics; a reset or an "
                                "RMA may be needed.", evidence=dict(d)))
+    out += frsettings.findings(env.get("flight_recorder") or {})
     if env.get("torch") is None:
         out.append(Finding("doctor.no-torch", "error", str(env.get("error", "torch is not importable")),
                            "Install PyTorch in this environment."))

@@ -190,6 +190,8 @@ def junit(result: dict[str, Any]) -> str:
         env_case("shm", ("doctor.shm-small",))
         env_case("open-files", ("doctor.open-files",))
         env_case("gpus", ("doctor.gpu-ecc",))
+        env_case("flight-recorder", ("doctor.fr-old-name", "doctor.fr-buffer-off", "doctor.fr-dump-tmp",
+                                     "doctor.fr-heartbeat-timeout", "doctor.debug-detail"))
         env_case("launch", ("doctor.launch-failed", "doctor.init-failed", "doctor.world-size-mismatch",
                             "doctor.rank-missing", "doctor.hang", "doctor.rank-error"))
         if h["world_size"] and len({r.get("host") for r in h["environment"].get("ranks") or []}) > 1:

@@ -1,0 +1,204 @@
+"""torch's flight-recorder dumps (pickle from ``_dump_fr_trace``, JSON from ``_dump_fr_trace_json``,
+versions 2.x) as frozen dataclasses. The format is torch's ``FlightRecorder.hpp`` (keys, version "2.10"
+in torch 2.13) and ``FlightRecorderDetail.hpp`` (dump_pickle / dump_json). Pure: no torch.
+
+The dump holds no rank: like torch's own ``fr_trace`` loader, the rank is the number the file name ends
+with (``TORCH_FR_DUMP_TEMP_FILE<rank>``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.postmortem import safepickle
+
+MAX_BYTES = 1 << 30      # a 20000-entry ring with stacks is ~50 MB; anything far larger is not a dump
+SUPPORTED_MAJOR = "2"
+_RANK = re.compile(r"(\d+)$")
+
+
+class DumpError(ValueError):
+    """A file that is not a readable flight-recorder dump: the one-line reason."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded collective or p2p op of one rank (one ``entries`` item)."""
+
+    record_id: int
+    pg_id: str
+    group: str            # process_group[0]: the group's name, the same on every rank
+    group_desc: str
+    seq: int              # collective_seq_id (p2p_seq_id for a p2p op)
+    is_p2p: bool
+    op: str               # profiling_name without the backend: "all_reduce"
+    backend: str          # "gloo", "nccl"
+    input_sizes: tuple[tuple[int, ...], ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    state: str            # scheduled | started | completed (gloo leaves "scheduled")
+    retired: bool
+    time_created_ns: int
+    timeout_ms: int
+    frames: tuple[Frame, ...]   # innermost first, as torch records them
+
+    def call(self) -> str:
+        """``all_reduce([8])``: the op and its input shapes, as the report shows it."""
+        sizes = ",".join("x".join(map(str, s)) or "scalar" for s in self.input_sizes)
+        return f"{self.op}([{sizes}])" if self.input_sizes else self.op
+
+
+@dataclass(frozen=True)
+class PgStatus:
+    last_enqueued: int
+    last_started: int
+    last_completed: int
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One rank's dump."""
+
+    rank: int
+    path: str
+    fmt: str                          # pickle | json
+    version: str
+    entries: tuple[Entry, ...]
+    pg_status: dict[str, PgStatus]    # by pg_id
+    pg_ranks: dict[str, tuple[int, ...]]   # group name -> member ranks, where pg_config names them (NCCL)
+    stacks: bool                      # whether entries carry Python frames (JSON dumps carry none)
+
+    def group_of(self, pg_id: str) -> str:
+        """The group name of a pg_id (gloo and NCCL name groups by their pg_id unless named)."""
+        return next((e.group for e in self.entries if e.pg_id == pg_id), pg_id)
+
+
+def looks_like_dump(path: str) -> bool:
+    """A file whose first bytes are a pickle's or a JSON object's, and whose name ends in a rank."""
+    if not _RANK.search(os.path.basename(path)):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return False
+    return head[:1] == b"\x80" or head[:1] == b"{"
+
+
+def load(path: str) -> Dump:
+    """Read one dump. Raises DumpError with a one-line reason (truncated, foreign, code in a pickle,
+    an unsupported version, no rank in the name)."""
+    name = os.path.basename(path)
+    m = _RANK.search(name)
+    if not m:
+        raise DumpError(f"{path}: cannot tell its rank: flight-recorder dumps are named PREFIX<rank>")
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_BYTES:
+            raise DumpError(f"{path}: {size} bytes is too large for a flight-recorder dump")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DumpError(f"{path}: cannot read it: {e.strerror}") from None
+    raw, fmt = _decode(path, data)
+    return _parse(path, int(m.group(1)), raw, fmt)
+
+
+def _decode(path: str, data: bytes) -> tuple[dict, str]:
+    if data[:1] == b"\x80":
+        try:
+            raw = safepickle.loads(data)
+        except safepickle.UnsafePickle as e:
+            raise DumpError(f"{path}: refused: this pickle is not a flight-recorder dump: {e}; "
+                            "nothing in it was run") from None
+        except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError,
+                MemoryError, RecursionError) as e:
+            raise DumpError(f"{path}: truncated or broken pickle ({type(e).__name__}: {e})") from None
+        fmt = "pickle"
+    elif data.lstrip()[:1] == b"{":
+        try:
+            raw = json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise DumpError(f"{path}: truncated or broken JSON ({e})") from None
+        fmt = "json"
+    else:
+        raise DumpError(f"{path}: not a flight-recorder dump (neither a pickle nor a JSON object)")
+    if not isinstance(raw, dict) or "entries" not in raw or "version" not in raw:
+        raise DumpError(f"{path}: not a flight-recorder dump (no 'version' and 'entries')")
+    return raw, fmt
+
+
+def _int(v: Any, default: int = -1) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(v, (list, tuple)):
+        return ()
+    return tuple(tuple(_int(d, 0) for d in s) if isinstance(s, (list, tuple)) else () for s in v)
+
+
+def _frames(v: Any) -> tuple[Frame, ...]:
+    if not isinstance(v, (list, tuple)):
+        return ()
+    return tuple(Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", "")))
+                 for f in v if isinstance(f, dict))
+
+
+def _entry(path: str, i: int, e: Any) -> Entry:
+    if not isinstance(e, dict):
+        raise DumpError(f"{path}: entry {i} is not a record")
+    pg = e.get("process_group") or ("", "")
+    pg = tuple(pg) + ("", "") if isinstance(pg, (list, tuple)) else (str(pg), "")
+    prof = str(e.get("profiling_name") or "")
+    backend, _, op = prof.rpartition(":")
+    p2p = bool(e.get("is_p2p"))
+    return Entry(
+        record_id=_int(e.get("record_id"), i), pg_id=str(e.get("pg_id", pg[0])), group=str(pg[0]),
+        group_desc=str(pg[1]), seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")), is_p2p=p2p,
+        op=op or prof, backend=backend, input_sizes=_sizes(e.get("input_sizes")),
+        output_sizes=_sizes(e.get("output_sizes")),
+        dtypes=tuple(str(d) for d in e.get("input_dtypes") or () if isinstance(d, str)),
+        state=str(e.get("state") or ""), retired=bool(e.get("retired")),
+        time_created_ns=_int(e.get("time_created_ns"), 0), timeout_ms=_int(e.get("timeout_ms"), 0),
+        frames=_frames(e.get("frames")))
+
+
+def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
+    version = str(raw.get("version"))
+    if version.split(".", 1)[0] != SUPPORTED_MAJOR:
+        raise DumpError(f"{path}: flight-recorder dump version {version} is not supported (2.x)")
+    entries = raw.get("entries")
+    if not isinstance(entries, list):
+        raise DumpError(f"{path}: not a flight-recorder dump ('entries' is not a list)")
+    parsed = tuple(sorted((_entry(path, i, e) for i, e in enumerate(entries)), key=lambda x: x.record_id))
+    status: dict[str, PgStatus] = {}
+    for pg_id, st in (raw.get("pg_status") or {}).items():
+        if isinstance(st, dict):   # JSON dumps write the numbers as strings
+            status[str(pg_id)] = PgStatus(_int(st.get("last_enqueued_collective")),
+                                          _int(st.get("last_started_collective")),
+                                          _int(st.get("last_completed_collective")))
+    pg_ranks: dict[str, tuple[int, ...]] = {}
+    for name, cfg in (raw.get("pg_config") or {}).items():
+        ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
+        if isinstance(ranks, str):   # "[0, 1]": torch writes the list as text
+            ranks = [int(t) for t in re.findall(r"-?\d+", ranks)]
+        if name and isinstance(ranks, list) and ranks:
+            pg_ranks[str(name)] = tuple(_int(r) for r in ranks)
+    stacks = any(e.frames for e in parsed)
+    return Dump(rank, path, fmt, version, parsed, status, pg_ranks, stacks)

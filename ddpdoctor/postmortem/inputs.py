@@ -1,0 +1,141 @@
+"""What the paths given to ``ddpdoctor analyze`` hold, apart from ddpdoctor run directories:
+flight-recorder dumps, torchrun error files, logs with torchrun's failure summary, and torchrun's log
+folder (``attempt_<n>/<local_rank>/``). Every read is bounded; a file that claims to be a dump and is
+not one (truncated, foreign, code in a pickle) stops the analysis with one line (InputError)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from ddpdoctor.postmortem import errorfiles, flight
+
+MAX_FILES = 20000            # files looked at under one folder
+LOG_BYTES = 16 << 20         # the tail of a log that is read (torchrun's summary is at the end)
+LOG_NAMES = (".log", ".txt", ".out", ".err")
+_ATTEMPT = re.compile(r"^attempt_(\d+)$")
+
+
+class InputError(ValueError):
+    """Bad input for a post-mortem: the one-line reason (exit code 2)."""
+
+
+@dataclass
+class Inputs:
+    """Everything read from the paths, before any judgement."""
+
+    dumps: dict[int, flight.Dump] = field(default_factory=dict)          # by rank
+    errors: list[errorfiles.RankError] = field(default_factory=list)     # error files
+    summaries: list[errorfiles.RankError] = field(default_factory=list)  # torchrun's failure summaries
+    local_ranks: dict[int, set[int]] = field(default_factory=dict)       # attempt -> local ranks in the log folder
+    run_dirs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    duplicates: list[tuple[int, str, str, bool]] = field(default_factory=list)  # rank, kept, dropped, same records
+    paths: list[str] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        """Nothing a post-mortem can use."""
+        return not (self.dumps or self.errors or self.summaries)
+
+
+def is_run_dir(path: str) -> bool:
+    """A ddpdoctor run directory (the existing loader reads it)."""
+    return os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+def load(paths: list[str]) -> Inputs:
+    """Read every path. Raises InputError (one line) for a path that is none of the known kinds, or a
+    dump that cannot be read safely."""
+    inp = Inputs(paths=list(paths))
+    for p in paths:
+        if not os.path.exists(p):
+            raise InputError(f"{p}: no such file or folder")
+        if os.path.isdir(p):
+            if is_run_dir(p):
+                inp.run_dirs.append(p)
+                continue
+            before = _count(inp)
+            _walk(p, inp)
+            if _count(inp) == before:
+                raise InputError(f"{p}: not a ddpdoctor run directory (no manifest.json), and no flight-recorder "
+                                 "dump, torchrun error file or torchrun log in it")
+        elif not _file(p, inp, explicit=True):
+            raise InputError(f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
+                             "failure summary, or a ddpdoctor run directory")
+    return inp
+
+
+def _count(inp: Inputs) -> int:
+    return len(inp.dumps) + len(inp.errors) + len(inp.summaries) + len(inp.run_dirs) + sum(
+        map(len, inp.local_ranks.values()))
+
+
+def _walk(top: str, inp: Inputs) -> None:
+    seen = 0
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        if is_run_dir(root) and root != top:
+            inp.run_dirs.append(root)
+            dirs[:] = []
+            continue
+        m = _ATTEMPT.match(os.path.basename(root))
+        if m:
+            inp.local_ranks.setdefault(int(m.group(1)), set()).update(int(d) for d in dirs if d.isdigit())
+        for name in sorted(files):
+            seen += 1
+            if seen > MAX_FILES:
+                inp.notes.append(f"{top}: only the first {MAX_FILES} files were looked at")
+                return
+            _file(os.path.join(root, name), inp, explicit=False)
+
+
+def _file(path: str, inp: Inputs, explicit: bool) -> bool:
+    name = os.path.basename(path)
+    if name.endswith(".tmp"):
+        return False   # a dump still being written (or abandoned mid-write)
+    if name.endswith(".json"):
+        if errorfiles.is_error_file(path):
+            try:
+                inp.errors.append(errorfiles.load(path))
+            except errorfiles.ErrorFileError as e:
+                raise InputError(str(e)) from None
+            return True
+        if explicit:
+            raise InputError(f"{path}: a JSON file that is neither a flight-recorder dump nor a torchrun error file")
+        return False
+    if flight.looks_like_dump(path):
+        try:
+            d = flight.load(path)
+        except flight.DumpError as e:
+            raise InputError(str(e)) from None
+        _add_dump(inp, d)
+        return True
+    if name.endswith(LOG_NAMES) or explicit:
+        found = errorfiles.summaries(_tail(path))
+        inp.summaries.extend(found)
+        return bool(found)
+    return False
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - LOG_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _add_dump(inp: Inputs, d: flight.Dump) -> None:
+    old = inp.dumps.get(d.rank)
+    if old is None:
+        inp.dumps[d.rank] = d
+        return
+    # the same rank twice: the pickle has stacks; else the larger ring
+    keep, drop = (d, old) if (d.stacks, len(d.entries)) > (old.stacks, len(old.entries)) else (old, d)
+    same = {(e.record_id, e.time_created_ns) for e in keep.entries} >= {
+        (e.record_id, e.time_created_ns) for e in drop.entries}
+    inp.dumps[d.rank] = keep
+    inp.duplicates.append((d.rank, keep.path, drop.path, same))

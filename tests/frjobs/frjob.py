@@ -1,0 +1,98 @@
+"""A gloo job with torch's flight recorder on, run under plain torchrun, never under ddpdoctor.
+
+Its own watchdog thread does what NCCL's watchdog does: when the main thread makes no progress for
+FRJOB_STALL seconds, or a collective fails, it writes ``_dump_fr_trace()`` (pickle) to
+``$TORCH_FR_DUMP_TEMP_FILE<rank>`` and ``_dump_fr_trace_json()`` to ``$FRJOB_JSON_PREFIX<rank>``, then ends
+the rank. torch 2.13 records gloo collectives in the flight recorder natively (TORCH_FR_BUFFER_SIZE).
+
+Cases (argv[1]):
+  extra    rank 1 all-reduces once more, on a second process group, inside ``if rank == 1`` (EXTRA)
+  kill     rank 1 dies (SIGKILL of itself) at step 3: no dump, no error file (DIE)
+  raise    rank 1 raises at step 3 under torchrun's @record: an error file, no dump (RAISE)
+  healthy  every collective completes; the dump is written once at the end
+"""
+
+import datetime
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+from torch.distributed.elastic.multiprocessing.errors import record
+
+STALL = float(os.environ.get("FRJOB_STALL", "1.0"))
+_dumped = threading.Event()
+_lock = threading.Lock()
+
+
+def dump(rank: int) -> None:
+    """Write both dumps once (atomically: a rank killed mid-write leaves no half file)."""
+    with _lock:
+        if _dumped.is_set():
+            return
+        for prefix, data in ((os.environ["TORCH_FR_DUMP_TEMP_FILE"], _dump_fr_trace()),
+                             (os.environ["FRJOB_JSON_PREFIX"], _dump_fr_trace_json())):
+            path = f"{prefix}{rank}"
+            with open(path + ".tmp", "wb") as f:
+                f.write(data)
+            os.replace(path + ".tmp", path)
+        _dumped.set()
+        print(f"frjob: rank {rank} dumped", file=sys.stderr, flush=True)
+
+
+def watchdog(rank: int, progress: list) -> None:
+    while not _dumped.is_set():
+        time.sleep(0.1)
+        if time.monotonic() - progress[0] > STALL:
+            dump(rank)
+            time.sleep(1.0)  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
+            os._exit(6)
+
+
+def _on_error(rank: int, exc: BaseException) -> None:
+    """A collective that failed (the innermost frame is torch.distributed's): dump, as NCCL does on an
+    async error. The user's own exception (RAISE) leaves no dump."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and "torch/distributed/" in frames[-1].filename:
+        dump(rank)
+
+
+@record
+def main() -> None:
+    case = sys.argv[1]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    side = dist.new_group([0, 1])
+    progress = [time.monotonic()]
+    threading.Thread(target=watchdog, args=(rank, progress), daemon=True).start()
+    try:
+        train(case, rank, side, progress)
+    except Exception as e:
+        _on_error(rank, e)
+        raise
+    if case == "healthy":
+        dump(rank)
+    dist.destroy_process_group()
+
+
+def train(case: str, rank: int, side: object, progress: list) -> None:
+    x = torch.ones(8)
+    for step in range(6):
+        dist.all_reduce(x)  # REGULAR
+        progress[0] = time.monotonic()
+        if case == "extra" and rank == 1 and step == 2:
+            dist.all_reduce(x, group=side)  # EXTRA: only rank 1 makes this call
+        if case == "kill" and rank == 1 and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)  # DIE
+        if case == "raise" and rank == 1 and step == 3:
+            raise RuntimeError("loss is nan at step 3")  # RAISE
+    dist.barrier()  # END
+
+
+if __name__ == "__main__":
+    main()

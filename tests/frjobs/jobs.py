@@ -1,0 +1,48 @@
+"""Run tests/frjobs/frjob.py under plain torchrun (no ddpdoctor) with the flight recorder on: bounded,
+and nothing left behind (the suite's no-orphan helpers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from helpers import TOKEN_VAR, assert_no_orphans
+
+JOB = Path(__file__).resolve().parent / "frjob.py"
+
+
+def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float | None = None) -> Path:
+    """The job's records in ``out``: ``fr/rank_<r>`` (pickle), ``json/rank_<r>`` (JSON), ``logs/`` (torchrun's
+    log folder: error files) and ``torchrun.log`` (the agent's output, with its failure summary)."""
+    for sub in ("fr", "json", "logs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="100", TORCH_FR_DUMP_TEMP_FILE=str(out / "fr" / "rank_"),
+               FRJOB_JSON_PREFIX=str(out / "json" / "rank_"), **{TOKEN_VAR: token})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+           "--log-dir", str(out / "logs"), "--redirects", "2"]
+    if monitor_interval:
+        # the agent notices a dead rank only this late: the others' watchdogs dump first, as on
+        # another node of a multi-node job, where no agent ends them at once
+        cmd += ["--monitor-interval", str(monitor_interval)]
+    cmd += [str(JOB), case]
+    with open(out / "torchrun.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            assert_no_orphans(token)
+            raise AssertionError(f"the {case} job did not end in {timeout} s")
+    assert_no_orphans(token)
+    return out
+
+
+def dumped(out: Path) -> set[int]:
+    """The ranks whose pickle dump is there."""
+    return {int(p.name.rsplit("_", 1)[1]) for p in (out / "fr").glob("rank_*") if p.name.rsplit("_", 1)[1].isdigit()}

@@ -1,0 +1,88 @@
+"""`ddpdoctor analyze` on the records of jobs that never ran under ddpdoctor: real gloo ranks under plain
+torchrun with torch's flight recorder on (tests/frjobs/frjob.py), whose watchdog dumps as NCCL's does.
+Each test asserts what the user sees: verdict, exit code, finding, culprit rank and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from frjobs.jobs import JOB, dumped, run_job
+from helpers import ddpdoctor, finding, lines_of, marker_line
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One real run per case, shared by the tests of this module (each run takes a few seconds)."""
+    out = {}
+    for case, monitor, want in (("extra", None, {0, 1}), ("kill", 8, {0}), ("raise", 8, {0}),
+                                ("healthy", None, {0, 1})):
+        for attempt in range(2):  # the dumps race the agent's end of the job: one rerun on a lost race
+            d = run_job(case, tmp_path_factory.mktemp(f"{case}-{attempt}"), monitor_interval=monitor)
+            if dumped(d) == want:
+                break
+        assert dumped(d) == want, (case, dumped(d), (d / "torchrun.log").read_text()[-2000:])
+        out[case] = d
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["fr", "json"])
+def test_extra_collective_on_another_group_names_the_rank_that_made_it(jobs, tmp_path, fmt):
+    res = ddpdoctor(["analyze", str(jobs["extra"] / fmt)], tmp_path)
+    assert res.code == 3, res.err + res.out
+    assert res.report["verdict"] == "hang"
+    f = finding(res.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [1]
+    assert "extra" in f["message"] and "missing" not in f["message"]
+    if fmt == "fr":  # the pickle has the stacks: the user's lines
+        assert lines_of(f, 1) == {marker_line(JOB, "EXTRA")}
+        assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+    else:
+        assert any("no Python stacks" in n for n in res.report["notes"])
+
+
+def test_rank_killed_without_dump_is_the_culprit_not_torchruns_root_cause(jobs, tmp_path):
+    # torchrun's own summary names rank 0 (its "Connection closed by peer" came first); rank 1 was killed
+    res = ddpdoctor(["analyze", str(jobs["kill"])], tmp_path)
+    assert res.code == 1, res.err + res.out
+    f = finding(res.report, "crash.abnormal-exit")
+    assert f["culprits"] == [1]
+    assert "SIGKILL" in f["message"] and "left no flight-recorder dump" in f["message"]
+    assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+
+
+def test_rank_without_dump_is_the_first_suspect_from_dumps_and_log_folder(jobs, tmp_path):
+    # no error file and no summary: only rank 0's dump and torchrun's log folder (two local ranks)
+    res = ddpdoctor(["analyze", str(jobs["kill"] / "fr"), str(jobs["kill"] / "logs")], tmp_path)
+    assert res.code in (1, 3), res.err + res.out  # 3: rank 0's dump shows #N pending; 1: gloo marked it done
+    f = finding(res.report, "postmortem.no-dump")
+    assert f["culprits"] == [1] and f["severity"] == "error"
+    assert "first suspect is rank 1" in f["message"]
+    assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+    rank1 = next(r for r in res.report["ranks"] if r["rank"] == 1)
+    assert rank1["detail"] == "left no flight-recorder dump"
+
+
+def test_exception_from_error_file_with_its_line(jobs, tmp_path):
+    res = ddpdoctor(["analyze", str(jobs["raise"])], tmp_path)
+    assert res.code == 1, res.err + res.out
+    f = finding(res.report, "crash.exception")
+    assert f["culprits"] == [1]
+    assert "loss is nan at step 3" in f["message"]
+    assert lines_of(f, 1) == {marker_line(JOB, "RAISE")}
+    assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+
+
+def test_healthy_job_is_ok(jobs, tmp_path):
+    res = ddpdoctor(["analyze", str(jobs["healthy"])], tmp_path)
+    assert res.code == 0, res.err + res.out
+    assert res.report["verdict"] == "ok" and res.report["findings"] == []
+
+
+def test_truncated_dump_is_one_line_exit_2(jobs, tmp_path):
+    data = (jobs["extra"] / "fr" / "rank_0").read_bytes()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "rank_0").write_bytes(data[: len(data) // 2])
+    res = ddpdoctor(["analyze", str(tmp_path / "d")], tmp_path)
+    assert res.code == 2
+    assert res.err.strip().count("\n") == 0 and "truncated" in res.err and "Traceback" not in res.err
