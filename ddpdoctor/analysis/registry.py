@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ddpdoctor.analysis import backward_straggler
 from ddpdoctor.analysis import (attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf,
                                 profile, run, selfcheck, teardown)
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
-from ddpdoctor.analysis.state import all_states, complete_errors
+from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -26,7 +27,7 @@ REGISTRY: dict[str, Detector] = {
     "checkpoint": checkpoint.detect,
     "perf": perf.detect,
     "memleak": memory.detect,
-    "profile": profile.detect,
+    "profile": lambda r, c: backward_straggler.add(profile.detect(r, c), r),   # + a straggler inside backward
     "attach": attach.detect,   # `ddpdoctor attach`: a hang from py-spy stacks alone
     "probe": selfcheck.detect,   # ddpdoctor's own probes that failed inside a rank
 }
@@ -87,7 +88,9 @@ def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
             detail = f"finished (exit code {st.exit_code})"
         elif st.state == "crashed":
             err = record.ranks[r].error or {}
-            detail = f"raised {err.get('type', '?')}"
+            # a transport error is what a rank gets when a peer went away: a consequence, not its failure
+            detail = (f"lost a peer ({err.get('type', '?')}: transport error, a victim)" if is_transport_error(err)
+                      else f"raised {err.get('type', '?')}")
         else:
             detail = st.state
         out.append(RankLine(r, st.state, f"{detail}; {st.ddp_fwd} DDP steps", st.where))
