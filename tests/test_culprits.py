@@ -9,7 +9,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts" / "culprits"
@@ -105,3 +104,16 @@ def test_module_level_loop_early_exit_is_placed_at_the_break_not_in_runpy(tmp_pa
         assert "victim" in rank0["detail"] and "raised" not in rank0["detail"], rank0
     for other in r.report["findings"]:
         assert 0 not in other.get("culprits", []), other
+
+
+def test_straggler_inside_backward_names_rank1_its_backward_line_and_the_waiting_rank(tmp_path):
+    script = SCRIPTS / "backward_straggler.py"
+    r = ddpdoctor(["profile", "--script", str(script), "--steps", "120"], tmp_path, timeout=240)
+    assert r.code == 0 and r.report is not None, r.out + r.err[-3000:]
+    f = finding(r.report, "profile.straggler")
+    assert f["culprits"] == [1], f["message"]
+    assert f["evidence"]["phase"] == "backward"
+    assert 25 <= f["evidence"]["excess_ms"] <= 80, f["evidence"]
+    assert (1, marker_line(script, "SLOW")) in _roles(f, "slow"), f["locations"]
+    assert (0, marker_line(script, "BACKWARD")) in _roles(f, "waiting"), f["locations"]
+    assert "rank 0 waits for it in DDP's gradient all-reduce" in f["message"]

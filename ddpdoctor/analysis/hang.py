@@ -90,8 +90,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
         return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
     att = attribute(record, states, div) if div is not None else None
-    if att is not None and div is not None and (not div.exclusive or att.culprits == div.diverged):
+    if att is not None and div is not None:
         # the alignment after the divergence or a rank test names the rank whose call is the extra one
+        # (stronger than a majority: three ranks may all make the extra call and one meet it)
         div = dataclasses.replace(div, diverged=att.culprits, kind="extra-call", exclusive=True)
         return [explain(_from_div(record, "hang.rank-conditional-collective", div, states, ev,
                                   "a collective is called on some ranks only"), att)]
