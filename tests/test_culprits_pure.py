@@ -276,3 +276,22 @@ def test_invariants_over_random_early_exits_whose_peers_lost_them(tmp_path):
         for rl in report.ranks:
             if rl.rank in lost:
                 assert "victim" in rl.detail and "raised" not in rl.detail, rl
+
+
+def test_half_of_256_ranks_extra_is_named_without_a_majority_and_fast(tmp_path):
+    import time
+
+    run = Run(tmp_path, 256)
+    _prefix(run, 2)
+    for r in range(256):
+        line = GUARDED if r % 2 == 0 else BARRIER
+        run.call(r, 3, line)
+        run.waits(r, 3, line)
+    run.b.add(None, "monitor.jsonl", "verdict", 5.0, mode="certain", reason="x")
+    record = load_run(str(run.b.root))
+    t0 = time.perf_counter()
+    f = diagnose(record, CFG).findings[0]
+    took = time.perf_counter() - t0
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == tuple(range(0, 256, 2)), f.message
+    assert f.message.count("128 ranks [0,2,4") == 2, f.message   # who issued what, and who diverged; no more
+    assert took < 5.0, took

@@ -66,6 +66,10 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
     return out
 
 
+def _signature(tail: list[Slot]) -> tuple:
+    return tuple((s.key(), None if s.op == INTERNAL else s.site) for s in tail)
+
+
 def _same(a: Slot, b: Slot) -> bool:
     return a.key() == b.key() and (a.op == INTERNAL or a.site == b.site)
 
@@ -127,17 +131,22 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     tail = tails(record, states, div)
     guards: dict[tuple, Any] = {}
     for k, rs in classes.items():
-        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])
+        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])   # the same line: the same test
+    # ranks with the same calls from the divergence on are compared once (linear at any world size)
+    sig = {r: _signature(t) for r, t in tail.items()}
     scored = []
     for k, rs in classes.items():
-        others = [r for r in div.slots if r not in rs]
-        ins = [_inserted(tail[r], tail[o]) for r in rs for o in others]
+        members = set(rs)
+        others = [r for r in div.slots if r not in members]
+        mine = {sig[r]: r for r in rs}
+        theirs = {sig[o]: o for o in others}
+        ins = [_inserted(tail[r], tail[o]) for r in mine.values() for o in theirs.values()]
         if any(x is None for x in ins):
             continue   # its later calls contradict an insertion: not the extra one
         aligned = min(x for x in ins if x is not None) if ins else 0
         own_guard = guards[k] is not None and all(guards[j] is None for j in classes if j != k)
         if own_guard and div.slots[rs[0]].site and any(
-                div.slots[rs[0]].site == div.slots[o].site for o in others):
+                div.slots[rs[0]].site == div.slots[theirs[s]].site for s in theirs):
             own_guard = False
         if aligned or own_guard:
             scored.append((bool(aligned) + bool(own_guard), aligned, k, rs, own_guard))
@@ -172,7 +181,8 @@ def explain(f: Finding, att: Attribution) -> Finding:
     if att.aligned:
         nxt = "call is the one" if att.aligned == 1 else f"{att.aligned} calls are the ones"
         parts.append(f"its next {nxt} the others made there (one call more than theirs)")
-    msg = f"{f.message}; {ranks_phrase(att.culprits)} made the extra call: {', '.join(parts)}"
+    who = ranks_phrase(att.culprits) if len(att.culprits) <= 8 else "they"   # the list is in the message already
+    msg = f"{f.message}; {who} made the extra call: {', '.join(parts)}"
     return Finding(f.id, f.severity, msg, f.hint, f.ranks, tuple(locs), dict(f.evidence, attribution=att.evidence),
                    f.culprits)
 
