@@ -13,8 +13,8 @@ from typing import Any
 
 from ddpdoctor.analysis.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.exits import rank_exits
 from ddpdoctor.analysis.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
+from ddpdoctor.analysis.exits import rank_exits
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
 from ddpdoctor.analysis.hang_hints import (BLOCKED_HINT, FRAMEWORK_HINTS, HINTS, P2P_HINT, frameworks, hint_for,
                                            uneven_hint)
