@@ -9,7 +9,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
 from ddpdoctor.errors import ExitCode
-from ddpdoctor.analysis.state import all_states, complete_errors
+from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -77,7 +77,9 @@ def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
             detail = f"finished (exit code {st.exit_code})"
         elif st.state == "crashed":
             err = record.ranks[r].error or {}
-            detail = f"raised {err.get('type', '?')}"
+            # a transport error is what a rank gets when a peer went away: a consequence, not its failure
+            detail = (f"lost a peer ({err.get('type', '?')}: transport error, a victim)" if is_transport_error(err)
+                      else f"raised {err.get('type', '?')}")
         else:
             detail = st.state
         out.append(RankLine(r, st.state, f"{detail}; {st.ddp_fwd} DDP steps", st.where))

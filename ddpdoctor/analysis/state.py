@@ -129,6 +129,8 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
     hb = rec.last_hb or {}
     fin = rec.event(schema.K_FINISH)
     where = loc(rec.rank, hb.get("where"), "")
+    if where is not None and record is not None and not is_user_path(where.file, record):
+        where = None   # an older rank side took `<frozen runpy>` (under the cwd) for the user's file
     if fin is None and rec.terminated and record is not None:
         # ended from outside: faulthandler's dump says where it was, fresher than the last heartbeat
         where = loc(rec.rank, fatal_frame(rec.terminated, record)[0], "") or where

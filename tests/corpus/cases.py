@@ -138,6 +138,22 @@ CASES += [
           verdict="crash", exit_code=1, error_ids={"crash.exception"}, primary="crash.exception", culprits=[(1,)]),
     _case("f39_bn_no_broadcast:check", "f39_bn_no_broadcast.py", "check",
           verdict="findings", exit_code=1, error_ids={"drift.buffers"}, primary="drift.buffers", culprits=[(0, 1)]),
+    # issue 25: culprits, not suspects
+    _case("f40_epoch_val_rank0_barrier:hang", "f40_epoch_val_rank0_barrier.py", "hang",
+          verdict="hang", exit_code=3, error_ids={"hang.rank-conditional-collective"},
+          primary="hang.rank-conditional-collective", culprits=[(0,)]),
+    _case("f41_async_comm_helper_rank0:hang", "f41_async_comm_helper_rank0.py", "hang",
+          verdict="hang", exit_code=3, error_ids={"hang.rank-conditional-collective"},
+          primary="hang.rank-conditional-collective", culprits=[(0,)], markers=("FAULT", "FAULT-CALLER")),
+    _case("f42_nanogpt_module_early_stop:hang", "f42_nanogpt_module_early_stop.py", "hang",
+          verdict="hang", exit_code=3, error_ids={"hang.early-exit"}, tolerate={"crash.abnormal-exit"},
+          primary="hang.early-exit", culprits=[(1,)]),
+    _case("f43_custom_backward_straggler:profile", "f43_custom_backward_straggler.py", "profile",
+          args=("--steps", "200"), verdict="ok", exit_code=0, warn_ids={"profile.straggler"},
+          primary="profile.straggler", culprits=[(1,)]),
+    _case("f44_two_ranks_rank_subset_reduce:hang", "f44_two_ranks_rank_subset_reduce.py", "hang", nproc=4,
+          verdict="hang", exit_code=3, error_ids={"hang.rank-conditional-collective"},
+          primary="hang.rank-conditional-collective", culprits=[(0, 2)]),
 ]
 
 assert len({c["id"] for c in CASES}) == len(CASES), "duplicate case ids"

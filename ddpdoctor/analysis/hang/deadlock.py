@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
+from ddpdoctor.analysis.hang.exits import rank_exits
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
 from ddpdoctor.analysis.hang.hints import (BLOCKED_HINT, FRAMEWORK_HINTS, HINTS, P2P_HINT, frameworks, hint_for,
                                            uneven_hint)
@@ -87,6 +89,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if div is not None and lens_differ and any(sl.op == INTERNAL for sl in div.slots.values()):
         # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
         return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
+    att = attribute(record, states, div) if div is not None else None
+    if att is not None and div is not None:
+        # the alignment after the divergence or a rank test names the rank whose call is the extra one
+        # (stronger than a majority: three ranks may all make the extra call and one meet it)
+        div = dataclasses.replace(div, diverged=att.culprits, kind="extra-call", exclusive=True)
+        return [explain(_from_div(record, "hang.rank-conditional-collective", div, states, ev,
+                                  "a collective is called on some ranks only"), att)]
     if div is not None and div.exclusive:
         return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
                           "a collective is called on some ranks only")]
@@ -98,7 +107,8 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if div is not None and div.kind == "exited":
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
     if div is not None:
-        return [_from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")]
+        return [as_suspects(_from_div(record, "hang.divergent-collective", div, states, ev,
+                                      "ranks issued different collectives"))]
     if uneven and not uneven[1]:
         return [_uneven_finding(record, states, *uneven, ev)]
     ended = [s for s in states.values() if s.state == "finished"]
@@ -251,7 +261,7 @@ def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int,
     w = next((l for r in div.slots if r not in div.diverged and (l := best_where(record, states[r], ""))), None)
     if w is None:
         return []
-    exits = loop_exits(w.file, w.line, every_loop=True)
+    exits = rank_exits(w.file, loop_exits(w.file, w.line, every_loop=True))
     role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
     out = [Location(rank, w.file, x, "", role) for x in exits[:3]]
     return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]

@@ -10,6 +10,6 @@ from ddpdoctor.record.reader import RunRecord
 
 def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the profile family."""
-    from ddpdoctor.analysis.profile import breakdown
+    from ddpdoctor.analysis.profile import backward, breakdown
 
-    return breakdown.detect(record, config)
+    return backward.add(breakdown.detect(record, config), record)   # + a straggler inside backward

@@ -1,0 +1,212 @@
+"""Which rank's call is the extra one, when the ranks met each other with different collectives. Pure.
+
+At 2 ranks (or whenever no majority issued the same call) the first divergence alone cannot say whose
+call is out of place: rank 0's ``all_reduce`` under ``if rank == 0:`` meets rank 1's ``barrier`` that
+follows it, and both lines are ones the other rank never reached. Two kinds of evidence separate them:
+
+- *alignment*: each rank's calls from the divergence on (ledger entries, the internal DDP collectives
+  between them, the pending or awaited asynchronous call). A rank that made one extra call issues, after
+  it, what the others issued at the divergence: its sequence aligns with theirs as an insertion on that
+  rank. A rank whose next calls contradict that is not the inserter.
+- *rank tests*: the call (or the call into the helper that made it, or a caller on the rank's stack) sits
+  under an ``if`` that tests the rank (``if rank == 0:``, ``if accelerator.is_main_process:``) and the
+  other ranks' call does not.
+
+A group of ranks (same op, shapes and line at the divergence) is named the culprit when the evidence
+points at it and at no other group; otherwise the ranks stay *suspects*.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import linecache
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
+from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.hang.paths import _guard_at, _tree, rank_guard
+from ddpdoctor.analysis.state import RankState
+from ddpdoctor.record.reader import RunRecord
+
+_MAX_TAIL = 16   # calls after the divergence compared per rank: an insertion shows in the first few
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The ranks whose call at the divergence is the extra one, and why."""
+
+    culprits: tuple[int, ...]
+    how: str                                   # "insertion" | "rank test" | "insertion, rank test"
+    guard: tuple[str, int] | None = None       # the rank test that led there (file, line)
+    entry: tuple[str, int] | None = None       # the call into the helper, under that test (file, line)
+    aligned: int = 0                           # calls after the extra one that align with the others'
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> dict[int, list[Slot]]:
+    """Each rank's slots of the divergence's group from its position on: ledger entries, internal
+    collectives between them, and the pending (or awaited) call last."""
+    out: dict[int, list[Slot]] = {}
+    for r in div.slots:
+        ledger = record.ranks[r].ledger
+        final = max([int((states[r].seq or {}).get(div.group, 0))] +
+                    [int(e["seq"][1]) for e in ledger[-8:] if e.get("group") == div.group and e.get("seq")])
+        p = states[r].pending
+        if p and p.get("group") == div.group and p.get("seq"):
+            final = max(final, int(p["seq"]))
+        final = min(final, div.seq + _MAX_TAIL - 1)
+        seq = sequence(record, r, div.group, final, div.seq) if final >= div.seq else {}
+        if p and p.get("group") == div.group and p.get("seq") and div.seq <= int(p["seq"]) <= final:
+            seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None,
+                                      p.get("shapes"))
+        out[r] = [seq.get(s, Slot(ABSENT)) for s in range(div.seq, final + 1)]
+        out[r][0] = div.slots[r]
+    return out
+
+
+def _signature(tail: list[Slot]) -> tuple:
+    return tuple((s.key(), None if s.op == INTERNAL else s.site) for s in tail)
+
+
+def _same(a: Slot, b: Slot) -> bool:
+    return a.key() == b.key() and (a.op == INTERNAL or a.site == b.site)
+
+
+def _inserted(extra: list[Slot], other: list[Slot]) -> int | None:
+    """How many of ``extra``'s calls after its first align with ``other``'s from the first: a count > 0
+    when all that overlap agree (evidence of an insertion), 0 when nothing overlaps, None when they
+    contradict it."""
+    a = [s for s in extra[1:] if s.op != ABSENT]
+    b = [s for s in other if s.op != ABSENT]
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    return n if all(_same(x, y) for x, y in zip(a[:n], b[:n])) else None
+
+
+def guarded_entry(site: tuple | None) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """A helper's collective (``site`` inside function F) reached through a call of F that sits under a
+    rank test elsewhere in the same file: ((file, guard line), (file, call line)) of the first one."""
+    if not site or len(site) < 3:
+        return None
+    path, func = str(site[0]), str(site[2])
+    tree = _tree(path)
+    if tree is None or func.startswith("<"):
+        return None
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name == func:
+                g = _guard_at(path, n.lineno)
+                if g is not None:
+                    return (path, g), (path, n.lineno)
+    return None
+
+
+def _guard_of(record: RunRecord, rank: int, slot: Slot) -> tuple[tuple[str, int], tuple[str, int] | None] | None:
+    """The rank test that led ``rank`` to ``slot``: around the call or a caller on its stack, else around
+    a call into the slot's function (a helper called under the test)."""
+    if slot.op in (INTERNAL, ABSENT) or not slot.site:
+        return None
+    g = rank_guard(record, rank, slot.site)
+    if g is not None:
+        return g, None
+    via = guarded_entry(slot.site)
+    return (via[0], via[1]) if via else None
+
+
+def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) -> Attribution | None:
+    """The ranks whose call at ``div`` is the extra one, or None when the evidence cannot separate the
+    ranks (then every rank that met a different call is only a suspect)."""
+    if div.kind not in ("op-mismatch", "shape-mismatch", "extra-call") or len(div.slots) < 2:
+        return None
+    classes: dict[tuple, list[int]] = {}
+    for r, sl in sorted(div.slots.items()):
+        classes.setdefault(sl.key() + (sl.site,), []).append(r)
+    if len(classes) < 2:
+        return None
+    tail = tails(record, states, div)
+    guards: dict[tuple, Any] = {}
+    for k, rs in classes.items():
+        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])   # the same line: the same test
+    # ranks with the same calls from the divergence on are compared once (linear at any world size)
+    sig = {r: _signature(t) for r, t in tail.items()}
+    scored = []
+    for k, rs in classes.items():
+        members = set(rs)
+        others = [r for r in div.slots if r not in members]
+        mine = {sig[r]: r for r in rs}
+        theirs = {sig[o]: o for o in others}
+        ins = [_inserted(tail[r], tail[o]) for r in mine.values() for o in theirs.values()]
+        if any(x is None for x in ins):
+            continue   # its later calls contradict an insertion: not the extra one
+        aligned = min(x for x in ins if x is not None) if ins else 0
+        own_guard = guards[k] is not None and all(guards[j] is None for j in classes if j != k)
+        if own_guard and div.slots[rs[0]].site and any(
+                div.slots[rs[0]].site == div.slots[theirs[s]].site for s in theirs):
+            own_guard = False
+        if aligned or own_guard:
+            scored.append((bool(aligned) + bool(own_guard), aligned, k, rs, own_guard))
+    if not scored:
+        return None
+    scored.sort(key=lambda x: (-x[0], -x[1]))
+    if len(scored) > 1 and scored[0][:2] == scored[1][:2]:
+        return None   # two groups explained equally well: suspects
+    _s, aligned, k, rs, own_guard = scored[0]
+    if len(rs) >= len(div.slots):
+        return None
+    how = ", ".join(w for w, on in (("insertion", aligned), ("rank test", own_guard)) if on)
+    g = guards[k]   # named as the way there even where the other ranks' code has the same test
+    ev = {"culprits": list(rs), "how": how, "aligned_after": aligned,
+          "guard": list(g[0]) if g else None, "entry": list(g[1]) if g and g[1] else None}
+    return Attribution(tuple(rs), how, g[0] if g else None, g[1] if g else None, aligned, ev)
+
+
+def explain(f: Finding, att: Attribution) -> Finding:
+    """The rank-conditional finding with the rank test that led the culprits to their call (and the call
+    into the helper, where the collective sits in one) among its locations and in its message."""
+    if att.guard is None and not att.aligned:
+        return f
+    locs = list(f.locations)
+    parts = []
+    if att.guard is not None:
+        locs += [Location(r, att.guard[0], att.guard[1], "", "rank test that led here") for r in att.culprits]
+        parts.append(f"reached under the rank test at {_short(att.guard)}{_code(att.guard)}")
+    if att.entry is not None:
+        locs += [Location(r, att.entry[0], att.entry[1], "", "call that led here") for r in att.culprits]
+        parts.append(f"through the call at {_short(att.entry)}")
+    if att.aligned:
+        nxt = "call is the one" if att.aligned == 1 else f"{att.aligned} calls are the ones"
+        parts.append(f"its next {nxt} the others made there (one call more than theirs)")
+    who = ranks_phrase(att.culprits) if len(att.culprits) <= 8 else "they"   # the list is in the message already
+    msg = f"{f.message}; {who} made the extra call: {', '.join(parts)}"
+    return Finding(f.id, f.severity, msg, f.hint, f.ranks, tuple(locs), dict(f.evidence, attribution=att.evidence),
+                   f.culprits)
+
+
+def as_suspects(f: Finding) -> Finding:
+    """A divergence whose evidence cannot tell which rank's call is out of place: its ranks are suspects,
+    not culprits, and the finding says so."""
+    suspects = tuple(f.culprits)
+    if not suspects:
+        return f
+    head, sep, _tail = f.message.partition("; diverged: ")
+    rest = _tail.partition(";")[2] if sep else ""
+    msg = (f"{head}; suspects: {ranks_phrase(suspects)} (neither the calls that followed nor a rank test "
+           f"tells which rank's call is the extra one){';' + rest if rest else ''}")
+    locs = tuple(dataclasses.replace(l, role="suspect") if l.role == "diverged" else l for l in f.locations)
+    return Finding(f.id, f.severity, msg, f.hint, f.ranks, locs, dict(f.evidence, suspects=list(suspects)), ())
+
+
+def _short(at: tuple[str, int]) -> str:
+    return f"{at[0].rsplit('/', 1)[-1]}:{at[1]}"
+
+
+def _code(at: tuple[str, int]) -> str:
+    text = linecache.getline(at[0], at[1]).strip()
+    if " #" in text:
+        text = text[:text.index(" #")].rstrip()
+    return f" (`{text[:60]}`)" if text else ""
