@@ -6,6 +6,7 @@ from typing import Callable
 
 from ddpdoctor.analysis import (attach, checkpoint, collective, crash, digest, data, drift, ending, figures, hang, memory, perf,
                                 profile, run, selfcheck, teardown)
+from ddpdoctor.analysis import multinode
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ExitCode, Finding, RankLine, Report
 from ddpdoctor.analysis.state import all_states, complete_errors
@@ -29,6 +30,7 @@ REGISTRY: dict[str, Detector] = {
     "profile": profile.detect,
     "attach": attach.detect,   # `ddpdoctor attach`: a hang from py-spy stacks alone
     "probe": selfcheck.detect,   # ddpdoctor's own probes that failed inside a rank
+    "multinode": multinode.detect,   # a node the job store saw disappear
 }
 
 _ORDER = {"error": 0, "warning": 1, "note": 2}
@@ -46,6 +48,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     # the invariant: a rank that ended abnormally never leaves the verdict at OK
     findings += ending.unexplained(record, findings)
     findings += ending.partial_view(record, findings)
+    findings = multinode.adjust(record, findings)   # a lost node's victims; each culprit's node
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]

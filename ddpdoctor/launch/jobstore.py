@@ -185,6 +185,7 @@ class JobLink:
         self._notes: set[str] = set()
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
+        self._judge_gone: tuple[float, dict[str, Any]] | None = None
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobstore", daemon=True)
         self._thread.start()
 
@@ -309,6 +310,13 @@ class JobLink:
         self._wake.set()
         self._thread.join(timeout=OP_TIMEOUT_S * 2 + 1)
         if self.state != "linked" or self._store is None:
+            if self._judge_gone is not None:
+                t, job = self._judge_gone
+                n = job.get("node")
+                info = (job.get("nodes") or {}).get(str(n)) or {}
+                if isinstance(n, int):
+                    self._mark_lost(n, {"host": info.get("host"), "ranks": info.get("ranks") or [], "seen": t,
+                                        "last_t": t, "why": "the job store its ddpdoctor served stopped answering"})
             self._note_partial()
             self._close()
             return
@@ -418,8 +426,9 @@ class JobLink:
         d = self._remote.get(n) or {}
         seen = self._seen.get(n, (0.0, 0.0))[1]
         ranks = [int(x.get("r")) for x in d.get("ranks") or () if isinstance(x, dict) and "r" in x]
-        why = (f"its ddpdoctor stopped writing to the job store {now - seen:.0f} s before" if d else
-               "its ddpdoctor never reached the job store")
+        clock = time.strftime("%H:%M:%S", time.localtime(seen)) if seen else "?"
+        why = (f"its ddpdoctor stopped writing to the job store at {clock} and had not come back "
+               f"{now - seen:.0f} s later" if d else "its ddpdoctor never reached the job store")
         return {"host": d.get("host"), "ranks": ranks, "seen": seen or None, "last_t": d.get("t"), "why": why}
 
     def _lost_now(self, now: float, final: bool = False) -> dict[int, dict[str, Any]]:
@@ -463,6 +472,10 @@ class JobLink:
             except STORE_ERRORS as e:
                 if self._stop.is_set():
                     break
+                with self._lock:
+                    job = self._job
+                if job is not None and not self.judge:   # the node that served the store went away
+                    self._judge_gone = (time.time(), job)
                 self.state = "unreachable"
                 self._note(f"the job store {self.addr.host}:{self.addr.port} stopped answering "
                            f"({type(e).__name__}); this node judges its own ranks only")
