@@ -425,7 +425,7 @@ class JobLink:
     def _lost_info(self, n: int, now: float) -> dict[str, Any]:
         d = self._remote.get(n) or {}
         seen = self._seen.get(n, (0.0, 0.0))[1]
-        ranks = [int(x.get("r")) for x in d.get("ranks") or () if isinstance(x, dict) and "r" in x]
+        ranks = [int(x["r"]) for x in d.get("ranks") or () if isinstance(x, dict) and isinstance(x.get("r"), int)]
         clock = time.strftime("%H:%M:%S", time.localtime(seen)) if seen else "?"
         why = (f"its ddpdoctor stopped writing to the job store at {clock} and had not come back "
                f"{now - seen:.0f} s later" if d else "its ddpdoctor never reached the job store")

@@ -33,7 +33,9 @@ class NodeListError(ValueError):
 
 def _split_top(text: str) -> list[str]:
     """Split at the commas outside brackets: ``a1,b[2-3]`` -> ``["a1", "b[2-3]"]``."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -127,10 +129,10 @@ def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[d
     if any(_given(out, k) for k in MULTI_KEYS) or env.get("TORCHELASTIC_RUN_ID") or env.get("LOCAL_RANK"):
         return out, None
     world, rank = _int(env.get("WORLD_SIZE")), _int(env.get("RANK"))
-    addr, port = env.get("MASTER_ADDR"), _int(env.get("MASTER_PORT"))
-    if world and world > 1 and rank is not None and addr and port:
+    addr, mport = env.get("MASTER_ADDR"), _int(env.get("MASTER_PORT"))
+    if world and world > 1 and rank is not None and addr and mport:
         # one ddpdoctor per pod (WORLD_SIZE pods): each pod is a node of torchrun's static rendezvous
-        out.update(nnodes=str(world), node_rank=rank, master_addr=addr, master_port=port)
+        out.update(nnodes=str(world), node_rank=rank, master_addr=addr, master_port=mport)
         return out, "MASTER_ADDR/WORLD_SIZE"
     return out, None
 

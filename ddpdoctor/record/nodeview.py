@@ -81,7 +81,7 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
     """A compact, JSON-ready summary of one rank for the live view (a few hundred bytes)."""
     hb = {k: rec.last_hb.get(k) for k in _HB_KEYS} if rec.last_hb else None
     events = [e for k in _EVENT_KINDS if (e := rec.event(k)) is not None]
-    err = None
+    err: dict[str, Any] | None = None
     if rec.error:
         err = {k: rec.error.get(k) for k in ("type", "user_frame", "op", "fatal") if k in rec.error}
         err["message"] = _cut(str(rec.error.get("message", "")), 600)
@@ -100,10 +100,11 @@ def rank_from_summary(d: dict[str, Any]) -> RankRecord | None:
     hb = d.get("hb") if isinstance(d.get("hb"), dict) else None
     ev = [e for e in d.get("ev") or () if isinstance(e, dict)]
     led = [dict(e, rank=rank) for e in d.get("led") or () if isinstance(e, dict)]
+    ctr = d.get("ctr")
     return RankRecord(rank=rank, events=ev, last_hb=dict(hb, rank=rank, kind=schema.K_HB) if hb else None,
                       n_hb=int(d.get("n_hb") or 0), seq_changed_t=d.get("sct"), progress_t=d.get("pt"), ledger=led,
                       ledger_trimmed=bool(led), error=d.get("err") if isinstance(d.get("err"), dict) else None,
-                      counters=d.get("ctr") if isinstance(d.get("ctr"), dict) else {},
+                      counters=ctr if isinstance(ctr, dict) else {},
                       fatal=str(d.get("fatal") or ""), terminated=str(d.get("term") or ""))
 
 
