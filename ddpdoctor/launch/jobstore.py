@@ -310,6 +310,7 @@ class JobLink:
         self._wake.set()
         self._thread.join(timeout=OP_TIMEOUT_S * 2 + 1)
         if self.state != "linked" or self._store is None:
+            self.state = "unreachable"
             if self._judge_gone is not None:
                 t, job = self._judge_gone
                 n = job.get("node")
