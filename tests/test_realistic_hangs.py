@@ -61,11 +61,12 @@ def _free_port() -> int:
 
 def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
     """Two torchrun agents on loopback (c10d rendezvous), one rank each; only global rank 0 reaches a
-    barrier. Neither node may say OK or blame the network for what it cannot see; analyze of both run
-    directories names rank 0 and its line."""
+    barrier; the job store (docs/multinode.md) is unreachable (an address of no host here), so each node sees
+    only its own rank. Neither node may say OK or blame the network for what it cannot see; analyze of both
+    run directories names rank 0 and its line. (With the store: tests/test_multinode_store.py.)"""
     script = SCRIPTS / "multinode_barrier.py"
     port, token = _free_port(), uuid.uuid4().hex
-    env = dict(os.environ, **{TOKEN_VAR: token})
+    env = dict(os.environ, **{TOKEN_VAR: token, "DDPDOCTOR_JOB_STORE": "192.0.2.1:9"})
     procs = []
     for node in (0, 1):
         cmd = [sys.executable, "-m", "ddpdoctor", "hang", "--script", str(script), "--nnodes", "2",

@@ -77,6 +77,8 @@ _ENTRIES = (
     _e("collective.shape-mismatch", "hang", "error", "a collective completed with mismatched shapes"),
     _e("teardown.gloo-abort", "hang", "warning", "torch 2.13 + gloo aborted a finished rank at exit"),
     _e("multinode.partial-view", "hang", "warning", "this node's records cover only part of the job"),
+    _e("multinode.lost-node", "hang", "error", "a node of the job disappeared: its host, ranks and last state",
+       "crash"),
     _e("attach.running", "hang", "note", "attach: the job was running, what every rank was doing"),
     # post-mortem of torch's own records (analyze of flight-recorder dumps, error files, logs)
     _e("postmortem.no-dump", "hang", "error|warning", "a rank left no flight-recorder dump: the first suspect",

@@ -6,6 +6,7 @@ from typing import Callable
 
 from ddpdoctor.analysis import check, ending, figures, hang, memleak, profile, selfcheck
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang import multinode
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
 from ddpdoctor.errors import ExitCode
@@ -37,6 +38,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     # the invariant: a rank that ended abnormally never leaves the verdict at OK
     findings += ending.unexplained(record, findings)
     findings += ending.partial_view(record, findings)
+    findings = multinode.adjust(record, findings)   # a lost node's victims; each culprit's node
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]

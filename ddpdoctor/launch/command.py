@@ -53,6 +53,10 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
     if nproc is not None and not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("auto", "cpu", "gpu"):
         raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
+    if not spawn:   # srun, a PyTorchJob: the multi-node options from the launcher's environment
+        from ddpdoctor.launch.launchers import from_environment
+
+        opts = from_environment(opts, os.environ)[0]
     multi = any(opts.get(k) is not None for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr",
                                                    "master_port", "rdzv_backend"))
     for name, _t, _h in TORCHRUN_OPTIONS[1:]:
@@ -168,7 +172,7 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
     from ddpdoctor.launch.script import check_script, trainer_devices, uses_mp_spawn
-    from ddpdoctor.record.reader import load_run
+    from ddpdoctor.record.reader import load_runs
 
     spec.validate(values)
     wrapper = spec.wrapper(values)
@@ -196,7 +200,7 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
         click.echo(f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
                    f"records in {path}", err=True)
     outcome = Monitor(launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
-    record = load_run(path)
+    record = load_runs([path])   # with the other nodes' records from the job store (record/mirror.py)
     report = diagnose(record, cfg, spec.name)
     if outcome.interrupted:
         # never "OK": the run did not finish; findings of what did run are kept (and decide the verdict)

@@ -20,6 +20,7 @@ import psutil
 
 from ddpdoctor.analysis import live
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.launch import jobstore
 from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader
@@ -134,32 +135,41 @@ class Monitor:
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
+        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say)   # multi-node: the job store
         t_start = time.time()
         last_status, last_text = 0.0, None
         verdict = None
         try:
             while proc.poll() is None:
                 now = time.time()
-                record = reader.refresh(full=False)
-                if live.anyone_waiting(record, self.cfg, now):
+                record = reader.refresh(full=bool(job and job.due(now)))   # the judge reads our ledgers
+                merged = job.view(record) if job else record   # every node's ranks (the judging node)
+                if live.anyone_waiting(merged, self.cfg, now):
                     record = reader.refresh(full=True)  # the deadlock proof needs the ledgers
-                self._remember(record)
+                    merged = job.view(record) if job else record
+                self._remember(record)   # this node's processes only: the others' pids are not ours
+                if job:
+                    job.update(record, now)
                 if self._signal is not None:
                     self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
                     self.end_tree(proc)
                     break
-                verdict = live.live_verdict(record, self.cfg, now)
+                verdict = job.verdict(merged, now) if job else live.live_verdict(record, self.cfg, now)
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
                         say(f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
                              "collecting stacks and stopping the run")
                     self._collect_dumps(reader)
+                    if job:
+                        job.after_dumps()   # the judge waits (bounded) for the other nodes' stacks
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
                     break
-                done = self._enough(record)
+                done = self._enough(merged) or (job.stop_rule() if job else None)
                 if done:
+                    if job:
+                        job.stopping(done)
                     if self.live:
                         say(f"{done}: ending the run")
                     self._settle(reader, now)
@@ -171,11 +181,11 @@ class Monitor:
                     self.end_tree(proc)
                     break
                 if view:
-                    rates.observe(record)
-                    view.update(live_view.build_view(record, now, self.cfg, rates, _title(record, now - t_start)))
+                    rates.observe(merged)
+                    view.update(live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start)))
                     time.sleep(POLL_S)
                     continue
-                text = live.status_line(record, self.cfg, now)
+                text = live.status_line(merged, self.cfg, now)
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
                     last_status, last_text = now, text
@@ -195,6 +205,8 @@ class Monitor:
                     view.stop()
             tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
+        if job:   # every node's records into RUN_DIR/nodes/ (bounded)
+            job.finish(reader.refresh(full=False))
         return Outcome(self._signal is not None)
 
     def _enough(self, record: Any) -> str | None:

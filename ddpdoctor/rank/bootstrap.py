@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     p = probe.Probe(run_dir, rank, manifest)
     enable_faulthandler(p.dir)
     p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")))
+            world_size=int(os.environ.get("WORLD_SIZE", "1")), node_rank=int(os.environ.get("GROUP_RANK") or 0))
     wrappers.install(p, manifest)
 
     def on_exit(code: Any, exc: BaseException | None) -> None:

@@ -249,10 +249,12 @@ def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = Non
 def load_runs(run_dirs: list[str]) -> RunRecord:
     """Load the run directories of one job's nodes (each node's ddpdoctor keeps its own ranks) as one
     record: ranks are global, so they merge; the first directory's manifest speaks for the job."""
+    from .mirror import with_mirrors   # the other nodes' records a node took from the job store
+
     share: dict[tuple, list[dict[str, Any]]] = {}
     records = [load_run(d, share) for d in run_dirs]
     if len(records) == 1:
-        return records[0]
+        return with_mirrors(records[0], run_dirs)
     first = records[0]
     ranks: dict[int, RankRecord] = {}
     for rec in records:
@@ -262,5 +264,5 @@ def load_runs(run_dirs: list[str]) -> RunRecord:
                                   "give each node's run directory of one job once")
             ranks[r] = rr
     monitor = sorted((e for rec in records for e in rec.monitor), key=lambda e: e.get("t", 0.0))
-    return RunRecord(first.run_dir, first.manifest, dict(sorted(ranks.items())), monitor,
-                     [e for rec in records for e in rec.launcher])
+    return with_mirrors(RunRecord(first.run_dir, first.manifest, dict(sorted(ranks.items())), monitor,
+                                  [e for rec in records for e in rec.launcher]), run_dirs)

@@ -4,7 +4,8 @@ Its detectors, in report order: the job never became distributed (``startup``), 
 (``crash``), deadlocks and divergent collectives (``deadlock``, with ``divergence`` aligning the ranks'
 sequences, ``waits`` for hangs without a divergence, ``hints`` for the advice, ``digest`` for sequences
 that differed before the ledger window), collectives that completed with mismatched shapes
-(``collective``), teardown noise (``teardown``) and ``ddpdoctor attach``'s stacks-only view (``attach``).
+(``collective``), teardown noise (``teardown``), ``ddpdoctor attach``'s stacks-only view (``attach``) and
+a node of a multi-node job that disappeared (``multinode``).
 Pure.
 """
 
@@ -17,9 +18,9 @@ from ddpdoctor.record.reader import RunRecord
 
 def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the hang family, in report order."""
-    from ddpdoctor.analysis.hang import attach, collective, crash, deadlock, digest, startup, teardown
+    from ddpdoctor.analysis.hang import attach, collective, crash, deadlock, digest, multinode, startup, teardown
 
     return (startup.detect(record, config) + crash.detect(record, config)
             + digest.annotate(deadlock.detect(record, config), record)
             + collective.detect(record, config) + teardown.detect(record, config)
-            + attach.detect(record, config))
+            + attach.detect(record, config) + multinode.detect(record, config))   # a node the job store saw disappear

@@ -1,0 +1,215 @@
+"""Multi-node without processes: SLURM node lists and launcher environments, where the job store is, the
+store values' checks, the live summaries (a record rebuilt from them gives the same live verdict), the
+mirrors of other nodes' records, and the lost-node finding."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+from builder import RunBuilder, pending
+
+from ddpdoctor.analysis import diagnose, live
+from ddpdoctor.analysis.hang import multinode
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.launch import jobstore
+from ddpdoctor.launch.command import torchrun_args
+from ddpdoctor.launch.launchers import (
+    NodeListError,
+    expand_nodelist,
+    from_environment,
+    max_nodes,
+)
+from ddpdoctor.record import nodeview
+from ddpdoctor.record.reader import load_run, load_runs
+
+
+@pytest.mark.parametrize("text,hosts", [
+    ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
+    ("a1,b[2-3]", ["a1", "b2", "b3"]),
+    ("n[001-003],gpu7", ["n001", "n002", "n003", "gpu7"]),
+    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+    ("gpu-a100-[8-11]", ["gpu-a100-8", "gpu-a100-9", "gpu-a100-10", "gpu-a100-11"]),
+    ("single", ["single"]),
+])
+def test_slurm_node_lists_expand_in_order(text, hosts):
+    assert expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("bad", ["node[01-04", "node]1[", "n[4-2]", "n[a-b]", ""])
+def test_bad_node_lists_are_refused(bad):
+    with pytest.raises(NodeListError):
+        expand_nodelist(bad)
+
+
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[01-04,07]", "SLURM_NNODES": "5", "SLURM_NODEID": "3"}
+
+
+def test_srun_gives_nnodes_rendezvous_on_the_first_host_and_the_job_id():
+    opts, src = from_environment({}, SLURM)
+    assert src == "SLURM"
+    assert opts == {"nnodes": "5", "rdzv_backend": "c10d", "rdzv_endpoint": "node01:29500", "rdzv_id": "4242"}
+
+
+def test_explicit_options_win_over_slurm():
+    opts, _ = from_environment({"rdzv_endpoint": "head:1234", "nnodes": None}, SLURM)
+    assert opts["rdzv_endpoint"] == "head:1234" and opts["nnodes"] == "5" and opts["rdzv_id"] == "4242"
+    opts, _ = from_environment({"master_addr": "10.0.0.1", "master_port": 29600}, SLURM)
+    assert opts == {"master_addr": "10.0.0.1", "master_port": 29600, "nnodes": "5", "node_rank": 3}
+    opts, src = from_environment({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}, SLURM)
+    assert src is None and opts == {"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}
+
+
+def test_single_node_allocation_and_plain_shells_add_nothing():
+    assert from_environment({}, dict(SLURM, SLURM_NNODES="1"))[1] is None
+    assert from_environment({}, {"PATH": "/bin"}) == ({}, None)
+
+
+def test_pytorchjob_environments():
+    env = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "3", "RANK": "2"}
+    opts, src = from_environment({}, env)
+    assert src == "MASTER_ADDR/WORLD_SIZE"
+    assert opts == {"nnodes": "3", "node_rank": 2, "master_addr": "job-master-0", "master_port": 23456}
+    pet = {"PET_NNODES": "2", "PET_RDZV_ENDPOINT": "job-master-0:29400", "PET_RDZV_BACKEND": "c10d"}
+    opts, src = from_environment({}, pet)
+    assert src == "PET_*" and opts["rdzv_endpoint"] == "job-master-0:29400" and opts["nnodes"] == "2"
+    # inside a torchrun worker, WORLD_SIZE/RANK are torchrun's: not a launcher
+    assert from_environment({}, dict(env, LOCAL_RANK="0"))[1] is None
+
+
+def test_torchrun_args_under_srun_are_multi_node(monkeypatch):
+    for k, v in SLURM.items():
+        monkeypatch.setenv(k, v)
+    args = torchrun_args({"nproc_per_node": "2"}, spawn=False)
+    assert "--standalone" not in args
+    assert args[args.index("--rdzv-endpoint") + 1] == "node01:29500"
+    assert args[args.index("--nnodes") + 1] == "5"
+    assert max_nodes("1:4") == 4 and max_nodes(None) == 1
+
+
+def test_job_store_address():
+    a = jobstore.resolve(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400",
+                          "--rdzv-id", "j1"], {})
+    assert (a.host, a.port, a.job, a.nnodes) == ("head", 29401, "j1", 2)
+    a = jobstore.resolve(["--nnodes", "2", "--master-addr", "10.1.2.3", "--master-port", "29500"], {})
+    assert (a.host, a.port, a.job) == ("10.1.2.3", 29501, "10.1.2.3:29500")
+    a = jobstore.resolve(["--nnodes", "2", "--rdzv-endpoint", "head:29400"], {"DDPDOCTOR_JOB_STORE": "10.0.0.9:7000"})
+    assert (a.host, a.port, a.source) == ("10.0.0.9", 7000, "DDPDOCTOR_JOB_STORE")
+    assert jobstore.resolve(["--nproc-per-node", "2", "--standalone"], {}) is None
+    assert jobstore.resolve(["--nnodes", "1", "--rdzv-endpoint", "h:1"], {}) is None
+
+
+def test_store_values_of_another_job_or_version_are_ignored_with_a_note():
+    raw = nodeview.envelope(nodeview.S_NODE, "job-a", node=1)
+    assert nodeview.parse(raw, nodeview.S_NODE, "job-a")[0]["node"] == 1
+    doc, note = nodeview.parse(raw, nodeview.S_NODE, "job-b")
+    assert doc is None and "another job id" in note
+    doc, note = nodeview.parse(raw.replace(b'"v":1', b'"v":99'), nodeview.S_NODE, "job-a")
+    assert doc is None and "version 99" in note
+    assert nodeview.parse(b"\x80pickle", nodeview.S_NODE, "job-a")[1] == "ignored a ddpdoctor.node value that is not JSON"
+    assert "not a ddpdoctor.node" in nodeview.parse(b"[1]", nodeview.S_NODE, "job-a")[1]
+
+
+def _divergent_run(root):
+    """Rank 0 waits in an all_reduce that rank 1 never makes: rank 1 waits in a barrier at the same position."""
+    b = RunBuilder(root)
+    for r in (0, 1):
+        b.start(r)
+    b.coll(0, 5, 31).coll(1, 5, 33, op="barrier", shapes=())
+    b.hb(0, 10.0, 4, pending=pending("all_reduce", 5, 31, 7.0), step=4)
+    b.hb(1, 10.0, 4, pending=pending("barrier", 5, 33, 7.0, shapes=()), step=4)
+    return load_run(str(root))
+
+
+def test_a_record_rebuilt_from_live_summaries_gives_the_same_live_verdict(tmp_path):
+    rec = _divergent_run(tmp_path / "run")
+    cfg = Config()
+    want = live.live_verdict(rec, cfg, 10.2)
+    assert want and want[0] == "certain"
+    summ = [json.loads(json.dumps(nodeview.rank_summary(r))) for r in rec.ranks.values()]   # through JSON
+    assert all(len(json.dumps(s)) < 2000 for s in summ)   # compact
+    rebuilt = dataclasses.replace(rec, ranks={s["r"]: nodeview.rank_from_summary(s) for s in summ})
+    assert live.live_verdict(rebuilt, cfg, 10.2) == want
+
+
+def test_mirrors_complete_a_node_and_never_shadow_its_own_ranks(tmp_path):
+    node0, node1 = tmp_path / "n0", tmp_path / "n1"
+    RunBuilder(node0).start(0).hb(0, 1.0, 2).finish(0, 2.0)
+    RunBuilder(node1).start(1).hb(1, 1.0, 2).finish(1, 2.0)
+    bundle = nodeview.bundle_run(str(node1), [1])
+    dest = node0 / nodeview.MIRRORS_DIR / "1"
+    dest.mkdir(parents=True)
+    assert nodeview.write_mirror(str(dest), bundle) >= 3
+    assert sorted(load_runs([str(node0)]).ranks) == [0, 1]          # node 0's directory alone: the whole job
+    assert sorted(load_runs([str(node0), str(node1)]).ranks) == [0, 1]  # analyze DIR1 DIR2 still works
+    assert sorted(load_run(str(node0)).ranks) == [0]                  # its own files are only its own ranks
+
+
+def test_a_bundle_cannot_write_outside_its_mirror(tmp_path):
+    import base64
+    import zlib
+
+    evil = {"files": base64.b64encode(zlib.compress(json.dumps({"../escape.txt": "x", "/abs": "y",
+                                                                 "ranks/0/events.jsonl": "{}"}).encode())).decode()}
+    dest = tmp_path / "m"
+    assert nodeview.write_mirror(str(dest), evil) == 1
+    assert not (tmp_path / "escape.txt").exists()
+    assert nodeview.write_mirror(str(dest), {"files": "not base64 zlib"}) == 0
+
+
+def test_lost_node_names_host_ranks_last_line_and_takes_the_survivors_errors_as_victims(tmp_path):
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.hb(0, 5.0, 8, step=8).hb(1, 5.0, 6, where=44, step=6)
+    b.add(0, "error.json", "error", 6.0)   # overwritten below: error.json is one JSON object
+    (tmp_path / "run" / "ranks" / "0" / "error.json").write_text(json.dumps(
+        {"type": "RuntimeError", "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+         "user_frame": ["/work/train.py", 20, "main"]}))
+    b.add(None, "monitor.jsonl", "exit", 7.0, returncode=1)
+    b.add(None, "monitor.jsonl", multinode.K_NODE_LOST, 16.0, node=1, host="node07", ranks=[1], seen=5.2,
+          last_t=5.0, why="its ddpdoctor stopped writing to the job store")
+    rep = diagnose(load_run(str(tmp_path / "run")), Config())
+    f = next(f for f in rep.findings if f.id == "multinode.lost-node")
+    assert f.culprits == (1,) and "node07" in f.message and "train.py:44" in f.message
+    assert {(l.rank, l.role) for l in f.locations} >= {(1, "last seen"), (0, "victim")}
+    assert all(0 not in g.culprits for g in rep.findings)   # the survivor is never the culprit
+    assert rep.exit_code == 1
+
+
+def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
+    """A judge's link on loopback with a real TCPStore: another job's value under its key is ignored with a
+    note in the monitor log; a valid node value is read into remote ranks."""
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "run").mkdir()
+    addr = jobstore.StoreAddr("127.0.0.1", port, "jobX", 2, "test")
+    link = jobstore.JobLink(addr, str(tmp_path / "run"), Config(), lambda _m: None)
+    try:
+        deadline = time.time() + 30
+        while link.state == "connecting" and time.time() < deadline:
+            time.sleep(0.05)
+        assert link.state == "linked" and link.judge
+        link.node = 0
+        c = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+        c.set("ddpdoctor/jobX/node/1", nodeview.envelope(nodeview.S_NODE, "jobY", node=1, ranks=[]))
+        link._read_nodes()
+        assert not link._remote
+        c.set("ddpdoctor/jobX/node/1", nodeview.envelope(nodeview.S_NODE, "jobX", node=1, host="h1", t=1.0, ranks=[
+            {"r": 3, "hb": {"t": 1.0, "step": 2, "seq": {"0": 4}}, "ev": []}]))
+        link._read_nodes()
+        assert sorted(link.remote_ranks()) == [3]
+    finally:   # end the link's thread and the store (the exchange of records is tested with real nodes)
+        link._stop.set()
+        link._wake.set()
+        link._thread.join(timeout=10)
+        link._close()
+    notes = (tmp_path / "run" / "monitor.jsonl").read_text()
+    assert "another job id" in notes
