@@ -33,8 +33,8 @@ CORPUS = ROOT / "tests" / "corpus"
 sys.path.insert(0, str(CORPUS))
 from cases import CASES  # noqa: E402
 
-NON_CULPRIT_ROLES = ("waiting", "victim")   # a location with another role names a rank that caused it
-IGNORED_IDS = {"teardown.gloo-abort"}       # known torch 2.13 + gloo exit abort; reported, never scored
+NON_CULPRIT_ROLES = ("waiting", "victim")  # a location with another role names a rank that caused it
+IGNORED_IDS = {"teardown.gloo-abort"}  # known torch 2.13 + gloo exit abort; reported, never scored
 
 
 def ddpdoctor_exe() -> list[str]:
@@ -57,13 +57,25 @@ def run_case(case: dict, timeout: float, keep: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="ddpdoctor-acc-"))
     script = CORPUS / case["script"]
     jpath = work / "report.json"
-    cmd = [*ddpdoctor_exe(), case["command"], "--script", str(script), "--nproc-per-node", str(case["nproc"]),
-           *case["options"], "--json", str(jpath), "--run-dir", str(work / "run")]
+    cmd = [
+        *ddpdoctor_exe(),
+        case["command"],
+        "--script",
+        str(script),
+        "--nproc-per-node",
+        str(case["nproc"]),
+        *case["options"],
+        "--json",
+        str(jpath),
+        "--run-dir",
+        str(work / "run"),
+    ]
     if case["args"]:
         cmd += ["--", *case["args"]]
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -87,16 +99,24 @@ def run_case(case: dict, timeout: float, keep: Path | None = None) -> dict:
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(work, dest, ignore=shutil.ignore_patterns("*.pt", "*.pth", "*.tar", "*.ckpt"))
     shutil.rmtree(work, ignore_errors=True)
-    return {"code": proc.returncode, "report": report, "seconds": round(seconds, 1), "timed_out": timed_out,
-            "cmd": " ".join(cmd[1:]), "stderr_tail": (err or "")[-1500:], "stdout_tail": (out or "")[-600:]}
+    return {
+        "code": proc.returncode,
+        "report": report,
+        "seconds": round(seconds, 1),
+        "timed_out": timed_out,
+        "cmd": " ".join(cmd[1:]),
+        "stderr_tail": (err or "")[-1500:],
+        "stdout_tail": (out or "")[-600:],
+    }
 
 
 def culprits_of(f: dict) -> tuple[list[int], str]:
     """The finding's culprit ranks and where they came from: 'field', 'roles' (fallback), or 'unknown'."""
     if f.get("culprits"):
         return sorted(set(f["culprits"])), "field"
-    from_roles = sorted({l["rank"] for l in f.get("locations", [])
-                         if not str(l.get("role", "")).startswith(NON_CULPRIT_ROLES)})
+    from_roles = sorted(
+        {l["rank"] for l in f.get("locations", []) if not str(l.get("role", "")).startswith(NON_CULPRIT_ROLES)}
+    )
     return (from_roles, "roles") if from_roles else ([], "unknown")
 
 
@@ -106,9 +126,18 @@ def summarise(report: dict | None) -> dict:
     fs = []
     for f in report.get("findings", []):
         culprits, source = culprits_of(f)
-        fs.append({"id": f["id"], "severity": f["severity"], "culprits": culprits, "culprit_source": source,
-                   "locations": [f"r{l['rank']}:{Path(l['file']).name}:{l['line']}({l.get('role', '')})"
-                                 for l in f.get("locations", [])]})
+        fs.append(
+            {
+                "id": f["id"],
+                "severity": f["severity"],
+                "culprits": culprits,
+                "culprit_source": source,
+                "locations": [
+                    f"r{l['rank']}:{Path(l['file']).name}:{l['line']}({l.get('role', '')})"
+                    for l in f.get("locations", [])
+                ],
+            }
+        )
     return {"verdict": report.get("verdict"), "findings": fs}
 
 
@@ -121,8 +150,15 @@ def judge(case: dict, outcome: dict) -> dict:
         reasons.append(f"runner timeout after {outcome['seconds']} s")
     if report is None:
         reasons.append(f"no JSON report (exit {outcome['code']})")
-        return {"ok": False, "reasons": reasons, "notes": notes, "errors": [], "warnings": [],
-                "culprit": "n/a", "line": "n/a"}
+        return {
+            "ok": False,
+            "reasons": reasons,
+            "notes": notes,
+            "errors": [],
+            "warnings": [],
+            "culprit": "n/a",
+            "line": "n/a",
+        }
     findings = report.get("findings", [])
     errors = sorted({f["id"] for f in findings if f["severity"] == "error"} - IGNORED_IDS)
     warnings = sorted({f["id"] for f in findings if f["severity"] == "warning"} - IGNORED_IDS)
@@ -163,18 +199,31 @@ def judge(case: dict, outcome: dict) -> dict:
                 script = CORPUS / case["script"]
                 want = marker_lines(script, case["markers"])
                 ranks_ok = {r for c in case["culprits"] for r in c}
-                named = [(l["rank"], l["line"]) for l in prim.get("locations", [])
-                         if Path(l["file"]).name == script.name]
+                named = [
+                    (l["rank"], l["line"]) for l in prim.get("locations", []) if Path(l["file"]).name == script.name
+                ]
                 hit = [(r, ln) for r, ln in named if ln in want and r in ranks_ok]
                 if hit:
-                    line_state = "ok" if all(want[ln] == "FAULT" for _, ln in hit) else \
-                        "ok (" + ",".join(sorted({want[ln] for _, ln in hit})) + ")"
+                    line_state = (
+                        "ok"
+                        if all(want[ln] == "FAULT" for _, ln in hit)
+                        else "ok (" + ",".join(sorted({want[ln] for _, ln in hit})) + ")"
+                    )
                 else:
                     line_state = "wrong"
-                    reasons.append(f"line: want {sorted(want)} on rank(s) {sorted(ranks_ok)}, got "
-                                   f"{named or [l['file'].split('/')[-1] + ':' + str(l['line']) for l in prim.get('locations', [])] or 'no location'}")
-    return {"ok": not reasons, "reasons": reasons, "notes": notes, "errors": errors, "warnings": warnings,
-            "culprit": culprit_state, "line": line_state}
+                    reasons.append(
+                        f"line: want {sorted(want)} on rank(s) {sorted(ranks_ok)}, got "
+                        f"{named or [l['file'].split('/')[-1] + ':' + str(l['line']) for l in prim.get('locations', [])] or 'no location'}"
+                    )
+    return {
+        "ok": not reasons,
+        "reasons": reasons,
+        "notes": notes,
+        "errors": errors,
+        "warnings": warnings,
+        "culprit": culprit_state,
+        "line": line_state,
+    }
 
 
 def scores(results: list[dict]) -> dict:
@@ -231,10 +280,19 @@ def main(argv=None) -> int:
         j = judge(case, outcome)
         results.append({"case": case, "outcome": outcome, "judge": j, "summary": summarise(outcome["report"])})
         s = summarise(outcome["report"])
-        got = "; ".join(f"{f['id']}[{f['severity'][0]}] culprits={f['culprits']}" for f in s["findings"]
-                        if f["severity"] != "note") or "no findings"
-        print(f"[{n}/{len(cases)}] {'PASS' if j['ok'] else 'FAIL'} {case['id']} ({outcome['seconds']} s, "
-              f"exit {outcome['code']}, {s['verdict']}): {got}", flush=True)
+        got = (
+            "; ".join(
+                f"{f['id']}[{f['severity'][0]}] culprits={f['culprits']}"
+                for f in s["findings"]
+                if f["severity"] != "note"
+            )
+            or "no findings"
+        )
+        print(
+            f"[{n}/{len(cases)}] {'PASS' if j['ok'] else 'FAIL'} {case['id']} ({outcome['seconds']} s, "
+            f"exit {outcome['code']}, {s['verdict']}): {got}",
+            flush=True,
+        )
         for reason in j["reasons"]:
             print(f"      - {reason}", flush=True)
     healthy = [r for r in results if not r["case"]["error_ids"] and not r["case"]["warn_ids"]]
@@ -245,31 +303,57 @@ def main(argv=None) -> int:
     faults = [r for r in results if r["case"]["primary"]]
     print()
     print(f"cases: {passed}/{len(results)} pass ({started}, {sum(r['outcome']['seconds'] for r in results):.0f} s)")
-    print(f"healthy cases: {len(healthy)}, error-severity findings on them: {healthy_errors} (goal 0), "
-          f"warnings: {healthy_warnings}")
-    print(f"fault cases: {len(faults)}, right finding: {sum(r['case']['primary'] in r['judge']['errors'] + r['judge']['warnings'] for r in faults)}, "
-          f"right culprits: {sum(r['judge']['culprit'].startswith('ok') for r in faults)}, "
-          f"culprit unknown: {sum(r['judge']['culprit'] == 'unknown' for r in faults)}, "
-          f"right line: {sum(r['judge']['line'].startswith('ok') for r in faults)}")
+    print(
+        f"healthy cases: {len(healthy)}, error-severity findings on them: {healthy_errors} (goal 0), "
+        f"warnings: {healthy_warnings}"
+    )
+    print(
+        f"fault cases: {len(faults)}, right finding: {sum(r['case']['primary'] in r['judge']['errors'] + r['judge']['warnings'] for r in faults)}, "
+        f"right culprits: {sum(r['judge']['culprit'].startswith('ok') for r in faults)}, "
+        f"culprit unknown: {sum(r['judge']['culprit'] == 'unknown' for r in faults)}, "
+        f"right line: {sum(r['judge']['line'].startswith('ok') for r in faults)}"
+    )
     print(f"{'finding id':38} {'tp':>3} {'fp':>3} {'fn':>3} {'precision':>9} {'recall':>6}")
     for i, v in sc.items():
         p = "-" if v["precision"] is None else f"{v['precision']:.2f}"
         r = "-" if v["recall"] is None else f"{v['recall']:.2f}"
         print(f"{i:38} {v['tp']:3} {v['fp']:3} {v['fn']:3} {p:>9} {r:>6}")
     if args.json:
+
         def plain(o):
             if isinstance(o, (set, frozenset)):
                 return sorted(o)
             raise TypeError(type(o))
-        Path(args.json).write_text(json.dumps({
-            "started": started, "cases": len(results), "passed": passed, "healthy_error_findings": healthy_errors,
-            "scores": sc,
-            "results": [{"id": r["case"]["id"], "ok": r["judge"]["ok"], "reasons": r["judge"]["reasons"],
-                         "notes": r["judge"]["notes"], "culprit": r["judge"]["culprit"], "line": r["judge"]["line"],
-                         "exit_code": r["outcome"]["code"], "seconds": r["outcome"]["seconds"],
-                         "command": r["outcome"]["cmd"], "report": r["summary"],
-                         "stderr_tail": r["outcome"]["stderr_tail"] if not r["judge"]["ok"] else ""}
-                        for r in results]}, indent=1, default=plain))
+
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "started": started,
+                    "cases": len(results),
+                    "passed": passed,
+                    "healthy_error_findings": healthy_errors,
+                    "scores": sc,
+                    "results": [
+                        {
+                            "id": r["case"]["id"],
+                            "ok": r["judge"]["ok"],
+                            "reasons": r["judge"]["reasons"],
+                            "notes": r["judge"]["notes"],
+                            "culprit": r["judge"]["culprit"],
+                            "line": r["judge"]["line"],
+                            "exit_code": r["outcome"]["code"],
+                            "seconds": r["outcome"]["seconds"],
+                            "command": r["outcome"]["cmd"],
+                            "report": r["summary"],
+                            "stderr_tail": r["outcome"]["stderr_tail"] if not r["judge"]["ok"] else "",
+                        }
+                        for r in results
+                    ],
+                },
+                indent=1,
+                default=plain,
+            )
+        )
     return 0 if passed == len(results) else 1
 
 

@@ -25,11 +25,33 @@ LOOP = Path(__file__).resolve().parent / "comm_loop.py"
 
 def run_arm(arm: str, steps: int, tmp: str) -> tuple[float, float]:
     if arm == "bare":
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(LOOP),
-                "--steps", str(steps)]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(LOOP),
+            "--steps",
+            str(steps),
+        ]
     else:
-        argv = [sys.executable, "-m", "ddpdoctor", arm, "--script", str(LOOP), "--nproc-per-node", "2",
-                "--run-dir", tempfile.mkdtemp(dir=tmp), "--", "--steps", str(steps)]
+        argv = [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            arm,
+            "--script",
+            str(LOOP),
+            "--nproc-per-node",
+            "2",
+            "--run-dir",
+            tempfile.mkdtemp(dir=tmp),
+            "--",
+            "--steps",
+            str(steps),
+        ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     text = r.stdout + r.stderr
     sps = [float(x) for x in re.findall(r"STEPS_PER_S ([\d.]+)", text)]
@@ -51,7 +73,7 @@ def main() -> int:
     cpu: dict[str, list[float]] = {a: [] for a in arms}
     with tempfile.TemporaryDirectory(prefix="ddpd-arms-") as tmp:
         for i in range(args.reps):
-            for arm in (arms if i % 2 == 0 else arms[::-1]):
+            for arm in arms if i % 2 == 0 else arms[::-1]:
                 s, c = run_arm(arm, args.steps, tmp)
                 sps[arm].append(s)
                 cpu[arm].append(c)
@@ -60,14 +82,22 @@ def main() -> int:
     for a in arms[1:]:
         pairs = [b / x for b, x in zip(sps["bare"], sps[a])]
         cpus = [x / b for b, x in zip(cpu["bare"], cpu[a])]
-        summary[a] = {"throughput_ratio": statistics.median(sps["bare"]) / statistics.median(sps[a]),
-                      "paired_median": statistics.median(pairs), "paired_range": [min(pairs), max(pairs)],
-                      "cpu_paired_median": statistics.median(cpus)}
-        print(f"{a:>8}: median {statistics.median(sps[a]):.1f} steps/s (bare {statistics.median(sps['bare']):.1f}); "
-              f"ratio {summary[a]['throughput_ratio']:.3f}; reps' ratios median {summary[a]['paired_median']:.3f} "
-              f"[{min(pairs):.3f}-{max(pairs):.3f}]; CPU per step {summary[a]['cpu_paired_median']:.3f}", flush=True)
+        summary[a] = {
+            "throughput_ratio": statistics.median(sps["bare"]) / statistics.median(sps[a]),
+            "paired_median": statistics.median(pairs),
+            "paired_range": [min(pairs), max(pairs)],
+            "cpu_paired_median": statistics.median(cpus),
+        }
+        print(
+            f"{a:>8}: median {statistics.median(sps[a]):.1f} steps/s (bare {statistics.median(sps['bare']):.1f}); "
+            f"ratio {summary[a]['throughput_ratio']:.3f}; reps' ratios median {summary[a]['paired_median']:.3f} "
+            f"[{min(pairs):.3f}-{max(pairs):.3f}]; CPU per step {summary[a]['cpu_paired_median']:.3f}",
+            flush=True,
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"steps_per_s": sps, "cpu_ms_per_step": cpu, "summary": summary}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"steps_per_s": sps, "cpu_ms_per_step": cpu, "summary": summary}, indent=1)
+        )
     return 0
 
 

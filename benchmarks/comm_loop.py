@@ -37,8 +37,11 @@ def main():
     dist.barrier()
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
-    print(f"RANK {dist.get_rank()} STEPS_PER_S {args.steps / dt:.2f} STEP_MS {1000 * dt / args.steps:.3f} "
-          f"CPU_MS_PER_STEP {1000 * cpu / args.steps:.3f}", flush=True)
+    print(
+        f"RANK {dist.get_rank()} STEPS_PER_S {args.steps / dt:.2f} STEP_MS {1000 * dt / args.steps:.3f} "
+        f"CPU_MS_PER_STEP {1000 * cpu / args.steps:.3f}",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

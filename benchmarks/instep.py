@@ -68,11 +68,11 @@ def main() -> None:
         for i in range(len(PHASES)):
             acc[on][i].append(1e6 * s[i] / n)
 
-    for _ in range(4):   # warm-up (the memory probe's early censuses, the call-line caches)
+    for _ in range(4):  # warm-up (the memory probe's early censuses, the call-line caches)
         block(True, 100)
     acc = {True: [[] for _ in PHASES], False: [[] for _ in PHASES]}
     for i in range(args.blocks):
-        for flag in ((True, False) if i % 2 == 0 else (False, True)):
+        for flag in (True, False) if i % 2 == 0 else (False, True):
             block(flag, args.steps)
     if active:
         active.probe = probe
@@ -80,13 +80,17 @@ def main() -> None:
             tl.period = period
     # the median over pairs of adjacent blocks of (on - off): a machine whose speed drifts moves both alike
     diffs = [[a - b for a, b in zip(acc[True][i], acc[False][i])] for i in range(len(PHASES))]
-    tot = [sum(acc[True][i][k] for i in range(len(PHASES))) - sum(acc[False][i][k] for i in range(len(PHASES)))
-           for k in range(args.blocks)]
+    tot = [
+        sum(acc[True][i][k] for i in range(len(PHASES))) - sum(acc[False][i][k] for i in range(len(PHASES)))
+        for k in range(args.blocks)
+    ]
     off = [statistics.median(v) for v in acc[False]]
-    print("us/step, probes off and (on - off) median over pairs of blocks: "
-          + " | ".join(f"{n} {b:.1f} +{statistics.median(d):.1f}" for n, b, d in zip(PHASES, off, diffs))
-          + f" | total {sum(off):.1f} +{statistics.median(tot):.1f} ({100 * statistics.median(tot) / sum(off):.1f} %)",
-          flush=True)
+    print(
+        "us/step, probes off and (on - off) median over pairs of blocks: "
+        + " | ".join(f"{n} {b:.1f} +{statistics.median(d):.1f}" for n, b, d in zip(PHASES, off, diffs))
+        + f" | total {sum(off):.1f} +{statistics.median(tot):.1f} ({100 * statistics.median(tot) / sum(off):.1f} %)",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

@@ -22,9 +22,14 @@ def view(exe: str, run_dir: str) -> dict:
         rep = json.loads(p.stdout)
     except json.JSONDecodeError:
         return {"exit": p.returncode, "error": p.stderr.strip().splitlines()[-1:] if p.stderr else []}
-    return {"exit": p.returncode, "verdict": rep.get("verdict"),
-            "findings": [{k: f.get(k) for k in ("id", "severity", "culprits", "ranks", "message", "hint", "locations")}
-                         for f in rep.get("findings", [])]}
+    return {
+        "exit": p.returncode,
+        "verdict": rep.get("verdict"),
+        "findings": [
+            {k: f.get(k) for k in ("id", "severity", "culprits", "ranks", "message", "hint", "locations")}
+            for f in rep.get("findings", [])
+        ],
+    }
 
 
 def main() -> int:

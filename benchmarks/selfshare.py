@@ -70,24 +70,57 @@ def _rank0_pid(run_dir: Path, deadline: float) -> int | None:
 def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, pyspy: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="ddpd-share-") as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "ddpdoctor", command, "--script", str(LOOP), "--nproc-per-node", str(nproc),
-               "--run-dir", str(run_dir), "--max-time", str(int(settle + seconds + 60)), "--", "--steps", "1000000"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            command,
+            "--script",
+            str(LOOP),
+            "--nproc-per-node",
+            str(nproc),
+            "--run-dir",
+            str(run_dir),
+            "--max-time",
+            str(int(settle + seconds + 60)),
+            "--",
+            "--steps",
+            "1000000",
+        ]
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             pid = _rank0_pid(run_dir, time.time() + 120)
             if pid is None:
                 return {"command": command, "error": "rank 0 did not start"}
             time.sleep(settle)
             out = Path(tmp) / "spy.txt"
-            subprocess.run([pyspy, "record", "-p", str(pid), "-r", str(rate), "-d", str(int(seconds)), "--format",
-                            "raw", "--nonblocking", "-o", str(out)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=seconds + 60)
+            subprocess.run(
+                [
+                    pyspy,
+                    "record",
+                    "-p",
+                    str(pid),
+                    "-r",
+                    str(rate),
+                    "-d",
+                    str(int(seconds)),
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "-o",
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=seconds + 60,
+            )
             total, own = share(out.read_text() if out.exists() else "")
         finally:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)   # the monitor ends the ranks it started
+                os.killpg(proc.pid, signal.SIGTERM)  # the monitor ends the ranks it started
             except ProcessLookupError:
                 pass
             try:
@@ -96,8 +129,13 @@ def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, 
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
     n = sum(own.values())
-    return {"command": command, "samples": total, "own": n, "share_pct": round(100 * n / total, 2) if total else None,
-            "top": [[k, round(100 * v / total, 2)] for k, v in own.most_common(8)] if total else []}
+    return {
+        "command": command,
+        "samples": total,
+        "own": n,
+        "share_pct": round(100 * n / total, 2) if total else None,
+        "top": [[k, round(100 * v / total, 2)] for k, v in own.most_common(8)] if total else [],
+    }
 
 
 def main() -> int:
@@ -121,8 +159,11 @@ def main() -> int:
             print(f"{command}: {r['error']}", flush=True)
             continue
         top = ", ".join(f"{k} {v}%" for k, v in r["top"])
-        print(f"{command}: {r['share_pct']}% of rank 0's on-CPU samples in ddpdoctor's own frames "
-              f"({r['own']} of {r['samples']}): {top}", flush=True)
+        print(
+            f"{command}: {r['share_pct']}% of rank 0's on-CPU samples in ddpdoctor's own frames "
+            f"({r['own']} of {r['samples']}): {top}",
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

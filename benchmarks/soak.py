@@ -36,8 +36,19 @@ def main() -> None:
     ap.add_argument("--run-dir", default=None)
     a = ap.parse_args()
     run_dir = a.run_dir or os.path.join(tempfile.mkdtemp(prefix="ddpdoctor-soak-"), "run")
-    cmd = [sys.executable, "-m", "ddpdoctor", "hang", "--run-dir", run_dir, "--script",
-           os.path.join(HERE, "soak_loop.py"), "--", "--seconds", str(a.seconds)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        "hang",
+        "--run-dir",
+        run_dir,
+        "--script",
+        os.path.join(HERE, "soak_loop.py"),
+        "--",
+        "--seconds",
+        str(a.seconds),
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     mon = psutil.Process(p.pid)
     rss = []
@@ -72,16 +83,22 @@ def main() -> None:
                 pass
         return n
 
-    res = {"seconds": a.seconds, "rc": p.returncode, "steps": steps, "run_dir": run_dir,
-           "rank_bytes_end": end, "rank_bytes_peak": peak,
-           "ledger_lines_kept": {r: lines(r, "ledger") for r in end},
-           "hb_lines_kept": {r: lines(r, "heartbeat") for r in end},
-           "monitor_rss_mb_first": round(rss[0][1] / 2**20, 1) if rss else None,
-           "monitor_rss_mb_last": round(rss[-1][1] / 2**20, 1) if rss else None,
-           "monitor_rss_mb_max": round(max(b for _t, b in rss) / 2**20, 1) if rss else None,
-           "monitor_rss_mb_every_10s": [(t, round(b / 2**20, 1)) for t, b in rss[::5]],
-           "verdict_line": [line for line in out.splitlines() if line.startswith("ddpdoctor hang:")],
-           "load": os.getloadavg()}
+    res = {
+        "seconds": a.seconds,
+        "rc": p.returncode,
+        "steps": steps,
+        "run_dir": run_dir,
+        "rank_bytes_end": end,
+        "rank_bytes_peak": peak,
+        "ledger_lines_kept": {r: lines(r, "ledger") for r in end},
+        "hb_lines_kept": {r: lines(r, "heartbeat") for r in end},
+        "monitor_rss_mb_first": round(rss[0][1] / 2**20, 1) if rss else None,
+        "monitor_rss_mb_last": round(rss[-1][1] / 2**20, 1) if rss else None,
+        "monitor_rss_mb_max": round(max(b for _t, b in rss) / 2**20, 1) if rss else None,
+        "monitor_rss_mb_every_10s": [(t, round(b / 2**20, 1)) for t, b in rss[::5]],
+        "verdict_line": [line for line in out.splitlines() if line.startswith("ddpdoctor hang:")],
+        "load": os.getloadavg(),
+    }
     print(json.dumps(res, indent=1))
 
 

@@ -20,7 +20,7 @@ import os
 import random
 import shutil
 
-SCRIPT = '''import torch
+SCRIPT = """import torch
 import torch.distributed as dist
 
 
@@ -33,10 +33,10 @@ def main():
         if rank == CULPRIT and step == STEPS - 50:
             dist.all_reduce(metric)  # EXTRA
     dist.barrier()  # END
-'''
+"""
 REGULAR, EXTRA, END = 10, 12, 13
 T0 = 1_800_000_000.0
-STEP_S = 0.003      # one collective every 3 ms
+STEP_S = 0.003  # one collective every 3 ms
 HB_S = 0.25
 
 
@@ -46,28 +46,60 @@ def _w(path: str, lines: list[str]) -> None:
         f.write("".join(lines))
 
 
-def _coll(rank: int, op: str, seq: int, line: int, t: float, script: str, shapes: str, fmt: int = 2
-          ) -> list[str]:
-    coll = (f'{{"v":1,"kind":"coll","rank":{rank},"t":{t!r},"op":"{op}","group":"0","seq":[{seq},{seq}],'
-            f'"shapes":{shapes},"dtypes":["float32"],"site":[{json.dumps(script)},{line},"main"],'
-            f'"st":"issued"}}\n')
-    if fmt >= 2:   # a routine call's return is implied by the next line (and the counters for the last)
+def _coll(rank: int, op: str, seq: int, line: int, t: float, script: str, shapes: str, fmt: int = 2) -> list[str]:
+    coll = (
+        f'{{"v":1,"kind":"coll","rank":{rank},"t":{t!r},"op":"{op}","group":"0","seq":[{seq},{seq}],'
+        f'"shapes":{shapes},"dtypes":["float32"],"site":[{json.dumps(script)},{line},"main"],'
+        f'"st":"issued"}}\n'
+    )
+    if fmt >= 2:  # a routine call's return is implied by the next line (and the counters for the last)
         return [coll]
-    return [coll, f'{{"v":1,"kind":"cend","rank":{rank},"t":{t + 0.0004!r},"group":"0","s0":{seq},"s1":{seq},'
-            f'"async":false}}\n']
+    return [
+        coll,
+        f'{{"v":1,"kind":"cend","rank":{rank},"t":{t + 0.0004!r},"group":"0","s0":{seq},"s1":{seq},"async":false}}\n',
+    ]
 
 
-def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: int, script: str,
-               host: str, fmt: int = 2) -> None:
+def write_rank(
+    d: str, rank: int, local: int, world: int, colls: int, culprit: int, script: str, host: str, fmt: int = 2
+) -> None:
     os.makedirs(d, mode=0o700, exist_ok=True)
-    _w(os.path.join(d, "events.jsonl"), [
-        json.dumps({"v": 1, "kind": "start", "rank": rank, "t": T0, "pid": 10000 + rank, "local_rank": local,
-                    "host": host, "script": script, "world_size": world}) + "\n",
-        json.dumps({"v": 1, "kind": "init", "rank": rank, "t": T0 + 1, "global_rank": rank, "world_size": world,
-                    "backend": "gloo", "site": [script, 6, "main"], "frameworks": []}) + "\n"])
+    _w(
+        os.path.join(d, "events.jsonl"),
+        [
+            json.dumps(
+                {
+                    "v": 1,
+                    "kind": "start",
+                    "rank": rank,
+                    "t": T0,
+                    "pid": 10000 + rank,
+                    "local_rank": local,
+                    "host": host,
+                    "script": script,
+                    "world_size": world,
+                }
+            )
+            + "\n",
+            json.dumps(
+                {
+                    "v": 1,
+                    "kind": "init",
+                    "rank": rank,
+                    "t": T0 + 1,
+                    "global_rank": rank,
+                    "world_size": world,
+                    "backend": "gloo",
+                    "site": [script, 6, "main"],
+                    "frameworks": [],
+                }
+            )
+            + "\n",
+        ],
+    )
     ledger: list[str] = []
     rnd = random.Random(rank)
-    seq, t = 0, T0 + 2 + rnd.random() * 0.002   # each rank's clock and pace differ by a little
+    seq, t = 0, T0 + 2 + rnd.random() * 0.002  # each rank's clock and pace differ by a little
     for step in range(colls):
         seq += 1
         ledger += _coll(rank, "all_reduce", seq, REGULAR, t, script, "[[1]]", fmt)
@@ -79,7 +111,7 @@ def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: i
     # the last call never returns: the culprit's shifted all_reduce meets the others' barrier
     if rank == culprit:
         if fmt < 2:
-            ledger.pop()     # its last all_reduce is still pending (no cend)
+            ledger.pop()  # its last all_reduce is still pending (no cend)
         pend_op, pend_line, shapes, seq_p = "all_reduce", REGULAR, [[1]], seq
     else:
         seq += 1
@@ -95,14 +127,37 @@ def write_rank(d: str, rank: int, local: int, world: int, colls: int, culprit: i
         pending = None
         if ht >= since:
             done = seq_p
-            pending = {"op": pend_op, "group": "0", "seq": seq_p, "shapes": shapes, "dtypes": ["float32"],
-                       "site": [script, pend_line, "main"], "since": since}
-        hbs.append(json.dumps({"v": 1, "kind": "hb", "rank": rank, "t": ht, "step": 0, "ncoll": done,
-                               "seq": {"0": done}, "pending": pending, "awaiting": None,
-                               "where": [script, pend_line if pending else REGULAR, "main"],
-                               "in_backward": False, "in_ddp_forward": False, "final": None,
-                               "cpu": round(1 + 0.8 * (ht - T0) if not pending else 1 + 0.8 * (since - T0), 3)},
-                              separators=(",", ":")) + "\n")
+            pending = {
+                "op": pend_op,
+                "group": "0",
+                "seq": seq_p,
+                "shapes": shapes,
+                "dtypes": ["float32"],
+                "site": [script, pend_line, "main"],
+                "since": since,
+            }
+        hbs.append(
+            json.dumps(
+                {
+                    "v": 1,
+                    "kind": "hb",
+                    "rank": rank,
+                    "t": ht,
+                    "step": 0,
+                    "ncoll": done,
+                    "seq": {"0": done},
+                    "pending": pending,
+                    "awaiting": None,
+                    "where": [script, pend_line if pending else REGULAR, "main"],
+                    "in_backward": False,
+                    "in_ddp_forward": False,
+                    "final": None,
+                    "cpu": round(1 + 0.8 * (ht - T0) if not pending else 1 + 0.8 * (since - T0), 3),
+                },
+                separators=(",", ":"),
+            )
+            + "\n"
+        )
     _w(os.path.join(d, "heartbeat.jsonl"), hbs)
     _w(os.path.join(d, "ledger.jsonl"), ledger)
     # the last routine call that returned: the one before the pending one
@@ -128,24 +183,50 @@ def main() -> None:
     for n in range(a.nodes):
         nd = os.path.join(a.out, f"node{n:05d}")
         os.makedirs(os.path.join(nd, "ranks"), mode=0o700)
-        _w(os.path.join(nd, "manifest.json"), [json.dumps({
-            "schema": "ddpdoctor.run", "version": a.format, "ddpdoctor": "0.1.0", "created": T0, "host": f"node{n}",
-            "command": "hang", "mode": "torchrun", "script": script, "script_args": [], "timeout": 60.0,
-            "heartbeat_s": HB_S, "nnodes": a.nodes, "node_rank": n, "nproc_per_node": a.ranks_per_node},
-            indent=1)])
+        _w(
+            os.path.join(nd, "manifest.json"),
+            [
+                json.dumps(
+                    {
+                        "schema": "ddpdoctor.run",
+                        "version": a.format,
+                        "ddpdoctor": "0.1.0",
+                        "created": T0,
+                        "host": f"node{n}",
+                        "command": "hang",
+                        "mode": "torchrun",
+                        "script": script,
+                        "script_args": [],
+                        "timeout": 60.0,
+                        "heartbeat_s": HB_S,
+                        "nnodes": a.nodes,
+                        "node_rank": n,
+                        "nproc_per_node": a.ranks_per_node,
+                    },
+                    indent=1,
+                )
+            ],
+        )
         end = T0 + 2 + (a.colls + 1) * STEP_S + 8.0
-        _w(os.path.join(nd, "monitor.jsonl"), [
-            json.dumps({"v": 1, "kind": "spawned", "rank": None, "t": T0, "pid": 9000 + n, "cmd": []}) + "\n",
-            json.dumps({"v": 1, "kind": "verdict", "rank": None, "t": end, "mode": "certain",
-                        "reason": "synthetic"}) + "\n",
-            json.dumps({"v": 1, "kind": "kill", "rank": None, "t": end + 0.2, "reason": "verdict"}) + "\n",
-            json.dumps({"v": 1, "kind": "exit", "rank": None, "t": end + 1.0, "returncode": -15}) + "\n"])
+        _w(
+            os.path.join(nd, "monitor.jsonl"),
+            [
+                json.dumps({"v": 1, "kind": "spawned", "rank": None, "t": T0, "pid": 9000 + n, "cmd": []}) + "\n",
+                json.dumps(
+                    {"v": 1, "kind": "verdict", "rank": None, "t": end, "mode": "certain", "reason": "synthetic"}
+                )
+                + "\n",
+                json.dumps({"v": 1, "kind": "kill", "rank": None, "t": end + 0.2, "reason": "verdict"}) + "\n",
+                json.dumps({"v": 1, "kind": "exit", "rank": None, "t": end + 1.0, "returncode": -15}) + "\n",
+            ],
+        )
         for lr in range(a.ranks_per_node):
             r = n * a.ranks_per_node + lr
-            write_rank(os.path.join(nd, "ranks", str(r)), r, lr, world, a.colls, culprit, script, f"node{n}",
-                       a.format)
-    print(f"{a.out}: {a.nodes} node dirs x {a.ranks_per_node} ranks = {world} ranks, culprit rank {culprit} "
-          f"at {script}:{EXTRA}")
+            write_rank(os.path.join(nd, "ranks", str(r)), r, lr, world, a.colls, culprit, script, f"node{n}", a.format)
+    print(
+        f"{a.out}: {a.nodes} node dirs x {a.ranks_per_node} ranks = {world} ranks, culprit rank {culprit} "
+        f"at {script}:{EXTRA}"
+    )
 
 
 if __name__ == "__main__":

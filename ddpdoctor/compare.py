@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.findings import rank_list
-from ddpdoctor.errors import ExitCode
-from ddpdoctor.errors import DdpdoctorError
+from ddpdoctor.errors import DdpdoctorError, ExitCode
 
 PHASES = ("step", "data", "forward", "backward+comm", "optimizer", "collective", "other")
 
@@ -38,13 +37,17 @@ def load(path: str) -> dict[str, Any]:
     except ValueError as e:
         raise DdpdoctorError(f"{path} is not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("schema") != "ddpdoctor.report":
-        raise DdpdoctorError(f"{path} is not a ddpdoctor JSON report (write one with `ddpdoctor profile --json FILE` "
-                             "or `ddpdoctor memleak --json FILE`)")
+        raise DdpdoctorError(
+            f"{path} is not a ddpdoctor JSON report (write one with `ddpdoctor profile --json FILE` "
+            "or `ddpdoctor memleak --json FILE`)"
+        )
     figs = data.get("figures")
     if not isinstance(figs, dict) or not (figs.get("step_ms") or figs.get("memory")):
-        raise DdpdoctorError(f"{path} has no figures to compare (a `{data.get('command', '?')}` report; step times "
-                             "come from `ddpdoctor profile`, memory growth from `ddpdoctor memleak`, with this "
-                             "version's --json)")
+        raise DdpdoctorError(
+            f"{path} has no figures to compare (a `{data.get('command', '?')}` report; step times "
+            "come from `ddpdoctor profile`, memory growth from `ddpdoctor memleak`, with this "
+            "version's --json)"
+        )
     return data
 
 
@@ -76,8 +79,9 @@ def _pct(base: float, new: float) -> float | None:
 
 def step_table(base: dict[str, Any], new: dict[str, Any], max_pct: float, out: Comparison) -> None:
     common = sorted(set(base) & set(new), key=int)
-    out.lines.append(f"ddpdoctor compare: step time, steady-state median ms per step (regression: step > "
-                     f"+{max_pct:g}%)")
+    out.lines.append(
+        f"ddpdoctor compare: step time, steady-state median ms per step (regression: step > +{max_pct:g}%)"
+    )
     out.lines.append(f"  {'rank':>5}  {'phase':14s}{'base ms':>10}{'new ms':>10}{'change':>10}")
     for r in common:
         b, n = base[r], new[r]
@@ -100,8 +104,10 @@ def step_table(base: dict[str, Any], new: dict[str, Any], max_pct: float, out: C
 
 def memory_table(base: dict[str, Any], new: dict[str, Any], max_slope: float, out: Comparison) -> None:
     common = sorted(set(base) & set(new), key=int)
-    out.lines.append(f"ddpdoctor compare: memory growth per step after warm-up (regression: growth rises by more "
-                     f"than {size(max_slope)}/step)")
+    out.lines.append(
+        f"ddpdoctor compare: memory growth per step after warm-up (regression: growth rises by more "
+        f"than {size(max_slope)}/step)"
+    )
     out.lines.append(f"  {'rank':>5}  {'memory':8s}{'base/step':>14}{'new/step':>14}{'change':>14}")
     for r in common:
         for layer in ("rss", "cuda"):
@@ -129,19 +135,25 @@ def compare(base_path: str, new_path: str, max_step_pct: float | None, max_slope
         step_table(bf["step_ms"], nf["step_ms"], 10.0 if max_step_pct is None else max_step_pct, out)
         did = True
     elif max_step_pct is not None:
-        raise DdpdoctorError("--max-step-time-regression: both reports need step times (from `ddpdoctor profile "
-                             "--json`)")
+        raise DdpdoctorError(
+            "--max-step-time-regression: both reports need step times (from `ddpdoctor profile --json`)"
+        )
     if bf.get("memory") and nf.get("memory"):
         memory_table(bf["memory"], nf["memory"], 64 * 1024.0 if max_slope is None else max_slope, out)
         did = True
     elif max_slope is not None:
-        raise DdpdoctorError("--max-memory-slope-regression: both reports need memory figures (from `ddpdoctor "
-                             "memleak --json`)")
+        raise DdpdoctorError(
+            "--max-memory-slope-regression: both reports need memory figures (from `ddpdoctor memleak --json`)"
+        )
     if not did:
-        raise DdpdoctorError(f"nothing to compare: {base_path} has {', '.join(bf) or 'no figures'}, {new_path} has "
-                             f"{', '.join(nf) or 'no figures'}")
+        raise DdpdoctorError(
+            f"nothing to compare: {base_path} has {', '.join(bf) or 'no figures'}, {new_path} has "
+            f"{', '.join(nf) or 'no figures'}"
+        )
     if out.regressions:
-        shown = "; ".join(out.regressions[:4]) + (f"; {len(out.regressions) - 4} more" if len(out.regressions) > 4 else "")
+        shown = "; ".join(out.regressions[:4]) + (
+            f"; {len(out.regressions) - 4} more" if len(out.regressions) > 4 else ""
+        )
         out.lines.append(f"ddpdoctor compare: REGRESSION (exit code 1): {shown}")
     else:
         out.lines.append("ddpdoctor compare: OK (exit code 0): no regression")

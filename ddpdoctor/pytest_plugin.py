@@ -49,8 +49,11 @@ class DdpdoctorReport:
     def assert_healthy(self) -> None:
         """Fail the test with ddpdoctor's text report unless the run was healthy (exit code 0)."""
         if self.exit_code != 0:
-            pytest.fail(f"ddpdoctor: {self.verdict} (exit code {self.exit_code})\n{self.text}"
-                        + (f"\n{self.stderr[-2000:]}" if not self.findings else ""), pytrace=False)
+            pytest.fail(
+                f"ddpdoctor: {self.verdict} (exit code {self.exit_code})\n{self.text}"
+                + (f"\n{self.stderr[-2000:]}" if not self.findings else ""),
+                pytrace=False,
+            )
 
 
 def _option_args(options: dict[str, Any]) -> list[str]:
@@ -82,14 +85,34 @@ def _end_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-def run(script: str | os.PathLike, tmp: Path, command: str = "check", nproc: int = 2, args: Any = (),
-        timeout: float = 300.0, **options: Any) -> DdpdoctorReport:
+def run(
+    script: str | os.PathLike,
+    tmp: Path,
+    command: str = "check",
+    nproc: int = 2,
+    args: Any = (),
+    timeout: float = 300.0,
+    **options: Any,
+) -> DdpdoctorReport:
     tmp.mkdir(parents=True, exist_ok=True)
     n = len(list(tmp.glob("ddpdoctor-run-*")))
     run_dir = tmp / f"ddpdoctor-run-{n}"
     jpath = tmp / f"ddpdoctor-report-{n}.json"
-    cmd = [sys.executable, "-m", "ddpdoctor", command, "--script", str(script), "--nproc-per-node", str(nproc),
-           "--run-dir", str(run_dir), "--json", str(jpath), *_option_args(options)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpdoctor",
+        command,
+        "--script",
+        str(script),
+        "--nproc-per-node",
+        str(nproc),
+        "--run-dir",
+        str(run_dir),
+        "--json",
+        str(jpath),
+        *_option_args(options),
+    ]
     script_args = [str(a) for a in args]
     if script_args:
         cmd += ["--", *script_args]
@@ -110,8 +133,9 @@ def run(script: str | os.PathLike, tmp: Path, command: str = "check", nproc: int
 def ddpdoctor_run(tmp_path: Path) -> Callable[..., DdpdoctorReport]:
     """``ddpdoctor_run(script, command="check", nproc=2, args=(), **options)`` -> the report."""
 
-    def _run(script: str | os.PathLike, command: str = "check", nproc: int = 2, args: Any = (),
-             **options: Any) -> DdpdoctorReport:
+    def _run(
+        script: str | os.PathLike, command: str = "check", nproc: int = 2, args: Any = (), **options: Any
+    ) -> DdpdoctorReport:
         return run(script, tmp_path / "ddpdoctor", command, nproc, args, **options)
 
     return _run

@@ -23,7 +23,9 @@ def main():
 
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    )
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(args.samples, 16), torch.randn(args.samples, 1))
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)

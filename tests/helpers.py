@@ -66,8 +66,15 @@ def assert_no_orphans(token: str, wait: float = 10.0) -> None:
         raise AssertionError(f"processes left behind: {desc}")
 
 
-def ddpdoctor(args: list[str], tmp: Path, timeout: float = 120, json_report: bool = True,
-              run_dir: Path | None = None, cwd: Path | None = None, env: dict | None = None) -> Result:
+def ddpdoctor(
+    args: list[str],
+    tmp: Path,
+    timeout: float = 120,
+    json_report: bool = True,
+    run_dir: Path | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
+) -> Result:
     """Run ``python -m ddpdoctor ARGS`` to completion (bounded), then prove no process survived."""
     token = uuid.uuid4().hex
     run_dir = run_dir or tmp / f"run-{token[:8]}"
@@ -78,8 +85,9 @@ def ddpdoctor(args: list[str], tmp: Path, timeout: float = 120, json_report: boo
     if json_report and args and args[0] in ("hang", "check", "memleak", "profile", "analyze"):
         cmd[4:4] = ["--json", str(jpath)]
     env = dict(os.environ, **(env or {}), **{TOKEN_VAR: token})
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, cwd=cwd or tmp)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, cwd=cwd or tmp
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

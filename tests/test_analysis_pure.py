@@ -9,8 +9,8 @@ import pytest
 from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose
-from ddpdoctor.analysis.live import live_verdict
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.live import live_verdict
 from ddpdoctor.record.reader import RunDirError, load_run
 from ddpdoctor.render import RENDERERS
 
@@ -52,7 +52,7 @@ def test_same_collective_everywhere_is_not_certain_until_timeout_then_a_stall(tm
 def test_different_ops_at_the_same_position_are_certain_within_settle(tmp_path):
     b = two_ranks_waiting(tmp_path, pending("all_reduce", 5, 20, 2.0), pending("barrier", 5, 30, 2.0, ()))
     rec = load_run(str(b.root))
-    assert live_verdict(rec, CFG, now=2.5) is None          # not yet settled
+    assert live_verdict(rec, CFG, now=2.5) is None  # not yet settled
     kind, reason = live_verdict(rec, CFG, now=3.5)
     assert kind == "certain" and "barrier" in reason
 
@@ -107,8 +107,9 @@ def test_teardown_abort_after_finishing_is_a_warning_not_a_failure(tmp_path):
 
 
 def test_json_report_schema_and_junit_counts(tmp_path):
-    b = two_ranks_waiting(tmp_path, pending("all_reduce", 5, 20, 2.0, ((3,),)),
-                          pending("all_reduce", 5, 20, 2.0, ((4,),)))
+    b = two_ranks_waiting(
+        tmp_path, pending("all_reduce", 5, 20, 2.0, ((3,),)), pending("all_reduce", 5, 20, 2.0, ((4,),))
+    )
     b.add(None, "monitor.jsonl", "verdict", 5.0, mode="certain", reason="x")
     report = diagnose(load_run(str(b.root)), CFG)
     d = json.loads(RENDERERS["json"](report))
@@ -130,9 +131,24 @@ def test_analyze_compares_ranks_across_nodes_run_directories(tmp_path):
     """Two nodes, one run directory each: the sampler seeds differ across nodes."""
     for node, rank in ((0, 0), (1, 1)):
         b = RunBuilder(tmp_path / f"node{node}", command="check").start(rank)
-        b.add(rank, "checks.jsonl", "sampler", 1.0, sid=1, epoch=0, seed=100 + rank, shuffle=True, drop_last=False,
-              num_replicas=2, sampler_rank=rank, dataset_len=8, n=4, digest=f"d{rank}", indices=None,
-              site=["/work/train.py", 30, "main"])
+        b.add(
+            rank,
+            "checks.jsonl",
+            "sampler",
+            1.0,
+            sid=1,
+            epoch=0,
+            seed=100 + rank,
+            shuffle=True,
+            drop_last=False,
+            num_replicas=2,
+            sampler_rank=rank,
+            dataset_len=8,
+            n=4,
+            digest=f"d{rank}",
+            indices=None,
+            site=["/work/train.py", 30, "main"],
+        )
     from ddpdoctor.record.reader import load_runs
 
     report = diagnose(load_runs([str(tmp_path / "node0"), str(tmp_path / "node1")]), CFG)

@@ -14,19 +14,21 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from helpers import PROBES, TOKEN_VAR, assert_no_orphans, ddpdoctor, finding, lines_of, marker_line
 
-pytestmark = pytest.mark.skipif(not os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK),
-                                reason="py-spy is not installed next to this Python")
+pytestmark = pytest.mark.skipif(
+    not os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK),
+    reason="py-spy is not installed next to this Python",
+)
 C10D = "distributed_c10d.py"
 
 
 def _user_line(pid: int, script: Path) -> int | None:
     """The line of ``script`` the rank's main thread is at, if it sits inside a torch.distributed call."""
     exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    cp = subprocess.run([exe, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True,
-                        text=True, timeout=20)
+    cp = subprocess.run(
+        [exe, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True, text=True, timeout=20
+    )
     try:
         frames = json.loads(cp.stdout)[0]["frames"]
     except (ValueError, IndexError, KeyError):
@@ -43,8 +45,14 @@ class Job:
     def __init__(self, argv: list[str], tmp: Path) -> None:
         self.token = uuid.uuid4().hex
         self.log = open(tmp / f"job-{self.token[:6]}.log", "w")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True,
-                                     env=dict(os.environ, **{TOKEN_VAR: self.token}))
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp,
+            start_new_session=True,
+            env=dict(os.environ, **{TOKEN_VAR: self.token}),
+        )
 
     def ranks(self) -> list[psutil.Process]:
         kids = psutil.Process(self.proc.pid).children()
@@ -96,8 +104,9 @@ def _attach(tmp: Path, *args: str) -> tuple[int, dict, str]:
 
 def test_attach_torchrun_rank_conditional_then_analyze(tmp_path: Path) -> None:
     script = PROBES / "rank_conditional.py"
-    job = Job([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
-              tmp_path)
+    job = Job(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)], tmp_path
+    )
     try:
         job.wait_hung(script, {0: marker_line(script, "REGULAR"), 1: marker_line(script, "END")})
         run_dir = tmp_path / "attach-run"
@@ -144,7 +153,7 @@ def test_attach_spawn_from_a_rank_with_native_frames_and_kill(tmp_path: Path) ->
             time.sleep(0.2)
         assert job.proc.poll() is not None, "--kill must end the job"
     finally:
-        job.end()   # asserts that no process of the job is left
+        job.end()  # asserts that no process of the job is left
 
 
 def test_attach_no_job(tmp_path: Path) -> None:
@@ -175,10 +184,14 @@ main(0, None, None, None)
 """
 _TORCH = "/venv/lib/python3.11/site-packages/torch"
 _BACKWARD = [[f"{_TORCH}/_tensor.py", 623, "backward"], [f"{_TORCH}/autograd/__init__.py", 395, "backward"]]
-_BARRIER = [[f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
-            [f"{_TORCH}/distributed/distributed_c10d.py", 5356, "barrier"]]
-_ALLREDUCE = [[f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
-              [f"{_TORCH}/distributed/distributed_c10d.py", 3252, "all_reduce"]]
+_BARRIER = [
+    [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
+    [f"{_TORCH}/distributed/distributed_c10d.py", 5356, "barrier"],
+]
+_ALLREDUCE = [
+    [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
+    [f"{_TORCH}/distributed/distributed_c10d.py", 3252, "all_reduce"],
+]
 
 
 def _record(tmp: Path, stacks: dict[int, tuple[int, list, bool]], gone: tuple[int, ...] = (), world: int = 2):
@@ -196,8 +209,15 @@ def _record(tmp: Path, stacks: dict[int, tuple[int, list, bool]], gone: tuple[in
         b.add(r, "events.jsonl", "start", 1.0, pid=1000 + r, local_rank=r)
         b.add(r, "events.jsonl", "init", 1.0, world_size=world)
         stack = [[str(script), 10, "<module>"], [str(script), line, "main"], *torch_frames]
-        b.add(r, "stacks.jsonl", "stacks", 2.0, threads=[{"main": True, "name": "MainThread", "stack": stack}],
-              moved=moved, cpu=0.0)
+        b.add(
+            r,
+            "stacks.jsonl",
+            "stacks",
+            2.0,
+            threads=[{"main": True, "name": "MainThread", "stack": stack}],
+            moved=moved,
+            cpu=0.0,
+        )
     for r in gone:
         b.add(r, "events.jsonl", "gone", 1.0, world_size=world)
     return diagnose(load_run(str(tmp / "run")), Config())
@@ -207,7 +227,7 @@ def test_detector_early_exit_from_stacks(tmp_path: Path) -> None:
     rep = _record(tmp_path, {0: (5, _BACKWARD, False), 1: (9, _BARRIER, False)})
     f = next(f for f in rep.findings if f.id == "hang.early-exit")
     assert f.culprits == (1,) and rep.exit_code == 3
-    assert {l.line for l in f.locations if l.rank == 1} >= {8, 9}   # the break it took, where it waits
+    assert {l.line for l in f.locations if l.rank == 1} >= {8, 9}  # the break it took, where it waits
 
 
 def test_detector_exited_rank(tmp_path: Path) -> None:

@@ -11,15 +11,32 @@ import sys
 
 from helpers import ROOT
 
-from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, readme_table, entry
+from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, entry, readme_table
 from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.analysis.registry import verdict_of
 from ddpdoctor.health.selftest import probes
 
-PREFIXES = ("hang", "crash", "run", "teardown", "memleak", "data", "drift", "seed", "checkpoint", "perf", "profile",
-            "multinode", "probe", "attach", "collective", "doctor", "postmortem")
+PREFIXES = (
+    "hang",
+    "crash",
+    "run",
+    "teardown",
+    "memleak",
+    "data",
+    "drift",
+    "seed",
+    "checkpoint",
+    "perf",
+    "profile",
+    "multinode",
+    "probe",
+    "attach",
+    "collective",
+    "doctor",
+    "postmortem",
+)
 ID_LITERAL = re.compile(r'"((?:' + "|".join(PREFIXES) + r')\.[a-z0-9]+(?:-[a-z0-9]+)*)"')
-NOT_IDS = {"run.py"}   # a file name that reads like one
+NOT_IDS = {"run.py"}  # a file name that reads like one
 
 
 def code_ids() -> set[str]:
@@ -63,6 +80,7 @@ def test_every_probe_expects_an_id_of_the_catalog():
 def test_verdict_and_exit_code_come_from_the_catalog():
     def f(fid: str, sev: str = "error") -> Finding:
         return Finding(fid, sev, "m")  # type: ignore[arg-type]
+
     assert verdict_of([]) == ("ok", 0)
     assert verdict_of([f("profile.straggler", "warning")]) == ("ok", 0)
     assert verdict_of([f("profile.straggler", "warning")], "warning") == ("ok", 1)
@@ -76,13 +94,18 @@ def test_verdict_and_exit_code_come_from_the_catalog():
 
 
 def test_findings_command_lists_the_catalog():
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "findings", "--json"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "findings", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["schema"] == "ddpdoctor.findings" and [x["id"] for x in doc["findings"]] == list(CATALOG)
     hang = next(x for x in doc["findings"] if x["id"] == "hang.rank-conditional-collective")
     assert (hang["family"], hang["severity"], hang["verdict"], hang["exit_code"]) == ("hang", "error", "hang", 3)
-    text = subprocess.run([sys.executable, "-m", "ddpdoctor", "findings", "--family", "memleak"],
-                          capture_output=True, text=True, timeout=60).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "findings", "--family", "memleak"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "memleak.autograd-graph" in text and "hang.timeout" not in text

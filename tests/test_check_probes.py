@@ -41,7 +41,7 @@ def test_sampler_seed_differs_across_ranks(tmp_path):
     r = check(tmp_path, "check_sampler_seed.py")
     f = finding(r.report, "data.sampler-seed-mismatch")
     assert f["evidence"]["seeds"] == {"0": 1234, "1": 1235}
-    assert f["culprits"] == [1]   # no majority of two: the rank that differs from rank 0
+    assert f["culprits"] == [1]  # no majority of two: the rank that differs from rank 0
     assert lines_of(f, 1) == {marker_line(PROBES / "check_sampler_seed.py", "SEED")}  # where the seed is given
     ids = [x["id"] for x in r.report["findings"]]
     assert "data.shard-overlap" in ids  # what the mismatch does to the shards, measured

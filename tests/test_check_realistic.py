@@ -150,11 +150,28 @@ def test_two_ddp_models_gan_style(tmp_path):
 
 # -- hints against the evidence (hand-built records) ------------------------------------------------------
 
+
 def _loader(b, rank, t, ordinal=0, **kw):
-    fields = dict(lid=100 + ordinal, ordinal=ordinal, sampler="DistributedSampler", sampler_sid=7, distributed=True,
-                  shuffle=True, iterable=False, dataset="D", dataset_len=40, batches=5, batch_size=4,
-                  drop_last=False, num_workers=0, prefetch=0, subset_digest=None, subset=None, data_fp="f",
-                  site=["/work/train.py", 12, "main"])
+    fields = dict(
+        lid=100 + ordinal,
+        ordinal=ordinal,
+        sampler="DistributedSampler",
+        sampler_sid=7,
+        distributed=True,
+        shuffle=True,
+        iterable=False,
+        dataset="D",
+        dataset_len=40,
+        batches=5,
+        batch_size=4,
+        drop_last=False,
+        num_workers=0,
+        prefetch=0,
+        subset_digest=None,
+        subset=None,
+        data_fp="f",
+        site=["/work/train.py", 12, "main"],
+    )
     fields.update(kw)
     b.add(rank, "checks.jsonl", "loader", t, **fields)
     b.add(rank, "checks.jsonl", "loader_train", t + 0.1, ordinal=ordinal, by="step")
@@ -184,11 +201,41 @@ def test_shard_overlap_names_different_dataset_lengths_not_seeds(tmp_path):
     for r, n in enumerate((8, 10)):
         b.start(r)
         idx = list(range(r, n, 2))[:4] if r == 0 else [0, 2, 4, 6, 8]
-        b.add(r, "checks.jsonl", "sampler_init", 0.5, sid=7, ordinal=0, shuffle=False, seed=0, drop_last=False,
-              num_replicas=2, sampler_rank=r, dataset_len=n, site=["/work/train.py", 9, "main"])
-        b.add(r, "checks.jsonl", "sampler", 1.0, sid=7, ordinal=0, k=0, epoch=0, seed=0, shuffle=False,
-              drop_last=False, num_replicas=2, sampler_rank=r, dataset_len=n, n=len(idx), digest=f"d{r}",
-              indices=idx, site=["/work/train.py", 15, "main"])
+        b.add(
+            r,
+            "checks.jsonl",
+            "sampler_init",
+            0.5,
+            sid=7,
+            ordinal=0,
+            shuffle=False,
+            seed=0,
+            drop_last=False,
+            num_replicas=2,
+            sampler_rank=r,
+            dataset_len=n,
+            site=["/work/train.py", 9, "main"],
+        )
+        b.add(
+            r,
+            "checks.jsonl",
+            "sampler",
+            1.0,
+            sid=7,
+            ordinal=0,
+            k=0,
+            epoch=0,
+            seed=0,
+            shuffle=False,
+            drop_last=False,
+            num_replicas=2,
+            sampler_rank=r,
+            dataset_len=n,
+            n=len(idx),
+            digest=f"d{r}",
+            indices=idx,
+            site=["/work/train.py", 15, "main"],
+        )
     f = next(f for f in data_mod.detect(load_run(tmp_path / "run"), Config()) if f.id == "data.shard-overlap")
     assert "different lengths" in f.message and "seed" not in f.hint
     assert f.evidence["dataset_lens"] == {0: 8, 1: 10}

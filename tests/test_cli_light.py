@@ -49,8 +49,23 @@ def test_run_directory_is_private(tmp_path):
 
 
 def test_wheel_carries_the_probes_and_installs_them(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(ROOT)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     wheel = next((tmp_path / "dist").glob("ddpdoctor-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for probe in PROBES.glob("*.py"):
@@ -58,10 +73,24 @@ def test_wheel_carries_the_probes_and_installs_them(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   timeout=300, capture_output=True)
-    out = subprocess.run([str(py), "-c", "from importlib.resources import files; "
-                          "p = files('ddpdoctor.probes') / 'healthy.py'; print(p, p.is_file())"],
-                         capture_output=True, text=True, check=True, timeout=60, cwd=tmp_path).stdout
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    out = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "from importlib.resources import files; "
+            "p = files('ddpdoctor.probes') / 'healthy.py'; print(p, p.is_file())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=tmp_path,
+    ).stdout
     path, ok = out.split()
     assert ok == "True" and Path(path).is_relative_to(venv)

@@ -67,10 +67,14 @@ def test_memleak_figures_and_memory_slope_gate(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     not_json = tmp_path / "x.json"
     not_json.write_text("{")
-    no_figs = _write(tmp_path / "old.json", {"schema": "ddpdoctor.report", "version": 2, "command": "hang",
-                                               "findings": []})
-    for args in (["compare", str(not_json), str(not_json)], ["compare", no_figs, no_figs],
-                 ["compare", str(tmp_path / "missing.json"), no_figs]):
+    no_figs = _write(
+        tmp_path / "old.json", {"schema": "ddpdoctor.report", "version": 2, "command": "hang", "findings": []}
+    )
+    for args in (
+        ["compare", str(not_json), str(not_json)],
+        ["compare", no_figs, no_figs],
+        ["compare", str(tmp_path / "missing.json"), no_figs],
+    ):
         res = ddpdoctor(args, tmp_path, json_report=False)
         assert res.code == 2, (args, res.err)
         assert res.err.startswith("ddpdoctor: error:") and len(res.err.strip().splitlines()) == 1, res.err

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ddpdoctor, finding
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -24,8 +23,14 @@ FAULTS = [c for c in FAST if c["primary"]]
 
 
 def run(tmp_path, case):
-    args = [case["command"], "--script", str(CORPUS / case["script"]), "--nproc-per-node", str(case["nproc"]),
-            *case["options"]]
+    args = [
+        case["command"],
+        "--script",
+        str(CORPUS / case["script"]),
+        "--nproc-per-node",
+        str(case["nproc"]),
+        *case["options"],
+    ]
     if case["args"]:
         args += ["--", *case["args"]]
     return ddpdoctor(args, tmp_path, timeout=180, cwd=tmp_path)

@@ -16,8 +16,13 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts" / "culprits"
 
 def _hang(tmp_path, name: str, n: int = 2, env: dict | None = None, cwd: Path | None = None):
     script = SCRIPTS / f"{name}.py"
-    r = ddpdoctor(["hang", "--script", str(script), "--nproc-per-node", str(n), "--timeout", "40"], tmp_path,
-                  timeout=240, env=env, cwd=cwd)
+    r = ddpdoctor(
+        ["hang", "--script", str(script), "--nproc-per-node", str(n), "--timeout", "40"],
+        tmp_path,
+        timeout=240,
+        env=env,
+        cwd=cwd,
+    )
     assert r.code == 3, r.out + r.err[-3000:]
     assert r.report is not None
     return script, r
@@ -67,7 +72,7 @@ def test_async_extra_through_a_helper_method_names_the_rank0_only_call(tmp_path)
     assert _roles(f, "diverged") == {(0, marker_line(script, "EXTRA"))}
     assert _roles(f, "call that led here") == {(0, marker_line(script, "CALL"))}
     assert (1, marker_line(script, "GATHER")) in _roles(f, "waiting")
-    assert {rk for rk, _ in _roles(f, "blocked")} == {0, 1}   # both wait in w.wait()
+    assert {rk for rk, _ in _roles(f, "blocked")} == {0, 1}  # both wait in w.wait()
 
 
 def test_async_extra_from_a_shared_launch_line_is_an_insertion_on_rank0(tmp_path):
@@ -100,7 +105,7 @@ def test_module_level_loop_early_exit_is_placed_at_the_break_not_in_runpy(tmp_pa
     _no_location_outside_user_files(r.report)
     assert "<frozen" not in r.out
     rank0 = next(x for x in r.report["ranks"] if x["rank"] == 0)
-    if rank0["state"] == "crashed":   # it lost its peer: a victim, not its own failure
+    if rank0["state"] == "crashed":  # it lost its peer: a victim, not its own failure
         assert "victim" in rank0["detail"] and "raised" not in rank0["detail"], rank0
     for other in r.report["findings"]:
         assert 0 not in other.get("culprits", []), other

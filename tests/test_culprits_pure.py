@@ -42,10 +42,24 @@ def sym(rank, x):
         dist.barrier()
 """
 COMMON, GUARDED, BARRIER, GATHER, UNGUARDED, SYM_IF, SYM_ELSE = 5, 7, 8, 9, 13, 18, 20
-FUNC = {COMMON: "step", GUARDED: "step", BARRIER: "step", GATHER: "step", UNGUARDED: "log", SYM_IF: "sym",
-        SYM_ELSE: "sym"}
-OPS = {COMMON: "all_reduce", GUARDED: "all_reduce", BARRIER: "barrier", GATHER: "all_gather",
-       UNGUARDED: "broadcast", SYM_IF: "all_reduce", SYM_ELSE: "barrier"}
+FUNC = {
+    COMMON: "step",
+    GUARDED: "step",
+    BARRIER: "step",
+    GATHER: "step",
+    UNGUARDED: "log",
+    SYM_IF: "sym",
+    SYM_ELSE: "sym",
+}
+OPS = {
+    COMMON: "all_reduce",
+    GUARDED: "all_reduce",
+    BARRIER: "barrier",
+    GATHER: "all_gather",
+    UNGUARDED: "broadcast",
+    SYM_IF: "all_reduce",
+    SYM_ELSE: "barrier",
+}
 
 
 class Run:
@@ -66,24 +80,67 @@ class Run:
 
     def call(self, rank: int, seq: int, line: int) -> None:
         shapes = [] if OPS[line] == "barrier" else [[4]]
-        self.b.add(rank, "ledger.jsonl", "coll", 1.0 + seq / 100, op=OPS[line], group="0", seq=[seq, seq],
-                   shapes=shapes, dtypes=["float32"] * len(shapes), site=self.site(line), t0=1.0, t1=1.0, err=None)
+        self.b.add(
+            rank,
+            "ledger.jsonl",
+            "coll",
+            1.0 + seq / 100,
+            op=OPS[line],
+            group="0",
+            seq=[seq, seq],
+            shapes=shapes,
+            dtypes=["float32"] * len(shapes),
+            site=self.site(line),
+            t0=1.0,
+            t1=1.0,
+            err=None,
+        )
 
     def waits(self, rank: int, seq: int, line: int, where: list | None = None) -> None:
-        p = {"op": OPS[line], "group": "0", "seq": seq, "shapes": [] if OPS[line] == "barrier" else [[4]],
-             "dtypes": ["float32"], "site": self.site(line), "since": 2.0}
+        p = {
+            "op": OPS[line],
+            "group": "0",
+            "seq": seq,
+            "shapes": [] if OPS[line] == "barrier" else [[4]],
+            "dtypes": ["float32"],
+            "site": self.site(line),
+            "since": 2.0,
+        }
         for t in (2.1, 5.0):
-            self.b.add(rank, "heartbeat.jsonl", "hb", t, step=3, ncoll=seq, seq={"0": seq}, pending=p,
-                       where=where or self.site(line), in_backward=False, in_ddp_forward=False)
+            self.b.add(
+                rank,
+                "heartbeat.jsonl",
+                "hb",
+                t,
+                step=3,
+                ncoll=seq,
+                seq={"0": seq},
+                pending=p,
+                where=where or self.site(line),
+                in_backward=False,
+                in_ddp_forward=False,
+            )
 
     def lost_peer(self, rank: int, seq: int) -> None:
         """The rank raised gloo's transport error (a victim) after issuing ``seq``."""
-        self.b.add(rank, "heartbeat.jsonl", "hb", 2.1, step=3, ncoll=seq, seq={"0": seq}, pending=None,
-                   where=["<frozen runpy>", 88, "_run_code"], in_backward=False, in_ddp_forward=False)
+        self.b.add(
+            rank,
+            "heartbeat.jsonl",
+            "hb",
+            2.1,
+            step=3,
+            ncoll=seq,
+            seq={"0": seq},
+            pending=None,
+            where=["<frozen runpy>", 88, "_run_code"],
+            in_backward=False,
+            in_ddp_forward=False,
+        )
         self.b.add(rank, "events.jsonl", "finish", 5.0, code=1, ddp_fwd=3, ncoll=seq, seq={"0": seq}, exception=True)
         (self.b.root / "ranks" / str(rank) / "error.json").write_text(
             '{"type": "RuntimeError", "message": "[/x/pair.cc:1] Connection closed by peer [127.0.0.1]:1", '
-            '"frames": [["<frozen runpy>", 88, "_run_code"]], "user_frame": null}')
+            '"frames": [["<frozen runpy>", 88, "_run_code"]], "user_frame": null}'
+        )
 
     def report(self):
         self.b.add(None, "monitor.jsonl", "verdict", 5.0, mode="certain", reason="x")
@@ -106,14 +163,17 @@ def test_rank_tested_extra_call_met_by_a_barrier_names_rank0_alone(tmp_path):
     f = run.report().findings[0]
     assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
     assert {(l.rank, l.line, l.role) for l in f.locations} >= {
-        (0, GUARDED, "diverged"), (0, GUARDED - 1, "rank test that led here"), (1, BARRIER, "waiting")}
+        (0, GUARDED, "diverged"),
+        (0, GUARDED - 1, "rank test that led here"),
+        (1, BARRIER, "waiting"),
+    }
     assert f.evidence["attribution"]["how"] == "rank test"
 
 
 def test_async_insertion_without_a_rank_test_names_the_rank_with_one_call_more(tmp_path):
     run = Run(tmp_path, 2)
     _prefix(run, 4)
-    for s, line in ((5, UNGUARDED), (6, GATHER)):   # rank 0: the extra broadcast, then what rank 1 made at #5
+    for s, line in ((5, UNGUARDED), (6, GATHER)):  # rank 0: the extra broadcast, then what rank 1 made at #5
         run.call(0, s, line)
     run.waits(0, 5, UNGUARDED)
     run.call(1, 5, GATHER)
@@ -140,10 +200,10 @@ def test_later_calls_that_contradict_an_insertion_keep_the_ranks_suspects(tmp_pa
     run = Run(tmp_path, 2)
     _prefix(run, 4)
     run.call(0, 5, UNGUARDED)
-    run.call(0, 6, BARRIER)     # not what rank 1 made at #5: no insertion on rank 0
+    run.call(0, 6, BARRIER)  # not what rank 1 made at #5: no insertion on rank 0
     run.waits(0, 6, BARRIER)
     run.call(1, 5, GATHER)
-    run.call(1, 6, GATHER)      # nor on rank 1
+    run.call(1, 6, GATHER)  # nor on rank 1
     run.waits(1, 6, GATHER)
     f = run.report().findings[0]
     assert f.id == "hang.divergent-collective" and f.culprits == (), f.message
@@ -164,6 +224,7 @@ def test_three_ranks_that_all_make_the_rank_tested_call_outvote_nothing(tmp_path
 
 # ---- the verdict invariants over generated records ----
 
+
 def _oracle_insertion(seqs: dict[int, list[int]], n: int) -> set[int] | None:
     """Independently of the analysis: the ranks whose calls after the divergence are the others' calls
     from the divergence (one call more), when exactly one group of ranks fits."""
@@ -174,8 +235,10 @@ def _oracle_insertion(seqs: dict[int, list[int]], n: int) -> set[int] | None:
     for rs in groups.values():
         others = [o for o in range(n) if o not in rs]
         overlap = [(seqs[r][1:], seqs[o]) for r in rs for o in others]
-        if all(a and b and [OPS[x] for x in a[:min(len(a), len(b))]] == [OPS[x] for x in b[:min(len(a), len(b))]]
-               for a, b in overlap):
+        if all(
+            a and b and [OPS[x] for x in a[: min(len(a), len(b))]] == [OPS[x] for x in b[: min(len(a), len(b))]]
+            for a, b in overlap
+        ):
             fits.append(set(rs))
     return fits[0] if len(fits) == 1 else None
 
@@ -190,7 +253,7 @@ def test_invariants_over_random_divergences(tmp_path):
         _prefix(run, k)
         extra = set(rng.sample(range(n), rng.randint(1, n - 1)))
         guarded = rng.random() < 0.5
-        insert_seen = rng.random() < 0.5        # the extra ranks also issued their next (async) call
+        insert_seen = rng.random() < 0.5  # the extra ranks also issued their next (async) call
         line = GUARDED if guarded else UNGUARDED
         nxt = rng.choice([BARRIER, GATHER])
         victims_lost = [r for r in range(n) if r not in extra and rng.random() < 0.3]
@@ -205,8 +268,9 @@ def test_invariants_over_random_divergences(tmp_path):
             if r in victims_lost:
                 run.lost_peer(r, k + 1)
             else:
-                run.waits(r, k + 1, seqs[r][0], where=["<frozen runpy>", 88, "_run_code"] if rng.random() < 0.3
-                          else None)
+                run.waits(
+                    r, k + 1, seqs[r][0], where=["<frozen runpy>", 88, "_run_code"] if rng.random() < 0.3 else None
+                )
         report = run.report()
         hang = [f for f in report.findings if f.id.startswith("hang.")]
         assert hang, (i, [f.id for f in report.findings])
@@ -257,10 +321,22 @@ def test_invariants_over_random_early_exits_whose_peers_lost_them(tmp_path):
             for s in range(1, last + 1):
                 run.call(r, s, COMMON)
             if r in gone:
-                run.b.add(r, "heartbeat.jsonl", "hb", 1.5, step=3, ncoll=last, seq={"0": last}, pending=None,
-                          where=["<frozen runpy>", 88, "_run_code"], in_backward=False, in_ddp_forward=False)
-                run.b.add(r, "events.jsonl", "finish", 1.6, code=0, ddp_fwd=3, ncoll=last, seq={"0": last},
-                          exception=False)
+                run.b.add(
+                    r,
+                    "heartbeat.jsonl",
+                    "hb",
+                    1.5,
+                    step=3,
+                    ncoll=last,
+                    seq={"0": last},
+                    pending=None,
+                    where=["<frozen runpy>", 88, "_run_code"],
+                    in_backward=False,
+                    in_ddp_forward=False,
+                )
+                run.b.add(
+                    r, "events.jsonl", "finish", 1.6, code=0, ddp_fwd=3, ncoll=last, seq={"0": last}, exception=False
+                )
             else:
                 run.lost_peer(r, k)
         run.b.add(None, "monitor.jsonl", "exit", 6.0, returncode=1)
@@ -293,5 +369,5 @@ def test_half_of_256_ranks_extra_is_named_without_a_majority_and_fast(tmp_path):
     f = diagnose(record, CFG).findings[0]
     took = time.perf_counter() - t0
     assert f.id == "hang.rank-conditional-collective" and f.culprits == tuple(range(0, 256, 2)), f.message
-    assert f.message.count("128 ranks [0,2,4") == 2, f.message   # who issued what, and who diverged; no more
+    assert f.message.count("128 ranks [0,2,4") == 2, f.message  # who issued what, and who diverged; no more
     assert took < 5.0, took

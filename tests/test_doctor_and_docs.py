@@ -5,13 +5,27 @@ from __future__ import annotations
 import re
 from xml.etree import ElementTree as ET
 
-from helpers import ROOT, ddpdoctor
+from helpers import ddpdoctor
 
 
 def test_doctor_runs_probes_and_reports_each(tmp_path):
     junit = tmp_path / "doctor.xml"
-    r = ddpdoctor(["doctor", "--skip-health", "--only", "healthy.py", "--only", "shape_mismatch.py", "--run-dir", str(tmp_path / "d"),
-                   "--junit", str(junit)], tmp_path, json_report=False)
+    r = ddpdoctor(
+        [
+            "doctor",
+            "--skip-health",
+            "--only",
+            "healthy.py",
+            "--only",
+            "shape_mismatch.py",
+            "--run-dir",
+            str(tmp_path / "d"),
+            "--junit",
+            str(junit),
+        ],
+        tmp_path,
+        json_report=False,
+    )
     assert r.code == 0, r.out + r.err[-2000:]
     suite = ET.fromstring(junit.read_text())
     assert (suite.get("tests"), suite.get("failures")) == ("2", "0")

@@ -7,20 +7,42 @@ import stat
 from xml.etree import ElementTree as ET
 
 import pytest
-
 from helpers import ddpdoctor
 
 from ddpdoctor.health import analyze
 
-OPS = {"all_reduce sum", "all_reduce max", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv",
-       "barrier"}
+OPS = {
+    "all_reduce sum",
+    "all_reduce max",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "send_recv",
+    "barrier",
+}
 
 
 def test_doctor_health_and_one_probe(tmp_path):
     junit = tmp_path / "doctor.xml"
     out = tmp_path / "doctor.json"
-    r = ddpdoctor(["doctor", "--only", "healthy.py", "--sizes", "64K,256K", "--run-dir", str(tmp_path / "d"),
-                   "--json", str(out), "--junit", str(junit)], tmp_path, json_report=False)
+    r = ddpdoctor(
+        [
+            "doctor",
+            "--only",
+            "healthy.py",
+            "--sizes",
+            "64K,256K",
+            "--run-dir",
+            str(tmp_path / "d"),
+            "--json",
+            str(out),
+            "--junit",
+            str(junit),
+        ],
+        tmp_path,
+        json_report=False,
+    )
     assert r.code == 0, r.out + r.err[-3000:]
     assert "Traceback" not in r.err
     rep = json.loads(out.read_text())
@@ -36,8 +58,9 @@ def test_doctor_health_and_one_probe(tmp_path):
     assert any(c["bytes"] % (2 * 4) for c in rep["collectives"] if c["dtype"] == "float32")
     # nccl-tests' bus bandwidth definitions, for 2 ranks
     bw = {(b["op"], b["bytes"]): b for b in rep["bandwidth"]}
-    assert set(bw) == {(op, n) for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-                       for n in (64 << 10, 256 << 10)}
+    assert set(bw) == {
+        (op, n) for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast") for n in (64 << 10, 256 << 10)
+    }
     for (op, n), b in bw.items():
         assert b["algbw_gbps"] == pytest.approx(n / (b["time_us"] * 1e-6) / 1e9, rel=2e-3)
         factor = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}[op]
@@ -51,7 +74,9 @@ def test_doctor_health_and_one_probe(tmp_path):
     suite = ET.fromstring(junit.read_text())
     classes = {tc.get("classname").rsplit(".", 1)[1] for tc in suite.findall("testcase")}
     assert classes == {"environment", "collectives", "bandwidth", "probes"}
-    assert suite.get("failures") == "0" and int(suite.get("tests")) == 8 + 22 + 8 + 1  # 8 environment checks (flight-recorder added)
+    assert (
+        suite.get("failures") == "0" and int(suite.get("tests")) == 8 + 22 + 8 + 1
+    )  # 8 environment checks (flight-recorder added)
     health = tmp_path / "d" / "health"
     assert stat.S_IMODE(health.stat().st_mode) == 0o700
     assert sorted(p.name for p in (health / "ranks").iterdir()) == ["0.json", "1.json"]
@@ -59,8 +84,12 @@ def test_doctor_health_and_one_probe(tmp_path):
 
 def test_missing_socket_interface_is_a_finding_with_a_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
-    r = ddpdoctor(["doctor", "--skip-probes", "--run-dir", str(tmp_path / "d"), "--json", "-"], tmp_path,
-                  json_report=False, timeout=60)
+    r = ddpdoctor(
+        ["doctor", "--skip-probes", "--run-dir", str(tmp_path / "d"), "--json", "-"],
+        tmp_path,
+        json_report=False,
+        timeout=60,
+    )
     assert r.code == 1, r.err[-2000:]
     assert "Traceback" not in r.err + r.out
     rep = json.loads(r.out)
@@ -69,17 +98,32 @@ def test_missing_socket_interface_is_a_finding_with_a_fix(tmp_path, monkeypatch)
 
 
 def _rank(r: int, detail_bad: bool = False, unsupported: bool = False) -> dict:
-    rows = [{"op": "all_reduce sum", "dtype": "float32", "bytes": 16396, "ok": True, "detail": "", "seconds": 0.01},
-            {"op": "reduce_scatter", "dtype": "float32", "bytes": 8248, "ok": True, "detail": "", "seconds": 0.01}]
+    rows = [
+        {"op": "all_reduce sum", "dtype": "float32", "bytes": 16396, "ok": True, "detail": "", "seconds": 0.01},
+        {"op": "reduce_scatter", "dtype": "float32", "bytes": 8248, "ok": True, "detail": "", "seconds": 0.01},
+    ]
     if detail_bad:
         rows[0].update(ok=False, detail="1 of 4099 elements wrong; first at index 7: 3 instead of 9")
     if unsupported:
-        rows[1].update(ok=None, supported=False, raised=True, detail="RuntimeError: ProcessGroupGloo does not support "
-                                                                      "reduce_scatter")
-    return {"rank": r, "stage": "done", "world_size": 4, "error": None, "clock": 1000.0,
-            "env": {"host": "h"}, "collectives": rows,
-            "bandwidth": [{"op": "all_reduce", "bytes": 1 << 20, "iters": 5, "time_s": 0.001 * (1 + (r == 2))},
-                          {"op": "all_gather", "bytes": 1 << 20, "iters": 5, "time_s": 0.001}]}
+        rows[1].update(
+            ok=None,
+            supported=False,
+            raised=True,
+            detail="RuntimeError: ProcessGroupGloo does not support reduce_scatter",
+        )
+    return {
+        "rank": r,
+        "stage": "done",
+        "world_size": 4,
+        "error": None,
+        "clock": 1000.0,
+        "env": {"host": "h"},
+        "collectives": rows,
+        "bandwidth": [
+            {"op": "all_reduce", "bytes": 1 << 20, "iters": 5, "time_s": 0.001 * (1 + (r == 2))},
+            {"op": "all_gather", "bytes": 1 << 20, "iters": 5, "time_s": 0.001},
+        ],
+    }
 
 
 def test_wrong_result_unsupported_op_and_busbw_floor_from_rank_results():
@@ -104,14 +148,25 @@ def test_wrong_result_unsupported_op_and_busbw_floor_from_rank_results():
 
 
 def test_launch_errors_are_classified():
-    c = analyze.classify("[W1130 21:55:14.788 socket.cpp:764] [c10d] The client socket has failed to connect to "
-                         "[::ffff:192.0.2.99]:29544 (errno: 113 - No route to host).")
+    c = analyze.classify(
+        "[W1130 21:55:14.788 socket.cpp:764] [c10d] The client socket has failed to connect to "
+        "[::ffff:192.0.2.99]:29544 (errno: 113 - No route to host)."
+    )
     assert c and c[0] == "doctor.master-unreachable" and c[3].startswith("The client socket")
     assert analyze.classify("RuntimeError: ... Unable to find address for: eth9")[0] == "doctor.socket-ifname"
     assert analyze.classify("EADDRINUSE: address already in use")[0] == "doctor.port-in-use"
-    init = {r: {"rank": r, "stage": "init", "error": {"stage": "init", "type": "RuntimeError",
-                                                   "message": "[enforce fail] Unable to find address for: eth9"}}
-            for r in (0, 1)}
+    init = {
+        r: {
+            "rank": r,
+            "stage": "init",
+            "error": {
+                "stage": "init",
+                "type": "RuntimeError",
+                "message": "[enforce fail] Unable to find address for: eth9",
+            },
+        }
+        for r in (0, 1)
+    }
     fs = analyze.findings(init, 2, [], [], "gloo", None, None, "", set())
     assert [f.id for f in fs] == ["doctor.socket-ifname"] and "eth9" in fs[0].message and fs[0].culprits == (0, 1)
     assert analyze.findings(init, 2, [], [], "gloo", None, None, "", {"doctor.socket-ifname"}) == []

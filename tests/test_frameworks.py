@@ -11,14 +11,16 @@ import ast
 import importlib.util
 
 import pytest
-
 from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
 
 FW = ROOT / "tests" / "frameworks"
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("lightning", "accelerate")}
-needs_lightning = pytest.mark.skipif(not HAVE["lightning"], reason="lightning is not installed (pip install -e '.[frameworks]')")
-needs_accelerate = pytest.mark.skipif(not HAVE["accelerate"],
-                                      reason="accelerate is not installed (pip install -e '.[frameworks]')")
+needs_lightning = pytest.mark.skipif(
+    not HAVE["lightning"], reason="lightning is not installed (pip install -e '.[frameworks]')"
+)
+needs_accelerate = pytest.mark.skipif(
+    not HAVE["accelerate"], reason="accelerate is not installed (pip install -e '.[frameworks]')"
+)
 
 
 def _run(tmp_path, command, script, *extra, timeout=90):
@@ -43,9 +45,15 @@ def _check_fault(r, fid, script, culprits, markers=("FAULT",)):
 
 # -- healthy scripts --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["hang", "check"])
-@pytest.mark.parametrize("name", [pytest.param("lightning_healthy", marks=needs_lightning),
-                                  pytest.param("accelerate_healthy", marks=needs_accelerate)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("lightning_healthy", marks=needs_lightning),
+        pytest.param("accelerate_healthy", marks=needs_accelerate),
+    ],
+)
 def test_healthy_framework_script_has_no_error(tmp_path, name, command):
     r = _run(tmp_path, command, FW / f"{name}.py")
     assert r.code == 0, r.out + r.err[-3000:]
@@ -81,8 +89,14 @@ def test_lightning_own_sampler_is_healthy_and_devices_sets_the_rank_count(tmp_pa
 
 # -- planted faults ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [pytest.param("lightning_rank0_gather", marks=needs_lightning),
-                                  pytest.param("accelerate_rank0_gather", marks=needs_accelerate)])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("lightning_rank0_gather", marks=needs_lightning),
+        pytest.param("accelerate_rank0_gather", marks=needs_accelerate),
+    ],
+)
 def test_rank0_only_collective_in_framework_code_is_located_at_the_users_line(tmp_path, name):
     script = FW / f"{name}.py"
     r = _run(tmp_path, "hang", script)
@@ -95,8 +109,9 @@ def test_rank0_only_collective_in_framework_code_is_located_at_the_users_line(tm
 @needs_accelerate
 def test_accelerate_custom_loop_without_set_epoch(tmp_path):
     script = FW / "accelerate_no_set_epoch.py"
-    f = _check_fault(_run(tmp_path, "check", script), "data.missing-set-epoch", script, (0, 1),
-                     markers=("FAULT", "FAULT-LOOP"))
+    f = _check_fault(
+        _run(tmp_path, "check", script), "data.missing-set-epoch", script, (0, 1), markers=("FAULT", "FAULT-LOOP")
+    )
     assert "accelerator.prepare" in f["hint"], f["hint"]
 
 
@@ -129,18 +144,22 @@ def test_plain_script_without_sampler_still_overlaps(tmp_path):
 
 # -- Lightning's own launcher: devices=N read from the script -----------------------------------------------------
 
-@pytest.mark.parametrize("src,want", [
-    ("import lightning as L\nL.Trainer(devices=4, strategy='ddp')", 4),
-    ("from lightning.pytorch import Trainer\nTrainer(accelerator='cpu', devices='3')", 3),
-    ("import pytorch_lightning as pl\npl.Trainer(devices=[0, 1])", 2),
-    ("Trainer(devices='auto')", None),
-    ("Trainer(devices=-1)", None),
-    ("Trainer(devices=n)", None),
-    ("Trainer(devices=2)\nTrainer(devices=2, fast_dev_run=True)", 2),
-    ("Trainer(devices=2)\nTrainer(devices=4)", None),
-    ("Fabric(devices=2)", 2),
-    ("model.fit(devices=3)", None),
-])
+
+@pytest.mark.parametrize(
+    "src,want",
+    [
+        ("import lightning as L\nL.Trainer(devices=4, strategy='ddp')", 4),
+        ("from lightning.pytorch import Trainer\nTrainer(accelerator='cpu', devices='3')", 3),
+        ("import pytorch_lightning as pl\npl.Trainer(devices=[0, 1])", 2),
+        ("Trainer(devices='auto')", None),
+        ("Trainer(devices=-1)", None),
+        ("Trainer(devices=n)", None),
+        ("Trainer(devices=2)\nTrainer(devices=2, fast_dev_run=True)", 2),
+        ("Trainer(devices=2)\nTrainer(devices=4)", None),
+        ("Fabric(devices=2)", 2),
+        ("model.fit(devices=3)", None),
+    ],
+)
 def test_trainer_devices_from_the_script(src, want):
     from ddpdoctor.launch.script import trainer_devices
 
@@ -148,6 +167,7 @@ def test_trainer_devices_from_the_script(src, want):
 
 
 # -- leaks and stragglers through the frameworks ----------------------------------------------------------------
+
 
 @needs_lightning
 def test_lightning_healthy_under_memleak(tmp_path):
@@ -167,7 +187,7 @@ def test_lightning_module_keeping_losses_with_graphs_is_a_leak_at_the_users_line
 def test_accelerate_straggler_is_named_with_its_line(tmp_path):
     script = FW / "accelerate_straggler.py"
     r = _run(tmp_path, "profile", script, timeout=120)
-    assert r.code == 0, r.out + r.err[-3000:]   # a straggler is a warning
+    assert r.code == 0, r.out + r.err[-3000:]  # a straggler is a warning
     f = finding(r.report, "profile.straggler")
     assert f["culprits"] == [1], f
     assert marker_line(script, "FAULT") in lines_of(f, 1), f["locations"]

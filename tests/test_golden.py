@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +29,7 @@ def test_golden_run_directory(tmp_path, name):
     if not src.is_dir():
         pytest.fail(f"{src} is missing: run tests/golden/record.sh")
     run = tmp_path / name
-    shutil.copytree(src, run)   # analyze writes its pictures into the run directory
+    shutil.copytree(src, run)  # analyze writes its pictures into the run directory
     r = ddpdoctor(["analyze", str(run)], tmp_path, timeout=60, cwd=ROOT)
     assert r.report is not None, r.err[-2000:]
     assert r.code == code, (r.code, [(f["id"], f["severity"]) for f in r.report["findings"]])

@@ -74,7 +74,9 @@ def test_exception_in_dataloader_worker_points_at_the_worker_line(tmp_path):
     assert r.code == 1, r.err[-2000:]
     f = finding(r.report, "crash.exception")
     raised = [l for l in f["locations"] if l["role"].startswith("raised")]
-    assert [(l["rank"], l["line"]) for l in raised] == [(1, marker_line(PROBES / "dataloader_crash.py", "WORKER_RAISE"))]
+    assert [(l["rank"], l["line"]) for l in raised] == [
+        (1, marker_line(PROBES / "dataloader_crash.py", "WORKER_RAISE"))
+    ]
     assert "KeyError" in f["message"]
 
 

@@ -16,19 +16,22 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from helpers import PROBES, ddpdoctor, marker_line
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium): "
-                                   "the browser checks are skipped; the *_parsed tests check the same file")
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (apt-get install chromium): "
+    "the browser checks are skipped; the *_parsed tests check the same file",
+)
 INJECT = "# <script>document.title='pwned'</script> & <b>not bold</b>"
 
 
 # --- a small DOM from html.parser -------------------------------------------------------------------------
 
+
 class Node:
-    def __init__(self, tag: str, attrs: dict[str, str], parent: "Node | None") -> None:
+    def __init__(self, tag: str, attrs: dict[str, str], parent: Node | None) -> None:
         self.tag, self.attrs, self.parent, self.children, self.texts = tag, attrs, parent, [], []
 
     def text(self) -> str:
@@ -40,14 +43,39 @@ class Node:
             if isinstance(c, Node):
                 yield from c.walk()
 
-    def find_all(self, tag: str | None = None, **attrs: str) -> list["Node"]:
-        return [n for n in self.walk() if (tag is None or n.tag == tag) and
-                all(attrs[k] in (n.attrs.get(k.rstrip("_")) or "").split() if k == "class_" else
-                    n.attrs.get(k) == v for k, v in attrs.items())]
+    def find_all(self, tag: str | None = None, **attrs: str) -> list[Node]:
+        return [
+            n
+            for n in self.walk()
+            if (tag is None or n.tag == tag)
+            and all(
+                attrs[k] in (n.attrs.get(k.rstrip("_")) or "").split() if k == "class_" else n.attrs.get(k) == v
+                for k, v in attrs.items()
+            )
+        ]
 
 
-_VOID = {"meta", "br", "link", "img", "input", "hr", "col", "source", "wbr", "area", "base", "embed", "param",
-         "track", "rect", "polyline", "path", "line", "circle"}
+_VOID = {
+    "meta",
+    "br",
+    "link",
+    "img",
+    "input",
+    "hr",
+    "col",
+    "source",
+    "wbr",
+    "area",
+    "base",
+    "embed",
+    "param",
+    "track",
+    "rect",
+    "polyline",
+    "path",
+    "line",
+    "circle",
+}
 
 
 class _Builder(HTMLParser):
@@ -84,8 +112,16 @@ def dom(html: str) -> Node:
 
 def browser_dom(path: Path, tmp: Path) -> str:
     """The DOM chromium built from the file, serialised (bounded; the browser's process group is ended)."""
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           f"--user-data-dir={tmp / 'chromium-profile'}", "--dump-dom", path.resolve().as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        "--dump-dom",
+        path.resolve().as_uri(),
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=90)
@@ -93,7 +129,7 @@ def browser_dom(path: Path, tmp: Path) -> str:
         out = ""
     finally:
         try:
-            os.killpg(p.pid, signal.SIGKILL)   # the browser's helpers too
+            os.killpg(p.pid, signal.SIGKILL)  # the browser's helpers too
         except ProcessLookupError:
             pass
         p.wait(timeout=10)
@@ -103,7 +139,8 @@ def browser_dom(path: Path, tmp: Path) -> str:
 
 # --- the runs (once per module) ---------------------------------------------------------------------------
 
-pytestmark = pytest.mark.xdist_group("html")   # one worker runs the module fixture's four runs once
+pytestmark = pytest.mark.xdist_group("html")  # one worker runs the module fixture's four runs once
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
@@ -115,14 +152,34 @@ def runs(tmp_path_factory) -> dict:
     script = tmp / "rank_conditional.py"
     script.write_text("\n".join(src) + "\n")
     out = {
-        "hang": (ddpdoctor(["hang", "--script", str(script)], tmp), "hang.rank-conditional-collective", {0},
-                 script, "EXTRA"),
-        "memleak": (ddpdoctor(["memleak", "--script", str(PROBES / "leak_graph.py"), "--", "--steps", "60"], tmp),
-                    "memleak.autograd-graph", {0, 1}, PROBES / "leak_graph.py", "ACCUM"),
-        "check": (ddpdoctor(["check", "--script", str(PROBES / "check_set_epoch.py")], tmp),
-                  "data.missing-set-epoch", {0, 1}, PROBES / "check_set_epoch.py", "SAMPLER"),
-        "profile": (ddpdoctor(["profile", "--bucket-ranges", "--script", str(PROBES / "straggler.py")], tmp),
-                    "profile.straggler", {1}, PROBES / "straggler.py", "SLOW"),
+        "hang": (
+            ddpdoctor(["hang", "--script", str(script)], tmp),
+            "hang.rank-conditional-collective",
+            {0},
+            script,
+            "EXTRA",
+        ),
+        "memleak": (
+            ddpdoctor(["memleak", "--script", str(PROBES / "leak_graph.py"), "--", "--steps", "60"], tmp),
+            "memleak.autograd-graph",
+            {0, 1},
+            PROBES / "leak_graph.py",
+            "ACCUM",
+        ),
+        "check": (
+            ddpdoctor(["check", "--script", str(PROBES / "check_set_epoch.py")], tmp),
+            "data.missing-set-epoch",
+            {0, 1},
+            PROBES / "check_set_epoch.py",
+            "SAMPLER",
+        ),
+        "profile": (
+            ddpdoctor(["profile", "--bucket-ranges", "--script", str(PROBES / "straggler.py")], tmp),
+            "profile.straggler",
+            {1},
+            PROBES / "straggler.py",
+            "SLOW",
+        ),
     }
     return {"tmp": tmp, **out}
 
@@ -132,12 +189,14 @@ def _check_report(root: Node, fid: str, culprits: set[int], script: Path, marker
     assert arts, f"no finding {fid} in the report: {[a.attrs.get('data-finding') for a in root.find_all('article')]}"
     art = arts[0]
     cul = [n for n in art.find_all(class_="culprit") if n.attrs.get("data-culprits")]
-    assert cul and {int(r) for r in cul[0].attrs["data-culprits"].split(",")} == culprits, \
-        [n.attrs for n in cul]
+    assert cul and {int(r) for r in cul[0].attrs["data-culprits"].split(",")} == culprits, [n.attrs for n in cul]
     want = marker_line(script, marker)
     line = script.read_text().splitlines()[want - 1].strip()
-    marked = [(tbl.attrs.get("data-line"), tr.text()) for tbl in art.find_all("table", class_="src")
-              for tr in tbl.find_all("tr", class_="mark")]
+    marked = [
+        (tbl.attrs.get("data-line"), tr.text())
+        for tbl in art.find_all("table", class_="src")
+        for tr in tbl.find_all("tr", class_="mark")
+    ]
     assert any(ln == str(want) and line in txt for ln, txt in marked), (want, line, marked)
     assert f"{script.name}:{want}" in art.text()
 
@@ -152,8 +211,7 @@ def _check_offline(root: Node, html: str) -> None:
         for k in ("src", "href", "action", "srcset", "data", "poster", "background", "formaction"):
             v = (n.attrs.get(k) or "").strip().lower()
             assert not re.match(r"(https?:)?//", v), f"<{n.tag} {k}={v}> points to the network"
-    styles = "".join(n.text() for n in root.find_all("style")) + " ".join(
-        n.attrs.get("style", "") for n in root.walk())
+    styles = "".join(n.text() for n in root.find_all("style")) + " ".join(n.attrs.get("style", "") for n in root.walk())
     assert "url(" not in styles and "@import" not in styles
     assert not re.search(r"\b(src|href)\s*=\s*[\"']?https?://", html, re.I)
 
@@ -213,7 +271,7 @@ def _check_timeline(root: Node, ranks: set[int], straggler: int) -> None:
     assert svgs, "no steady-state timeline in the profile section"
     steps = [int(x) for x in svgs[0].attrs["data-steps"].split(",")]
     assert 3 <= len(steps) <= 5 and steps == list(range(steps[0], steps[0] + len(steps))), steps
-    assert steps[0] >= 40 // 5, steps   # past the warm-up
+    assert steps[0] >= 40 // 5, steps  # past the warm-up
     lanes = {int(g.attrs["data-rank"]): g for g in svgs[0].find_all("g", class_="lane")}
     assert set(lanes) == ranks, lanes.keys()
     assert [r for r, g in lanes.items() if g.attrs.get("data-straggler") == "1"] == [straggler]
@@ -221,13 +279,15 @@ def _check_timeline(root: Node, ranks: set[int], straggler: int) -> None:
     for r, g in lanes.items():
         for phase in ("forward", "backward", "optimizer", "comm"):
             assert g.find_all("rect", class_=f"ph-{phase}"), (r, phase)
-        assert len(g.find_all("line")) == len(steps)   # a step boundary per step
+        assert len(g.find_all("line")) == len(steps)  # a step boundary per step
     other = next(r for r in ranks if r != straggler)
     # the straggler's 15 ms of extra forward per step; the other rank waits for it in the all-reduce
-    assert _width(lanes[straggler].find_all("rect", class_="ph-forward")) > \
-        3 * _width(lanes[other].find_all("rect", class_="ph-forward"))
-    assert _width(lanes[other].find_all("rect", class_="ph-comm")) > \
-        _width(lanes[straggler].find_all("rect", class_="ph-comm"))
+    assert _width(lanes[straggler].find_all("rect", class_="ph-forward")) > 3 * _width(
+        lanes[other].find_all("rect", class_="ph-forward")
+    )
+    assert _width(lanes[other].find_all("rect", class_="ph-comm")) > _width(
+        lanes[straggler].find_all("rect", class_="ph-comm")
+    )
     assert "trace.json" in [a.attrs.get("href") for a in sec[0].find_all("a")]
 
 
@@ -248,18 +308,30 @@ def test_profile_timeline_at_1024_ranks():
         fwd = (20 if r == 77 else 2 + r % 5) * 1_000_000
         for step in range(10):
             t0 = t
-            for name, cat, ms in (("forward", "compute", fwd), ("backward", "compute", 8_000_000),
-                                  ("optimizer step", "optim", 1_000_000)):
+            for name, cat, ms in (
+                ("forward", "compute", fwd),
+                ("backward", "compute", 8_000_000),
+                ("optimizer step", "optim", 1_000_000),
+            ):
                 out.append({"kind": "range", "name": name, "cat": cat, "tid": 1, "t0": t, "t1": t + ms})
                 if name == "backward":
-                    out.append({"kind": "range", "name": "all_reduce bucket 0", "cat": "comm", "tid": 2,
-                                "t0": t + 1_000_000, "t1": t + ms})
+                    out.append(
+                        {
+                            "kind": "range",
+                            "name": "all_reduce bucket 0",
+                            "cat": "comm",
+                            "tid": 2,
+                            "t0": t + 1_000_000,
+                            "t1": t + ms,
+                        }
+                    )
                 t += ms
             out.append({"kind": "range", "name": "step", "cat": None, "tid": 1, "t0": t0, "t1": t, "payload": step})
         return out
 
-    record = RunRecord("/nonexistent", {"command": "profile"},
-                       {r: RankRecord(rank=r, timeline=timeline(r)) for r in range(1024)}, [])
+    record = RunRecord(
+        "/nonexistent", {"command": "profile"}, {r: RankRecord(rank=r, timeline=timeline(r)) for r in range(1024)}, []
+    )
     f = Finding("profile.straggler", "warning", "rank 77 is slow", "", tuple(range(1024)), (), culprits=(77,))
     html = render(Report("profile", "ok", 0, "/nonexistent", (f,)), record)
     root = dom(html)
@@ -294,10 +366,22 @@ def test_screenshot_of_a_hang_report(runs):
     """The browser draws the page (a PNG, not an error page)."""
     r = runs["hang"][0]
     shot = runs["tmp"] / "hang.png"
-    p = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                          f"--user-data-dir={runs['tmp'] / 'shot-profile'}", "--window-size=1200,1400",
-                          f"--screenshot={shot}", (r.run_dir / "report.html").resolve().as_uri()],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={runs['tmp'] / 'shot-profile'}",
+            "--window-size=1200,1400",
+            f"--screenshot={shot}",
+            (r.run_dir / "report.html").resolve().as_uri(),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         p.wait(timeout=90)
     finally:
@@ -328,22 +412,39 @@ def test_readable_at_1024_ranks(tmp_path):
         p = pending("all_reduce", 4, 20, 5.0) if r == 77 else pending("barrier", 4, 30, 5.0, shapes=())
         b.hb(r, 6.0, 4, p, where=20 if r == 77 else 30)
     record = load_run(str(tmp_path / "run"))
-    for rec in record.ranks.values():   # the builder's sites name /work/train.py
+    for rec in record.ranks.values():  # the builder's sites name /work/train.py
         for ent in rec.ledger:
             ent["site"] = [str(train), ent["site"][1], "main"]
         rec.last_hb["pending"]["site"] = [str(train), rec.last_hb["pending"]["site"][1], "main"]
-    locs = tuple(Location(r, str(train), 20 if r == 77 else 30, "main", "diverged" if r == 77 else "waiting")
-                 for r in range(1024))
-    f = Finding("hang.rank-conditional-collective", "error", "first divergence at collective #4", "fix it",
-                tuple(range(1024)), locs, {"divergence": {"group": "0", "seq": 4, "diverged": [77]}}, (77,))
-    ranks = tuple(RankLine(r, "waiting", "waiting in all_reduce" if r == 77 else "waiting in barrier",
-                           Location(r, str(train), 20 if r == 77 else 30)) for r in range(1024))
+    locs = tuple(
+        Location(r, str(train), 20 if r == 77 else 30, "main", "diverged" if r == 77 else "waiting")
+        for r in range(1024)
+    )
+    f = Finding(
+        "hang.rank-conditional-collective",
+        "error",
+        "first divergence at collective #4",
+        "fix it",
+        tuple(range(1024)),
+        locs,
+        {"divergence": {"group": "0", "seq": 4, "diverged": [77]}},
+        (77,),
+    )
+    ranks = tuple(
+        RankLine(
+            r,
+            "waiting",
+            "waiting in all_reduce" if r == 77 else "waiting in barrier",
+            Location(r, str(train), 20 if r == 77 else 30),
+        )
+        for r in range(1024)
+    )
     html = render(Report("hang", "hang", 3, str(tmp_path / "run"), (f,), ranks), record)
     root = dom(html)
     assert len(root.find_all("tr")) < 60, len(root.find_all("tr"))
     assert "1023 ranks [0-76,78-1023]" in html
     rank_rows = root.find_all("section", id="ranks")[0].find_all("tr")
-    assert len(rank_rows) == 3 and "rank 77" in rank_rows[1].text()   # culprit first
+    assert len(rank_rows) == 3 and "rank 77" in rank_rows[1].text()  # culprit first
     seq_head = [th.text() for th in root.find_all("table", class_="seq")[0].find_all("thead")[0].find_all("th")]
     assert seq_head == ["#", "rank 77 (culprit)", "1023 ranks [0-76,78-1023]"], seq_head
     marked = [t.text() for t in root.find_all("tr", class_="mark")]
@@ -356,8 +457,9 @@ def test_missing_source_file_is_a_note(tmp_path):
     from ddpdoctor.render.html.page import render
 
     gone = str(tmp_path / "gone.py")
-    f = Finding("crash.exception", "error", "boom <b>", "", (0,), (Location(0, gone, 7, "main", "raised"),),
-                culprits=(0,))
+    f = Finding(
+        "crash.exception", "error", "boom <b>", "", (0,), (Location(0, gone, 7, "main", "raised"),), culprits=(0,)
+    )
     root = dom(render(Report("hang", "crash", 1, str(tmp_path), (f,)), None))
     assert "source not available" in root.text() and f"{gone}:7" in root.text()
     assert "boom <b>" in root.text() and not [n for n in root.walk() if n.tag == "b" and n.parent.tag == "p"]

@@ -18,9 +18,15 @@ from helpers import PROBES, TOKEN_VAR, assert_no_orphans, processes_with_token
 def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
     token = uuid.uuid4().hex
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "hang", "--run-dir", str(run_dir), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, **{TOKEN_VAR: token}), start_new_session=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", "hang", "--run-dir", str(run_dir), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **{TOKEN_VAR: token}),
+        start_new_session=True,
+        cwd=tmp_path,
+    )
     return proc, token, run_dir
 
 

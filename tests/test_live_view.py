@@ -33,7 +33,7 @@ from ddpdoctor.render.live import terminal as live
 
 ESC = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
-CHATTY = '''
+CHATTY = """
 import sys, time
 import torch
 import torch.distributed as dist
@@ -53,7 +53,7 @@ for step in range(STEPS):
         print(f"ERR rank={rank} step={step} " + "0123456789" * 6, file=sys.stderr, flush=True)
     time.sleep(0.08)
 dist.destroy_process_group()
-'''
+"""
 STEPS = 40
 
 
@@ -66,8 +66,15 @@ def run_in_pty(args: list[str], tmp: Path, timeout: float = 120.0, env: dict | N
     penv = dict(os.environ)
     penv.pop(live.ENV, None)
     penv.update({"TERM": "xterm-256color", TOKEN_VAR: token, **(env or {})})
-    p = subprocess.Popen([sys.executable, "-m", "ddpdoctor", *args], stdin=subprocess.DEVNULL, stdout=slave,
-                         stderr=slave, start_new_session=True, env=penv, cwd=tmp)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env=penv,
+        cwd=tmp,
+    )
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
@@ -80,7 +87,7 @@ def run_in_pty(args: list[str], tmp: Path, timeout: float = 120.0, env: dict | N
                 continue
             try:
                 data = os.read(master, 65536)
-            except OSError:   # EIO: every holder of the terminal has closed it
+            except OSError:  # EIO: every holder of the terminal has closed it
                 break
             if not data:
                 break
@@ -144,15 +151,17 @@ def test_table_on_a_terminal_keeps_the_workers_lines_whole(tmp_path):
 
 
 def test_table_shows_the_collective_each_rank_waits_in(tmp_path):
-    code, raw = run_in_pty(["hang", "--script", str(PROBES / "rank_conditional.py"),
-                            "--run-dir", str(tmp_path / "run")], tmp_path)
+    code, raw = run_in_pty(
+        ["hang", "--script", str(PROBES / "rank_conditional.py"), "--run-dir", str(tmp_path / "run")], tmp_path
+    )
     lines = screen_lines(raw)
     assert code == 3, raw[-3000:]
     got = rows(lines)
     waits = {(r, re.sub(r"waiting \d+ s ", "", state)) for r, _s, _n, state, _w in got if "#" in state}
     assert (0, "in all_reduce #16") in waits and (1, "in barrier #16") in waits, got[-6:]
-    assert any(r == 0 and where == "rank_conditional.py:29" and "all_reduce" in state
-               for r, _s, _n, state, where in got)
+    assert any(
+        r == 0 and where == "rank_conditional.py:29" and "all_reduce" in state for r, _s, _n, state, where in got
+    )
     # ddpdoctor's own line about the deadlock is printed whole above the table
     assert any(x.startswith("ddpdoctor: deadlock: rank ") for x in lines), lines[-30:]
     assert "hang.rank-conditional-collective" in raw
@@ -162,7 +171,7 @@ def test_no_terminal_no_escape_codes(tmp_path):
     r = ddpdoctor(["hang", "--script", str(PROBES / "rank_conditional.py")], tmp_path)
     assert r.code == 3, r.err[-2000:]
     assert "\x1b" not in r.err and "\x1b" not in r.out
-    assert "ddpdoctor: deadlock: rank " in r.err   # the plain lines, as before
+    assert "ddpdoctor: deadlock: rank " in r.err  # the plain lines, as before
     assert not re.search(r"^rank \d+\s+\d+", r.err, re.M)
 
 
@@ -190,6 +199,7 @@ def test_wanted_only_on_a_terminal(monkeypatch):
 
 # --- the row builder, pure --------------------------------------------------------------------------
 
+
 def test_rows_per_rank(tmp_path):
     b = RunBuilder(tmp_path / "run")
     for r in (0, 1, 2):
@@ -201,8 +211,12 @@ def test_rows_per_rank(tmp_path):
     v = live.build_view(rec, 10.0, Config())
     by = {r.label: r for r in v.rows}
     assert list(by) == ["rank 0", "rank 1", "rank 2"]
-    assert (by["rank 0"].state, by["rank 0"].where, by["rank 0"].step, by["rank 0"].ncoll) == \
-        ("waiting 4 s in all_reduce #16", "train.py:29", "4", "16")
+    assert (by["rank 0"].state, by["rank 0"].where, by["rank 0"].step, by["rank 0"].ncoll) == (
+        "waiting 4 s in all_reduce #16",
+        "train.py:29",
+        "4",
+        "16",
+    )
     assert by["rank 1"].state == "in barrier #16" and by["rank 1"].kind == "waiting"
     assert by["rank 2"].state == "exited 0" and by["rank 2"].kind == "ended"
     assert dict(v.counts) == {"waiting": 2, "ended": 1}
@@ -215,11 +229,11 @@ def test_steps_per_second_over_the_last_seconds():
         return SimpleNamespace(ranks={0: SimpleNamespace(last_hb={"t": t, "step": step})})
 
     assert rates.rate(0) is None
-    for i in range(40):   # 4 steps/s for 10 s; only the last ~5 s count
+    for i in range(40):  # 4 steps/s for 10 s; only the last ~5 s count
         rates.observe(rec(100.0 + 0.25 * i, i))
-        rates.observe(rec(100.0 + 0.25 * i, i))   # the same heartbeat seen twice counts once
+        rates.observe(rec(100.0 + 0.25 * i, i))  # the same heartbeat seen twice counts once
     assert abs(rates.rate(0) - 4.0) < 1e-6
-    for i in range(40, 60):   # then it stops
+    for i in range(40, 60):  # then it stops
         rates.observe(rec(100.0 + 0.25 * i, 39))
     assert rates.rate(0) == 0.0
 
@@ -233,7 +247,7 @@ def test_1024_ranks_give_a_bounded_table(tmp_path):
         if r == 77:
             b.hb(r, 10.0, 4, pending("all_reduce", 4, 20, 5.0), where=20, step=9)
         elif r in (500, 501, 900):
-            b.hb(r, 10.0, 3, None, where=12, step=6 + r % 2)   # behind the others, still running
+            b.hb(r, 10.0, 3, None, where=12, step=6 + r % 2)  # behind the others, still running
         else:
             b.hb(r, 10.0, 4, pending("barrier", 4, 30, 5.0, shapes=()), where=30, step=9)
     rec = load_run(str(tmp_path / "run"))
@@ -257,9 +271,11 @@ def test_1024_ranks_give_a_bounded_table(tmp_path):
 
 # --- the doctor's self-test progress ---------------------------------------------------------------
 
+
 def test_doctor_progress_in_place_on_a_terminal(tmp_path):
-    code, raw = run_in_pty(["doctor", "--skip-health", "--only", "healthy.py", "--run-dir", str(tmp_path / "d")],
-                           tmp_path)
+    code, raw = run_in_pty(
+        ["doctor", "--skip-health", "--only", "healthy.py", "--run-dir", str(tmp_path / "d")], tmp_path
+    )
     assert code == 0, raw[-3000:]
     # redrawn in place while it runs ("\r" + erase line), then replaced by the result line
     assert re.search(r"\r\x1b\[K\[1/1\] hang healthy\.py \.\.\. \d+ s", raw), raw[-2000:]
@@ -277,6 +293,10 @@ def test_doctor_progress_plain_lines():
     for i, p in enumerate(todo, 1):
         pr.start(i, p)
         pr.done(f"ok   {p.name}")
-    assert buf.getvalue().splitlines() == ["[1/2] hang healthy.py ...", "ok   healthy.py",
-                                           "[2/2] hang rank_conditional.py ...", "ok   rank_conditional.py"]
+    assert buf.getvalue().splitlines() == [
+        "[1/2] hang healthy.py ...",
+        "ok   healthy.py",
+        "[2/2] hang rank_conditional.py ...",
+        "ok   rank_conditional.py",
+    ]
     assert "\x1b" not in buf.getvalue()

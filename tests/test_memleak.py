@@ -80,7 +80,9 @@ def test_outputs_kept_on_rank_0_only(tmp_path):
     f = finding(r.report, "memleak.autograd-graph")
     assert f["ranks"] == [0] and f["culprits"] == [0]
     assert "only rank(s) [0]" in f["message"]
-    assert [(l["rank"], l["line"]) for l in f["locations"]] == [(0, marker_line(PROBES / "leak_rank0_outputs.py", "STORE"))]
+    assert [(l["rank"], l["line"]) for l in f["locations"]] == [
+        (0, marker_line(PROBES / "leak_rank0_outputs.py", "STORE"))
+    ]
     assert "`outputs`" in f["message"]
 
 
@@ -91,8 +93,10 @@ def test_tutorial_trainer_keeps_losses_in_an_attribute(tmp_path):
     f = finding(r.report, "memleak.autograd-graph")
     assert f["culprits"] == [0, 1]
     line = marker_line(PROBES / "leak_trainer_losses.py", "KEEP")
-    assert {(l["rank"], l["line"], l["function"], l["role"]) for l in f["locations"]} == \
-        {(0, line, "_run_batch", "stores"), (1, line, "_run_batch", "stores")}
+    assert {(l["rank"], l["line"], l["function"], l["role"]) for l in f["locations"]} == {
+        (0, line, "_run_batch", "stores"),
+        (1, line, "_run_batch", "stores"),
+    }
     assert "`self.losses`" in f["message"] and "every rank" in f["message"]
     assert f["evidence"]["holders"]["0"]["name"] == "self.losses"
 
@@ -103,13 +107,15 @@ def test_rank0_tracker_attribute_in_a_fast_loop(tmp_path):
     assert r.code == 1, r.out + r.err[-2000:]
     f = finding(r.report, "memleak.autograd-graph")
     assert f["culprits"] == [0] and "only rank(s) [0]" in f["message"]
-    assert [(l["rank"], l["line"], l["function"]) for l in f["locations"]] == \
-        [(0, marker_line(PROBES / "leak_rank0_attr.py", "STORE"), "record")]
+    assert [(l["rank"], l["line"], l["function"]) for l in f["locations"]] == [
+        (0, marker_line(PROBES / "leak_rank0_attr.py", "STORE"), "record")
+    ]
     assert "`self.history`" in f["message"]
     assert "memleak.rss" not in [x["id"] for x in r.report["findings"]]
     # enough censuses on the leaking rank, spread over the run, though each costs many steps' time
-    cs = [json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines()
-          if '"census"' in l]
+    cs = [
+        json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines() if '"census"' in l
+    ]
     steps = sorted(c["step"] for c in cs if not c.get("final"))
     assert len(steps) >= 8 and steps[0] == 1 and steps[-1] >= 200, steps
 
@@ -121,8 +127,7 @@ def test_healthy_fast_loops_have_no_error(tmp_path, style):
         script.write_text(HEALTHY_STYLES)
         r = ddpdoctor(["memleak", "--script", str(script)], tmp_path)
     else:
-        r = memleak(tmp_path, "leak_trainer_losses.py", "--", "4", "--keep",
-                    "none" if style == "tutorial" else "item")
+        r = memleak(tmp_path, "leak_trainer_losses.py", "--", "4", "--keep", "none" if style == "tutorial" else "item")
     assert errors(r.report) == [] and r.code == 0, r.out
 
 
@@ -135,11 +140,26 @@ def test_no_leak_on_plateau_and_healthy(tmp_path, probe):
 
 
 def test_steps_option_ends_the_run(tmp_path):
-    r = ddpdoctor(["memleak", "--script", str(PROBES / "leak_graph.py"), "--steps", "30", "--census-every", "10",
-                   "--", "--steps", "100000"], tmp_path, timeout=120)
+    r = ddpdoctor(
+        [
+            "memleak",
+            "--script",
+            str(PROBES / "leak_graph.py"),
+            "--steps",
+            "30",
+            "--census-every",
+            "10",
+            "--",
+            "--steps",
+            "100000",
+        ],
+        tmp_path,
+        timeout=120,
+    )
     assert "--steps 30 reached" in r.err
-    cs = [json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines()
-          if '"census"' in l]
+    cs = [
+        json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines() if '"census"' in l
+    ]
     assert [c["step"] for c in cs][:3] == [1, 10, 20]
 
 
@@ -167,8 +187,21 @@ def _rss_run(root, census_steps):
         for s in range(1, 201):
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 100, step=s, rss=300 * 2**20 + s * 2**20)
             if s in census_steps:
-                b.add(r, "memory.jsonl", "census", 1.0 + s / 100, step=s, objects=1000, tensors=10, graph_nodes=0,
-                      tensor_bytes={"cpu": 4096}, groups=[], biggest_graphs=[], group_holders={}, workers={})
+                b.add(
+                    r,
+                    "memory.jsonl",
+                    "census",
+                    1.0 + s / 100,
+                    step=s,
+                    objects=1000,
+                    tensors=10,
+                    graph_nodes=0,
+                    tensor_bytes={"cpu": 4096},
+                    groups=[],
+                    biggest_graphs=[],
+                    group_holders={},
+                    workers={},
+                )
         b.finish(r, 5.0)
     return next(f for f in diagnose(load_run(str(root)), Config(), "memleak").findings if f.id == "memleak.rss")
 

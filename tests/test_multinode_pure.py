@@ -14,8 +14,8 @@ import pytest
 from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose, live
-from ddpdoctor.analysis.hang import multinode
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang import multinode
 from ddpdoctor.launch import jobstore
 from ddpdoctor.launch.command import torchrun_args
 from ddpdoctor.launch.launchers import (
@@ -28,14 +28,17 @@ from ddpdoctor.record import nodeview
 from ddpdoctor.record.reader import load_run, load_runs
 
 
-@pytest.mark.parametrize("text,hosts", [
-    ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
-    ("a1,b[2-3]", ["a1", "b2", "b3"]),
-    ("n[001-003],gpu7", ["n001", "n002", "n003", "gpu7"]),
-    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
-    ("gpu-a100-[8-11]", ["gpu-a100-8", "gpu-a100-9", "gpu-a100-10", "gpu-a100-11"]),
-    ("single", ["single"]),
-])
+@pytest.mark.parametrize(
+    "text,hosts",
+    [
+        ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
+        ("a1,b[2-3]", ["a1", "b2", "b3"]),
+        ("n[001-003],gpu7", ["n001", "n002", "n003", "gpu7"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("gpu-a100-[8-11]", ["gpu-a100-8", "gpu-a100-9", "gpu-a100-10", "gpu-a100-11"]),
+        ("single", ["single"]),
+    ],
+)
 def test_slurm_node_lists_expand_in_order(text, hosts):
     assert expand_nodelist(text) == hosts
 
@@ -92,8 +95,9 @@ def test_torchrun_args_under_srun_are_multi_node(monkeypatch):
 
 
 def test_job_store_address():
-    a = jobstore.resolve(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400",
-                          "--rdzv-id", "j1"], {})
+    a = jobstore.resolve(
+        ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400", "--rdzv-id", "j1"], {}
+    )
     assert (a.host, a.port, a.job, a.nnodes) == ("head", 29401, "j1", 2)
     a = jobstore.resolve(["--nnodes", "2", "--master-addr", "10.1.2.3", "--master-port", "29500"], {})
     assert (a.host, a.port, a.job) == ("10.1.2.3", 29501, "10.1.2.3:29500")
@@ -110,7 +114,9 @@ def test_store_values_of_another_job_or_version_are_ignored_with_a_note():
     assert doc is None and "another job id" in note
     doc, note = nodeview.parse(raw.replace(b'"v":1', b'"v":99'), nodeview.S_NODE, "job-a")
     assert doc is None and "version 99" in note
-    assert nodeview.parse(b"\x80pickle", nodeview.S_NODE, "job-a")[1] == "ignored a ddpdoctor.node value that is not JSON"
+    assert (
+        nodeview.parse(b"\x80pickle", nodeview.S_NODE, "job-a")[1] == "ignored a ddpdoctor.node value that is not JSON"
+    )
     assert "not a ddpdoctor.node" in nodeview.parse(b"[1]", nodeview.S_NODE, "job-a")[1]
 
 
@@ -130,8 +136,8 @@ def test_a_record_rebuilt_from_live_summaries_gives_the_same_live_verdict(tmp_pa
     cfg = Config()
     want = live.live_verdict(rec, cfg, 10.2)
     assert want and want[0] == "certain"
-    summ = [json.loads(json.dumps(nodeview.rank_summary(r))) for r in rec.ranks.values()]   # through JSON
-    assert all(len(json.dumps(s)) < 2000 for s in summ)   # compact
+    summ = [json.loads(json.dumps(nodeview.rank_summary(r))) for r in rec.ranks.values()]  # through JSON
+    assert all(len(json.dumps(s)) < 2000 for s in summ)  # compact
     rebuilt = dataclasses.replace(rec, ranks={s["r"]: nodeview.rank_from_summary(s) for s in summ})
     assert live.live_verdict(rebuilt, cfg, 10.2) == want
 
@@ -144,17 +150,20 @@ def test_mirrors_complete_a_node_and_never_shadow_its_own_ranks(tmp_path):
     dest = node0 / nodeview.MIRRORS_DIR / "1"
     dest.mkdir(parents=True)
     assert nodeview.write_mirror(str(dest), bundle) >= 3
-    assert sorted(load_runs([str(node0)]).ranks) == [0, 1]          # node 0's directory alone: the whole job
+    assert sorted(load_runs([str(node0)]).ranks) == [0, 1]  # node 0's directory alone: the whole job
     assert sorted(load_runs([str(node0), str(node1)]).ranks) == [0, 1]  # analyze DIR1 DIR2 still works
-    assert sorted(load_run(str(node0)).ranks) == [0]                  # its own files are only its own ranks
+    assert sorted(load_run(str(node0)).ranks) == [0]  # its own files are only its own ranks
 
 
 def test_a_bundle_cannot_write_outside_its_mirror(tmp_path):
     import base64
     import zlib
 
-    evil = {"files": base64.b64encode(zlib.compress(json.dumps({"../escape.txt": "x", "/abs": "y",
-                                                                 "ranks/0/events.jsonl": "{}"}).encode())).decode()}
+    evil = {
+        "files": base64.b64encode(
+            zlib.compress(json.dumps({"../escape.txt": "x", "/abs": "y", "ranks/0/events.jsonl": "{}"}).encode())
+        ).decode()
+    }
     dest = tmp_path / "m"
     assert nodeview.write_mirror(str(dest), evil) == 1
     assert not (tmp_path / "escape.txt").exists()
@@ -166,18 +175,34 @@ def test_lost_node_names_host_ranks_last_line_and_takes_the_survivors_errors_as_
     for r in (0, 1):
         b.start(r)
     b.hb(0, 5.0, 8, step=8).hb(1, 5.0, 6, where=44, step=6)
-    b.add(0, "error.json", "error", 6.0)   # overwritten below: error.json is one JSON object
-    (tmp_path / "run" / "ranks" / "0" / "error.json").write_text(json.dumps(
-        {"type": "RuntimeError", "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
-         "user_frame": ["/work/train.py", 20, "main"]}))
+    b.add(0, "error.json", "error", 6.0)  # overwritten below: error.json is one JSON object
+    (tmp_path / "run" / "ranks" / "0" / "error.json").write_text(
+        json.dumps(
+            {
+                "type": "RuntimeError",
+                "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+                "user_frame": ["/work/train.py", 20, "main"],
+            }
+        )
+    )
     b.add(None, "monitor.jsonl", "exit", 7.0, returncode=1)
-    b.add(None, "monitor.jsonl", multinode.K_NODE_LOST, 16.0, node=1, host="node07", ranks=[1], seen=5.2,
-          last_t=5.0, why="its ddpdoctor stopped writing to the job store")
+    b.add(
+        None,
+        "monitor.jsonl",
+        multinode.K_NODE_LOST,
+        16.0,
+        node=1,
+        host="node07",
+        ranks=[1],
+        seen=5.2,
+        last_t=5.0,
+        why="its ddpdoctor stopped writing to the job store",
+    )
     rep = diagnose(load_run(str(tmp_path / "run")), Config())
     f = next(f for f in rep.findings if f.id == "multinode.lost-node")
     assert f.culprits == (1,) and "node07" in f.message and "train.py:44" in f.message
     assert {(l.rank, l.role) for l in f.locations} >= {(1, "last seen"), (0, "victim")}
-    assert all(0 not in g.culprits for g in rep.findings)   # the survivor is never the culprit
+    assert all(0 not in g.culprits for g in rep.findings)  # the survivor is never the culprit
     assert rep.exit_code == 1
 
 
@@ -202,11 +227,20 @@ def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
         c.set("ddpdoctor/jobX/node/1", nodeview.envelope(nodeview.S_NODE, "jobY", node=1, ranks=[]))
         link._read_nodes()
         assert not link._remote
-        c.set("ddpdoctor/jobX/node/1", nodeview.envelope(nodeview.S_NODE, "jobX", node=1, host="h1", t=1.0, ranks=[
-            {"r": 3, "hb": {"t": 1.0, "step": 2, "seq": {"0": 4}}, "ev": []}]))
+        c.set(
+            "ddpdoctor/jobX/node/1",
+            nodeview.envelope(
+                nodeview.S_NODE,
+                "jobX",
+                node=1,
+                host="h1",
+                t=1.0,
+                ranks=[{"r": 3, "hb": {"t": 1.0, "step": 2, "seq": {"0": 4}}, "ev": []}],
+            ),
+        )
         link._read_nodes()
         assert sorted(link.remote_ranks()) == [3]
-    finally:   # end the link's thread and the store (the exchange of records is tested with real nodes)
+    finally:  # end the link's thread and the store (the exchange of records is tested with real nodes)
         link._stop.set()
         link._wake.set()
         link._thread.join(timeout=10)

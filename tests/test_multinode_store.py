@@ -42,22 +42,62 @@ def _free_pair() -> int:
 class TwoNodes:
     """Two ddpdoctor processes, one per "node", each with its own token (so orphans are checked per node)."""
 
-    def __init__(self, tmp: Path, mode: str, command: str = "hang", extra: tuple[str, ...] = (),
-                 addr: str = "127.0.0.1", wrap: tuple[tuple[str, ...], ...] = ((), ()),
-                 envs: tuple[dict, dict] = ({}, {})) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        mode: str,
+        command: str = "hang",
+        extra: tuple[str, ...] = (),
+        addr: str = "127.0.0.1",
+        wrap: tuple[tuple[str, ...], ...] = ((), ()),
+        envs: tuple[dict, dict] = ({}, {}),
+    ) -> None:
         self.tmp, self.port = tmp, _free_pair()
         self.tokens = [uuid.uuid4().hex, uuid.uuid4().hex]
         self.procs: list[subprocess.Popen] = []
         self.t0 = time.time()
         for n in (0, 1):
-            cmd = [*wrap[n], sys.executable, "-m", "ddpdoctor", command, "--script", str(SCRIPT), "--nnodes", "2",
-                   "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addr}:{self.port}",
-                   "--rdzv-id", f"job{self.port}", "--timeout", "20", "--run-dir", str(self.run_dir(n)),
-                   "--json", str(tmp / f"node{n}.json"), *extra, "--", mode]
+            cmd = [
+                *wrap[n],
+                sys.executable,
+                "-m",
+                "ddpdoctor",
+                command,
+                "--script",
+                str(SCRIPT),
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{addr}:{self.port}",
+                "--rdzv-id",
+                f"job{self.port}",
+                "--timeout",
+                "20",
+                "--run-dir",
+                str(self.run_dir(n)),
+                "--json",
+                str(tmp / f"node{n}.json"),
+                *extra,
+                "--",
+                mode,
+            ]
             env = dict(os.environ, **envs[n], **{TOKEN_VAR: self.tokens[n], "DDPDOCTOR_LIVE": "0"})
-            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                               env=env, cwd=tmp, start_new_session=True))
-            if n == 0:   # node 0's ddpdoctor first: it serves the store (and its torchrun agent gets node rank 0)
+            self.procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                    cwd=tmp,
+                    start_new_session=True,
+                )
+            )
+            if n == 0:  # node 0's ddpdoctor first: it serves the store (and its torchrun agent gets node rank 0)
                 self._wait_for(lambda: self._has_job_event(0), 60)
 
     def run_dir(self, n: int) -> Path:
@@ -119,7 +159,7 @@ def test_healthy_job_is_ok_on_both_nodes_without_partial_view(tmp_path):
         assert job.procs[n].returncode == 0, outs[n][1][-3000:]
         assert rep["verdict"] == "ok", rep["findings"]
         assert not any(f["id"] == "multinode.partial-view" for f in rep["findings"])
-        assert [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3]   # the job's report covers every rank
+        assert [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3]  # the job's report covers every rank
         assert "OK ON THIS NODE" not in outs[n][0]
     # each node's run directory is complete on its own; analyze of both still works
     assert sorted(os.listdir(job.run_dir(0) / "ranks")) == ["0", "1"]
@@ -139,12 +179,14 @@ def test_rank_conditional_collective_on_node_1_is_named_on_node_0(tmp_path):
         assert marker_line(SCRIPT, "EXTRA") in lines_of(f, 3)
         assert _culprit_node(rep, "hang.rank-conditional-collective")[3]["node"] == 1
         assert "rank 3 on node 1 (host " in f["message"]
-        assert "deadlock:" in outs[n][1]   # proven live, not after --timeout
+        assert "deadlock:" in outs[n][1]  # proven live, not after --timeout
     # the same verdict on both nodes, and node 1 says who judged it
-    assert finding(job.report(0), "hang.rank-conditional-collective")["message"] == \
-        finding(job.report(1), "hang.rank-conditional-collective")["message"]
+    assert (
+        finding(job.report(0), "hang.rank-conditional-collective")["message"]
+        == finding(job.report(1), "hang.rank-conditional-collective")["message"]
+    )
     assert "(judged on node 0)" in outs[1][1]
-    print(outs[0][0])   # the text report node 0 prints (see the task's note)
+    print(outs[0][0])  # the text report node 0 prints (see the task's note)
 
 
 def test_crash_on_node_1_is_the_culprit_on_both_nodes(tmp_path):
@@ -173,10 +215,12 @@ def test_straggler_on_node_1_is_seen_by_node_0_under_profile(tmp_path):
 
 def test_node_1_killed_whole_is_named_by_node_0_within_30_s(tmp_path):
     job = TwoNodes(tmp_path, "long")
+
     # both nodes' ranks train; then node 1 (its ddpdoctor, torchrun and ranks) is SIGKILLed at once
     def training() -> bool:
         beats = [job.run_dir(n) / "ranks" / str(r) / "heartbeat.jsonl" for n, r in ((0, 0), (1, 2))]
         return all(b.exists() and '"step":3' in b.read_text() for b in beats)
+
     job._wait_for(training, 120)
     victim = job.procs[1]
     assert victim.poll() is None and (job.run_dir(1) / "ranks" / "2").is_dir()

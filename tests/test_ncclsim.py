@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
-from ddpdoctor.analysis.hang import collective
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang import collective
 
 SIM = {"DDPDOCTOR_TEST_NCCLSIM": "1", "PYTHONPATH": str(Path(__file__).parent / "ncclsim")}
 
@@ -85,21 +85,37 @@ def test_ranks_ended_before_their_first_beat_in_the_loop_are_placed_by_the_size_
     b = RunBuilder(run, script=str(probe))
     for r in (0, 1):
         b.start(r).hb(r, 0.5, 0, where=59)
-    b.add(0, "ledger.jsonl", "coll", 1.2, op="all_reduce", group="0", seq=[14, 14], shapes=[[1]],
-          dtypes=["float32"], site=[str(probe), line, "_save"], st="issued")
+    b.add(
+        0,
+        "ledger.jsonl",
+        "coll",
+        1.2,
+        op="all_reduce",
+        group="0",
+        seq=[14, 14],
+        shapes=[[1]],
+        dtypes=["float32"],
+        site=[str(probe), line, "_save"],
+        st="issued",
+    )
     b.add(0, "ledger.jsonl", "cend", 1.2, group="0", s0=14, s1=14, **{"async": True})
     other = 1 - aborted
     (run / "ranks" / str(aborted) / "fatal.txt").write_text(
-        "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  <no Python frame>\n")
+        "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  <no Python frame>\n"
+    )
     (run / "ranks" / str(other) / "terminated.txt").write_text(
-        "Current thread 0x2 (most recent call first):\n  <no Python frame>\n")
+        "Current thread 0x2 (most recent call first):\n  <no Python frame>\n"
+    )
     for r in (0, 1):
         log = run / "logs" / "x" / "attempt_0" / str(r)
         log.mkdir(parents=True)
         (log / "stderr.log").write_text(
             "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
             "pair.cc:456] op.preamble.length <= op.nbytes. 12 vs 4. Received data size doesn't match expected "
-            "size. Is there a distributed collective mismatch in your code?\n" if r == aborted else "")
+            "size. Is there a distributed collective mismatch in your code?\n"
+            if r == aborted
+            else ""
+        )
     b.add(None, "monitor.jsonl", "exit", 1.5, returncode=1)
     rep = diagnose(load_run(str(run)), Config())
     f = next(f for f in rep.findings if f.severity == "error")

@@ -4,7 +4,6 @@ with real ranks and returns its report."""
 from __future__ import annotations
 
 import pytest
-
 from helpers import PROBES, marker_line
 
 

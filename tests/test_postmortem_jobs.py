@@ -15,8 +15,12 @@ from helpers import ddpdoctor, finding, lines_of, marker_line
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One real run per case, shared by the tests of this module (each run takes a few seconds)."""
     out = {}
-    for case, monitor, want in (("extra", None, {0, 1}), ("kill", 8, {0}), ("raise", 8, {0}),
-                                ("healthy", None, {0, 1})):
+    for case, monitor, want in (
+        ("extra", None, {0, 1}),
+        ("kill", 8, {0}),
+        ("raise", 8, {0}),
+        ("healthy", None, {0, 1}),
+    ):
         for attempt in range(2):  # the dumps race the agent's end of the job: one rerun on a lost race
             d = run_job(case, tmp_path_factory.mktemp(f"{case}-{attempt}"), monitor_interval=monitor)
             if dumped(d) == want:

@@ -50,9 +50,14 @@ def test_pickle_with_a_callable_is_refused_and_nothing_runs(tmp_path):
 def test_analyze_refuses_the_crafted_pickle_with_one_line_exit_2(tmp_path):
     path, canary = _crafted(tmp_path)
     for arg in (path, path.parent):
-        p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(arg)], check=False,
-                           capture_output=True, text=True,
-                           timeout=60, cwd=tmp_path)
+        p = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "analyze", str(arg)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
         assert p.returncode == 2, p.stderr
         assert p.stderr.count("\n") == 1 and "refused" in p.stderr and "Traceback" not in p.stderr
         assert not canary.exists()
@@ -60,16 +65,21 @@ def test_analyze_refuses_the_crafted_pickle_with_one_line_exit_2(tmp_path):
 
 def test_plain_data_only():
     assert safepickle.loads(pickle.dumps({"a": [1, 2.0, ("x", b"y", None, True)]})) == {
-        "a": [1, 2.0, ("x", b"y", None, True)]}
+        "a": [1, 2.0, ("x", b"y", None, True)]
+    }
     with pytest.raises(safepickle.UnsafePickle):
-        safepickle.loads(pickle.dumps({1, 2}))   # a set is a global (builtins.set) in protocol 2
+        safepickle.loads(pickle.dumps({1, 2}))  # a set is a global (builtins.set) in protocol 2
     with pytest.raises(safepickle.UnsafePickle):
         safepickle.loads(pickle.dumps(Path("x")))
 
 
 def test_foreign_and_broken_dumps_are_one_line(tmp_path):
-    cases = {"foreign": pickle.dumps({"model": [1, 2]}), "badjson": b'{"version": "2.10", "entr',
-             "v1": pickle.dumps({"version": "1.5", "entries": []}), "text": b"hello"}
+    cases = {
+        "foreign": pickle.dumps({"model": [1, 2]}),
+        "badjson": b'{"version": "2.10", "entr',
+        "v1": pickle.dumps({"version": "1.5", "entries": []}),
+        "text": b"hello",
+    }
     for name, data in cases.items():
         p = tmp_path / f"{name}_0"
         p.write_bytes(data)
@@ -86,19 +96,40 @@ def test_foreign_and_broken_dumps_are_one_line(tmp_path):
 
 
 def _entry(rid, group, seq, op="all_reduce", line=10, sizes=((8,),), t=0):
-    return {"record_id": rid, "pg_id": int(group), "process_group": (group, "default_pg" if group == "0" else "g"),
-            "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"gloo:{op}",
-            "is_p2p": False, "input_sizes": [list(s) for s in sizes], "output_sizes": [list(s) for s in sizes],
-            "input_dtypes": ["Float"], "output_dtypes": ["Float"], "state": "scheduled", "retired": False,
-            "time_created_ns": t or 1_000_000_000 * (rid + 1), "timeout_ms": 60000,
-            "frames": [{"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/distributed_c10d.py",
-                        "line": 3245}, {"name": "main", "filename": "/job/train.py", "line": line}]}
+    return {
+        "record_id": rid,
+        "pg_id": int(group),
+        "process_group": (group, "default_pg" if group == "0" else "g"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": f"gloo:{op}",
+        "is_p2p": False,
+        "input_sizes": [list(s) for s in sizes],
+        "output_sizes": [list(s) for s in sizes],
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+        "state": "scheduled",
+        "retired": False,
+        "time_created_ns": t or 1_000_000_000 * (rid + 1),
+        "timeout_ms": 60000,
+        "frames": [
+            {"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/distributed_c10d.py", "line": 3245},
+            {"name": "main", "filename": "/job/train.py", "line": line},
+        ],
+    }
 
 
 def _write(tmp: Path, rank: int, entries, status, fmt="pickle", first_id=0) -> None:
-    d = {"version": "2.10", "entries": entries, "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
-         "pg_status": {g: {"last_enqueued_collective": e, "last_started_collective": -1,
-                           "last_completed_collective": c} for g, (e, c) in status.items()}}
+    d = {
+        "version": "2.10",
+        "entries": entries,
+        "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
+        "pg_status": {
+            g: {"last_enqueued_collective": e, "last_started_collective": -1, "last_completed_collective": c}
+            for g, (e, c) in status.items()
+        },
+    }
     data = pickle.dumps(d) if fmt == "pickle" else json.dumps(d).encode()
     (tmp / f"rank_{rank}").write_bytes(data)
 
@@ -124,8 +155,7 @@ def test_extra_call_without_stacks_by_its_group(tmp_path):
 
 def test_every_rank_in_the_same_collective_is_a_transport_stall_or_a_shape_mismatch(tmp_path):
     for r in (0, 1):
-        _write(tmp_path, r, [_entry(0, "0", 1), _entry(1, "0", 2, sizes=((8,),) if r == 0 else ((9,),))],
-               {"0": (2, 1)})
+        _write(tmp_path, r, [_entry(0, "0", 1), _entry(1, "0", 2, sizes=((8,),) if r == 0 else ((9,),))], {"0": (2, 1)})
     f = _report(tmp_path).findings[0]
     assert f.id == "hang.shape-mismatch"
     for r in (0, 1):
@@ -171,7 +201,7 @@ Root Cause (first observed failure):
 
 
 def test_mix_with_a_run_directory_and_junit_html(tmp_path):
-    golden = tmp_path / "healthy-run"   # a copy: analyze writes report.html into a run directory
+    golden = tmp_path / "healthy-run"  # a copy: analyze writes report.html into a run directory
     shutil.copytree(Path(__file__).resolve().parent / "golden" / "healthy", golden)
     (tmp_path / "dumps").mkdir()
     tmp_path = tmp_path / "dumps"
@@ -179,16 +209,47 @@ def test_mix_with_a_run_directory_and_junit_html(tmp_path):
         ents = [_entry(0, "0", 1), _entry(1, "1" if r == 1 else "0", 1 if r == 1 else 2, line=20 if r == 1 else 10)]
         _write(tmp_path, r, ents, {"0": (1 if r == 1 else 2, 1)} | ({"1": (1, 0)} if r == 1 else {}))
     junit, html = tmp_path / "r.xml", tmp_path / "r.html"
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(golden), str(tmp_path), "--json", "-",
-                        "--junit", str(junit)], check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(golden),
+            str(tmp_path),
+            "--json",
+            "-",
+            "--junit",
+            str(junit),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     rep = json.loads(p.stdout)
     assert p.returncode == 3 and rep["verdict"] == "hang", p.stderr
     f = next(f for f in rep["findings"] if f["id"] == "hang.rank-conditional-collective")
     assert f["culprits"] == [1] and {(loc["rank"], loc["line"]) for loc in f["locations"]} == {(1, 20), (0, 10)}
     assert "hang.rank-conditional-collective" in junit.read_text()
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "analyze", str(tmp_path / "rank_0"),
-                        str(tmp_path / "rank_1"), "--html", str(html)], check=False, capture_output=True, text=True,
-                       timeout=60, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(tmp_path / "rank_0"),
+            str(tmp_path / "rank_1"),
+            "--html",
+            str(html),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert p.returncode == 3 and "hang.rank-conditional-collective" in html.read_text(), p.stderr
 
 

@@ -9,11 +9,14 @@ from helpers import ROOT, ddpdoctor, finding
 SCRIPT = ROOT / "tests" / "scripts" / "broken_probe.py"
 
 
-@pytest.mark.parametrize("command, where, missing", [
-    ("memleak", "memleak census", "censuses of live tensors"),
-    ("profile", "profile probe (on_tick)", "step and phase ranges"),
-    ("check", "check probe (on_optimizer_step)", "sampler, DataLoader, seed"),
-])
+@pytest.mark.parametrize(
+    "command, where, missing",
+    [
+        ("memleak", "memleak census", "censuses of live tensors"),
+        ("profile", "profile probe (on_tick)", "step and phase ranges"),
+        ("check", "check probe (on_optimizer_step)", "sampler, DataLoader, seed"),
+    ],
+)
 def test_a_broken_probe_is_named_with_the_data_it_misses(tmp_path, command, where, missing):
     r = ddpdoctor([command, "--script", str(SCRIPT), "--", "--break", command], tmp_path, timeout=180)
     assert r.report is not None, r.err[-2000:]
@@ -23,9 +26,9 @@ def test_a_broken_probe_is_named_with_the_data_it_misses(tmp_path, command, wher
     f = said[where]
     assert missing in f["evidence"]["missing"] and missing in f["message"]
     assert "broken on purpose by the test" in f["message"]
-    assert sorted(f["ranks"]) == [0, 1]     # every rank's probe failed, and each said so once
-    assert "probe.internal-error" in r.out   # the terminal report shows it too
-    assert r.code == 0                       # the script itself was not harmed: it trained to the end
+    assert sorted(f["ranks"]) == [0, 1]  # every rank's probe failed, and each said so once
+    assert "probe.internal-error" in r.out  # the terminal report shows it too
+    assert r.code == 0  # the script itself was not harmed: it trained to the end
 
 
 def test_an_unbroken_run_has_no_probe_error(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 from builder import RunBuilder
 from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
 
-from ddpdoctor.analysis.profile import breakdown as profile_analysis
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.profile import breakdown as profile_analysis
 from ddpdoctor.record.reader import load_run
 
 STEPS = 6
@@ -27,8 +27,11 @@ def recorder(tmp_path_factory) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the NVTX recorder")
     out = tmp_path_factory.mktemp("nvtx") / "libnvtxrecorder.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(ROOT / "tests" / "nvtx_recorder.c"),
-                    "-lpthread"], check=True, timeout=120)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(ROOT / "tests" / "nvtx_recorder.c"), "-lpthread"],
+        check=True,
+        timeout=120,
+    )
     return out
 
 
@@ -61,15 +64,20 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
     for d in (r.run_dir / "ranks").iterdir():
         start = json.loads((d / "events.jsonl").read_text().splitlines()[0])
         pid_rank[start["pid"]] = int(d.name)
-    by_rank = {pid_rank[int(p.stem.split("-")[1])]: parse(p) for p in logs.glob("nvtx-*.log")
-               if int(p.stem.split("-")[1]) in pid_rank}
+    by_rank = {
+        pid_rank[int(p.stem.split("-")[1])]: parse(p)
+        for p in logs.glob("nvtx-*.log")
+        if int(p.stem.split("-")[1]) in pid_rank
+    }
     assert sorted(by_rank) == [0, 1]
     for rank, rec in by_rank.items():
         names = Counter(s["name"] for s in rec["starts"].values())
         assert names["forward"] == names["backward"] == names["optimizer step"] == STEPS, (rank, names)
         assert names["all_reduce bucket 0"] == STEPS  # DDP's own bucket all-reduce, via the timing comm hook
-        assert names["step"] == STEPS + 1             # the last one is still open when the script ends
-        assert all(rid in rec["ends"] for rid, s in rec["starts"].items() if s["name"] != "step" or s["payload"] < STEPS)
+        assert names["step"] == STEPS + 1  # the last one is still open when the script ends
+        assert all(
+            rid in rec["ends"] for rid, s in rec["starts"].items() if s["name"] != "step" or s["payload"] < STEPS
+        )
         cat_of = {s["name"]: rec["cats"].get(s["cat"]) for s in rec["starts"].values()}
         assert cat_of["forward"] == cat_of["backward"] == "compute"
         assert cat_of["all_reduce bucket 0"] == "comm" and cat_of["optimizer step"] == "optim"
@@ -77,8 +85,10 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
         assert sorted(s["payload"] for s in rec["starts"].values() if s["name"] == "step") == list(range(STEPS + 1))
         # nesting: forward, backward and optimizer step open and close inside their step
         pos = {(k, rid): i for i, (k, rid) in enumerate(rec["order"])}
-        steps = sorted((rid for rid, s in rec["starts"].items() if s["name"] == "step" and rid in rec["ends"]),
-                       key=lambda rid: pos[("S", rid)])
+        steps = sorted(
+            (rid for rid, s in rec["starts"].items() if s["name"] == "step" and rid in rec["ends"]),
+            key=lambda rid: pos[("S", rid)],
+        )
         inner = [rid for rid, s in rec["starts"].items() if s["name"] in ("forward", "backward", "optimizer step")]
         for rid in inner:
             assert any(pos[("S", st)] < pos[("S", rid)] and pos[("E", rid)] < pos[("E", st)] for st in steps)
@@ -90,8 +100,11 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
 def test_no_nvtx_call_without_a_tool(tmp_path, monkeypatch):
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
     r = ddpdoctor(["profile", "--script", str(PROBES / "straggler.py"), "--", "--steps", "4"], tmp_path)
-    info = [json.loads(l) for l in (r.run_dir / "ranks" / "0" / "timeline.jsonl").read_text().splitlines()
-            if '"profile_info"' in l]
+    info = [
+        json.loads(l)
+        for l in (r.run_dir / "ranks" / "0" / "timeline.jsonl").read_text().splitlines()
+        if '"profile_info"' in l
+    ]
     assert info and info[0]["nvtx"] is False
 
 
@@ -197,8 +210,9 @@ def test_straggler_sleeping_in_a_helper_between_forward_and_backward(tmp_path):
     f = finding(r.report, "profile.straggler")
     assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
     assert f["evidence"]["phase"] == "other" and 250 <= f["evidence"]["excess_ms"] <= 400
-    sleep, call, back = (line_of(script, t) for t in ("time.sleep(0.3)", "        log_metrics(loss, rank)",
-                                                      "loss.backward()"))
+    sleep, call, back = (
+        line_of(script, t) for t in ("time.sleep(0.3)", "        log_metrics(loss, rank)", "loss.backward()")
+    )
     got = roles(f)
     assert got[(1, "slow")] <= {sleep, call} and got[(1, "slow")]
     assert got[(0, "waiting")] == {back}
@@ -221,16 +235,24 @@ def test_dataloader_bound_names_getitem_and_the_loop(tmp_path):
 
 # -- pure: hand-built timelines -----------------------------------------------------------------------
 
+
 def _timeline(b: RunBuilder, rank: int, steps: list[dict[str, float]], sample_rows: list | None = None) -> None:
     """Ranges of ``steps`` (ms per phase: data, forward, other, backward, optimizer) on one main thread."""
     t = 1_000_000_000
     for i, ph in enumerate(steps):
         t0 = t
-        for name, key in (("dataloader wait", "data"), ("forward", "forward"), (None, "other"),
-                          ("backward", "backward"), ("optimizer step", "optimizer")):
+        for name, key in (
+            ("dataloader wait", "data"),
+            ("forward", "forward"),
+            (None, "other"),
+            ("backward", "backward"),
+            ("optimizer step", "optimizer"),
+        ):
             d = int(ph.get(key, 0.0) * 1e6)
             if name:
-                b.add(rank, "timeline.jsonl", "range", 1.0, name=name, cat="compute", tid=7, t0=t, t1=t + d, payload=None)
+                b.add(
+                    rank, "timeline.jsonl", "range", 1.0, name=name, cat="compute", tid=7, t0=t, t1=t + d, payload=None
+                )
             t += d
         b.add(rank, "timeline.jsonl", "range", 1.0, name="step", cat=None, tid=7, t0=t0, t1=t, payload=i)
     if sample_rows:
@@ -246,12 +268,24 @@ def test_scheduling_noise_is_no_straggler(tmp_path):
     b = RunBuilder(tmp_path / "run", command="profile")
     for rank in (0, 1):
         b.start(rank)
-        _timeline(b, rank, [{"data": 0.4 + 4 * rng.random(), "forward": 0.5 + 4 * rng.random(),
-                             "other": 0.5 + 3 * rank + 4 * rng.random(), "backward": 2.0 + 3 * rng.random(),
-                             "optimizer": 0.2 + 3 * rng.random()} for _ in range(30)])
+        _timeline(
+            b,
+            rank,
+            [
+                {
+                    "data": 0.4 + 4 * rng.random(),
+                    "forward": 0.5 + 4 * rng.random(),
+                    "other": 0.5 + 3 * rank + 4 * rng.random(),
+                    "backward": 2.0 + 3 * rng.random(),
+                    "optimizer": 0.2 + 3 * rng.random(),
+                }
+                for _ in range(30)
+            ],
+        )
     ids = [f.id for f in profile_analysis.detect(load_run(str(b.root)), Config())]
-    assert "profile.straggler" not in ids and all(f.severity != "error" for f in
-                                                  profile_analysis.detect(load_run(str(b.root)), Config()))
+    assert "profile.straggler" not in ids and all(
+        f.severity != "error" for f in profile_analysis.detect(load_run(str(b.root)), Config())
+    )
 
 
 def test_straggler_at_scale_groups_ranks_and_names_culprits_only(tmp_path):
@@ -261,8 +295,10 @@ def test_straggler_at_scale_groups_ranks_and_names_culprits_only(tmp_path):
     for rank in range(64):
         b.start(rank)
         slow = rank in (5, 9)
-        steps = [{"data": 1, "forward": 45 if slow else 5, "other": 1, "backward": 5 if slow else 45, "optimizer": 1}
-                 for _ in range(20)]
+        steps = [
+            {"data": 1, "forward": 45 if slow else 5, "other": 1, "backward": 5 if slow else 45, "optimizer": 1}
+            for _ in range(20)
+        ]
         rows = [["forward", "/w/model.py", 20, "forward", "/w/train.py", 30, 10, "y = self.body(x)"]]
         if slow:
             rows.append(["forward", "/w/model.py", 12, "forward", "/w/train.py", 30, 80, "self.log_activations(x)"])
@@ -280,22 +316,39 @@ def test_straggler_at_scale_groups_ranks_and_names_culprits_only(tmp_path):
 TRACE_SCHEMA = {
     "type": "object",
     "required": ["traceEvents"],
-    "properties": {"traceEvents": {"type": "array", "items": {
-        "type": "object",
-        "required": ["name", "ph", "pid", "tid"],
-        "properties": {"name": {"type": "string"}, "ph": {"enum": ["X", "M", "B", "E", "i", "C"]},
-                       "pid": {"type": "integer"}, "tid": {"type": "integer"}, "ts": {"type": "number"},
-                       "dur": {"type": "number", "minimum": 0}, "cat": {"type": "string"}, "args": {"type": "object"}},
-        "allOf": [{"if": {"properties": {"ph": {"const": "X"}}}, "then": {"required": ["ts", "dur", "cat"]}},
-                  {"if": {"properties": {"ph": {"const": "M"}}}, "then": {"required": ["args"]}}]}},
-        "displayTimeUnit": {"enum": ["ms", "ns"]}},
+    "properties": {
+        "traceEvents": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "ph", "pid", "tid"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "ph": {"enum": ["X", "M", "B", "E", "i", "C"]},
+                    "pid": {"type": "integer"},
+                    "tid": {"type": "integer"},
+                    "ts": {"type": "number"},
+                    "dur": {"type": "number", "minimum": 0},
+                    "cat": {"type": "string"},
+                    "args": {"type": "object"},
+                },
+                "allOf": [
+                    {"if": {"properties": {"ph": {"const": "X"}}}, "then": {"required": ["ts", "dur", "cat"]}},
+                    {"if": {"properties": {"ph": {"const": "M"}}}, "then": {"required": ["args"]}},
+                ],
+            },
+        },
+        "displayTimeUnit": {"enum": ["ms", "ns"]},
+    },
 }
 
 
 def test_healthy_profile_and_its_trace_file(tmp_path):
     r = ddpdoctor(["profile", "--", "--epochs", "6"], tmp_path)
     assert r.code == 0
-    assert [f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")] == []
+    assert [
+        f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")
+    ] == []
     trace = json.loads((r.run_dir / "trace.json").read_text())
     jsonschema.validate(trace, TRACE_SCHEMA)
     procs = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
@@ -324,10 +377,13 @@ def test_a_rank_waiting_for_data_is_dataloader_bound_not_a_straggler(tmp_path):
     for rank, (data, back) in enumerate(((9.0, 25.0), (32.0, 2.0))):
         b.start(rank)
         b.add(rank, "events.jsonl", "dataloader", 0.5, len=32, site=["/w/train.py", 25, "main"])
-        rows = [["data", "/w/train.py", 25, "main", None, None, int(data), "for x, y in loader:"],
-                ["backward", "/w/train.py", 26, "main", None, None, int(back), "loss.backward()"]]
-        _timeline(b, rank, [{"data": data, "forward": 0.4, "other": 0.5, "backward": back, "optimizer": 0.1}] * 30,
-                  rows)
+        rows = [
+            ["data", "/w/train.py", 25, "main", None, None, int(data), "for x, y in loader:"],
+            ["backward", "/w/train.py", 26, "main", None, None, int(back), "loss.backward()"],
+        ]
+        _timeline(
+            b, rank, [{"data": data, "forward": 0.4, "other": 0.5, "backward": back, "optimizer": 0.1}] * 30, rows
+        )
     found = {f.id: f for f in profile_analysis.detect(load_run(str(b.root)), Config())}
     assert "profile.straggler" not in found
     f = found["profile.dataloader-bound"]
@@ -361,7 +417,9 @@ def test_a_long_run_keeps_every_step_up_to_1000_then_blocks_of_ten(tmp_path):
     script.write_text(LONG_LOOP)
     r = ddpdoctor(["profile", "--script", str(script)], tmp_path, timeout=240)
     assert r.code == 0, r.err[-2000:]
-    assert [f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")] == []
+    assert [
+        f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")
+    ] == []
     assert "profile.summary" in {f["id"] for f in r.report["findings"]}
     want = set(range(1000)) | {b + i for b in (1000, 1100, 1200) for i in range(10)}
     for rank in (0, 1):

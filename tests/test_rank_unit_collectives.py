@@ -21,8 +21,9 @@ from ddpdoctor.record import digest, schema
 
 HERE = __file__
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is needed")
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is needed"
+)
 
 
 def here(marker: str) -> int:
@@ -65,20 +66,24 @@ def default_pg() -> Any:
 def test_each_collective_is_on_the_ledger_with_op_group_position_and_line(rank: Any) -> None:
     pg = default_pg()
     t = torch.ones(3, 2)
-    dist.all_reduce(t)   # ALL-REDUCE
-    dist.barrier()       # BARRIER
-    dist.all_reduce(t)   # ALL-REDUCE-2
-    assert t.tolist() == [[1.0, 1.0]] * 3   # the call still ran (world of one: the sum is itself)
+    dist.all_reduce(t)  # ALL-REDUCE
+    dist.barrier()  # BARRIER
+    dist.all_reduce(t)  # ALL-REDUCE-2
+    assert t.tolist() == [[1.0, 1.0]] * 3  # the call still ran (world of one: the sum is itself)
     lines = ledger(rank)
-    assert [ln["kind"] for ln in lines] == [schema.K_COLL] * 3   # routine returns: no end lines
+    assert [ln["kind"] for ln in lines] == [schema.K_COLL] * 3  # routine returns: no end lines
     name = pg.group_name
     assert [(ln["op"], ln["group"], ln["seq"], ln["st"]) for ln in lines] == [
         ("all_reduce", name, [1, 1], schema.ST_ISSUED),
         ("barrier", name, [2, 2], schema.ST_ISSUED),
-        ("all_reduce", name, [3, 3], schema.ST_ISSUED)]
+        ("all_reduce", name, [3, 3], schema.ST_ISSUED),
+    ]
     func = "test_each_collective_is_on_the_ledger_with_op_group_position_and_line"
-    assert [ln["site"] for ln in lines] == [[HERE, here("# ALL-REDUCE"), func], [HERE, here("# BARRIER"), func],
-                                           [HERE, here("# ALL-REDUCE-2"), func]]
+    assert [ln["site"] for ln in lines] == [
+        [HERE, here("# ALL-REDUCE"), func],
+        [HERE, here("# BARRIER"), func],
+        [HERE, here("# ALL-REDUCE-2"), func],
+    ]
     assert lines[0]["shapes"] == [[3, 2]] and lines[0]["dtypes"] == ["float32"] and lines[1]["shapes"] == []
     assert all(ln["rank"] == 0 for ln in lines)
     # the predicted positions held: the group's counter is where the ledger says
@@ -97,7 +102,7 @@ def test_counters_name_the_last_collective_that_returned(rank: Any) -> None:
 
 def test_async_all_reduce_gets_an_async_end_line_and_its_work_is_tracked(rank: Any) -> None:
     t = torch.full((5,), 2.0)
-    work = dist.all_reduce(t, async_op=True)   # ASYNC
+    work = dist.all_reduce(t, async_op=True)  # ASYNC
     assert rank.works.q and rank.works.q[-1][1:4] == ["all_reduce", default_pg().group_name, 1]
     work.wait()
     assert rank.works.poll() is None and rank.works.completed == 1 and not rank.works.q
@@ -111,13 +116,13 @@ def test_async_all_reduce_gets_an_async_end_line_and_its_work_is_tracked(rank: A
 
 def test_a_collective_that_raises_has_an_error_end_line_and_the_error_reaches_the_script(rank: Any) -> None:
     with pytest.raises(TypeError):
-        dist.all_reduce(torch.ones(1), op="not an op")   # BAD
+        dist.all_reduce(torch.ones(1), op="not an op")  # BAD
     issued, end = ledger(rank)
     assert (issued["op"], issued["seq"], issued["site"][1]) == ("all_reduce", [1, 1], here("# BAD"))
     assert end["kind"] == schema.K_COLL_END and end["s0"] == 1 and end["s1"] is None
     assert end["err"].startswith("TypeError")
     assert rank.pending is None and rank.depth == 0
-    dist.all_reduce(torch.ones(1))   # the counter did not move: the next call is position 1 again
+    dist.all_reduce(torch.ones(1))  # the counter did not move: the next call is position 1 again
     assert ledger(rank)[-1]["seq"] == [1, 1]
 
 
@@ -125,13 +130,16 @@ def test_each_process_group_has_its_own_positions(rank: Any) -> None:
     sub = dist.new_group([0])
     s_default = default_pg()._get_sequence_number_for_group()
     t = torch.ones(2)
-    dist.all_reduce(t, group=sub)   # SUB
+    dist.all_reduce(t, group=sub)  # SUB
     dist.all_reduce(t, group=sub)
-    dist.all_reduce(t)              # DEFAULT
+    dist.all_reduce(t)  # DEFAULT
     lines = ledger(rank)
     assert sub.group_name != default_pg().group_name
     assert [(ln["group"], ln["seq"]) for ln in lines] == [
-        (sub.group_name, [1, 1]), (sub.group_name, [2, 2]), (default_pg().group_name, [s_default + 1] * 2)]
+        (sub.group_name, [1, 1]),
+        (sub.group_name, [2, 2]),
+        (default_pg().group_name, [s_default + 1] * 2),
+    ]
     assert (lines[0]["site"][1], lines[2]["site"][1]) == (here("# SUB"), here("# DEFAULT"))
     assert rank.digests[sub.group_name][0] == 2 and rank.digests[default_pg().group_name][0] == 1
     assert set(rank.seqs()) >= {sub.group_name, default_pg().group_name}
@@ -151,7 +159,7 @@ def test_collectives_from_other_threads_pass_through_unrecorded(rank: Any) -> No
     th.join(20)
     assert not th.is_alive() and errors == []
     assert ledger(rank) == []
-    assert default_pg()._get_sequence_number_for_group() == 1   # it ran
+    assert default_pg()._get_sequence_number_for_group() == 1  # it ran
     assert rank.ncoll == 0
 
 
@@ -167,7 +175,7 @@ def test_running_digest_equals_the_fold_over_the_ledger(rank: Any) -> None:
         d = digest.fold(d, digest.op_hash(ln["op"], digest.shapes_text(ln["shapes"]), ln["site"]))
     assert rank.digests[default_pg().group_name] == (5, d)
     assert rank.digest_fields()["digest"] == {default_pg().group_name: [5, d]}
-    dist.all_reduce(t)   # one call more: another digest
+    dist.all_reduce(t)  # one call more: another digest
     assert rank.digests[default_pg().group_name][1] != d
 
 

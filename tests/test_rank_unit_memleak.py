@@ -168,7 +168,7 @@ def test_self_attribute_of_a_user_object_is_named_self_history(user: Any) -> Non
     assert (nodes, roots) == (4 * 2 + 1, 4)
     assert_holder(holder, user, "self.history", "STORE-SELF", "step")
     assert holder is not None and holder["path"] == "trainer.history" and holder["nodes"] == 9
-    assert [s[0] for s in scans] == [3, 5, 7, 9]   # the graph the scan sees grows step by step
+    assert [s[0] for s in scans] == [3, 5, 7, 9]  # the graph the scan sees grows step by step
 
 
 def test_class_attribute_is_named_as_written(user: Any) -> None:
@@ -198,11 +198,13 @@ def test_default_argument_seen_while_its_function_runs(user: Any) -> None:
     assert_holder(holder, user, "seen", "STORE-DEFAULT", "log_loss")
 
 
-@pytest.mark.skip(reason="rank/probes/memleak/holders.py walk(): a function's __defaults__ (and "
-                         "__kwdefaults__) are never followed, only its closure cells, so losses kept in a "
-                         "mutable default argument (`def log_loss(loss, seen=[])`) are invisible to the "
-                         "graph scan once that function has returned (the scan runs at the optimizer step): "
-                         "local_graphs reports 0 nodes and no holder")
+@pytest.mark.skip(
+    reason="rank/probes/memleak/holders.py walk(): a function's __defaults__ (and "
+    "__kwdefaults__) are never followed, only its closure cells, so losses kept in a "
+    "mutable default argument (`def log_loss(loss, seen=[])`) are invisible to the "
+    "graph scan once that function has returned (the scan runs at the optimizer step): "
+    "local_graphs reports 0 nodes and no holder"
+)
 def test_default_argument_is_found_after_its_function_returned(user: Any) -> None:
     nodes, roots, holder = scan_each_step(user.train_default, 3)[-1]
     assert (nodes, roots) == (7, 3)
@@ -226,16 +228,22 @@ def test_store_site_prefers_the_growing_store_to_the_plain_assignment(user: Any)
     trainer = user.Trainer()
     holder = ("trainer.history", ("attr", "history"), ("class", user.Trainer))
     site = storesite.store_site(holder, sys._getframe())
-    assert site == {"name": "self.history", "file": user.__file__, "line": line_of(user, "STORE-SELF"),
-                    "func": "step"}
+    assert site == {"name": "self.history", "file": user.__file__, "line": line_of(user, "STORE-SELF"), "func": "step"}
     del trainer
 
 
 # -- census -----------------------------------------------------------------------------------------------
 
+
 def _group(c: dict, shape: list, dtype: str, grad: bool) -> dict | None:
-    return next((g for g in c["groups"] if g["shape"] == shape and g["dtype"] == dtype and g["device"] == "cpu"
-                 and g["grad_fn"] is grad), None)
+    return next(
+        (
+            g
+            for g in c["groups"]
+            if g["shape"] == shape and g["dtype"] == dtype and g["device"] == "cpu" and g["grad_fn"] is grad
+        ),
+        None,
+    )
 
 
 def test_census_groups_live_tensors_by_shape_dtype_device(user: Any) -> None:
@@ -250,7 +258,7 @@ def test_census_groups_live_tensors_by_shape_dtype_device(user: Any) -> None:
     assert gi is not None and gi["count"] == 3 and gi["bytes"] == 3 * 13 * 2
     assert after["tensors"] - before["tensors"] == 10
     assert after["tensor_bytes"]["cpu"] - before["tensor_bytes"].get("cpu", 0) == 7 * 61 * 67 * 8 + 3 * 13 * 2
-    assert after["graph_nodes"] == before["graph_nodes"]   # nothing of these carries a graph
+    assert after["graph_nodes"] == before["graph_nodes"]  # nothing of these carries a graph
     # the biggest group's sample tensor is held by the test's own list, named as written
     holder = after["group_holders"].get("[61, 67]|float64|cpu|False")
     assert holder is not None and holder["path"] == "kept" and holder["container"] is True
@@ -277,6 +285,5 @@ def test_census_sees_a_list_of_graph_attached_losses(user: Any) -> None:
     big = last["biggest_graphs"][0]
     assert big["shape"] == [] and big["nodes"] == depth + 2
     h = big["holder"]
-    assert h is not None and (h["name"], h["line"], h["func"]) == ("losses", line_of(user, "STORE-DEEP"),
-                                                                   "train_deep")
+    assert h is not None and (h["name"], h["line"], h["func"]) == ("losses", line_of(user, "STORE-DEEP"), "train_deep")
     del losses

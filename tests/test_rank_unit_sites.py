@@ -22,7 +22,7 @@ from ddpdoctor.rank import sites
 
 @pytest.fixture(autouse=True)
 def _fresh_prefixes() -> Any:
-    sites.reset_prefixes()   # torch is imported: its files are library files
+    sites.reset_prefixes()  # torch is imported: its files are library files
     yield
     sites.reset_prefixes()
 
@@ -44,10 +44,12 @@ def _library_caller(lib_dir: str, name: str) -> Any:
 
 def _write_user_module(tmp_path: Path) -> tuple[Path, Any]:
     path = tmp_path / "user_train.py"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         def train_step(lib_call, capture):
             return lib_call(capture)   # USER-LINE
-        """))
+        """)
+    )
     ns: dict[str, Any] = {}
     exec(compile(path.read_text(), str(path), "exec"), ns)
     return path, ns["train_step"]
@@ -68,14 +70,15 @@ def test_library_frames_are_skipped_to_the_users_call(tmp_path: Path, lib: str) 
     frames: list = []
     train_step(lib_call, lambda: frames.append(sys._getframe(1)))
     inner = frames[0]
-    assert inner.f_code.co_name == "lib_call"            # the innermost frame is the library's
+    assert inner.f_code.co_name == "lib_call"  # the innermost frame is the library's
     assert not sites.is_user_file(inner.f_code.co_filename)
     assert sites.user_site(inner) == [str(path), _lineno(path, "USER-LINE"), "train_step"]
 
 
 def test_real_stdlib_and_torch_frames_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "user_loop.py"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         import json
         import torch.utils._pytree as pytree
 
@@ -84,7 +87,8 @@ def test_real_stdlib_and_torch_frames_are_skipped(tmp_path: Path) -> None:
 
         def mapped(fn):
             return pytree.tree_map(fn, [1, (2, 3)])   # TORCH-LINE
-        """))
+        """)
+    )
     ns: dict[str, Any] = {"__name__": "user_loop"}
     exec(compile(path.read_text(), str(path), "exec"), ns)
     got: list = []
@@ -99,14 +103,17 @@ def test_real_stdlib_and_torch_frames_are_skipped(tmp_path: Path) -> None:
 
 def test_a_script_run_by_runpy_gives_its_module_level_line(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import json
         x = 1
         json.loads('{"b": 2}', object_hook=CAPTURE)   # MODULE-LINE
-        """))
+        """)
+    )
     got: list = []
-    runpy.run_path(str(script), init_globals={"CAPTURE": lambda d: got.append(sys._getframe(1)) or d},
-                   run_name="__main__")
+    runpy.run_path(
+        str(script), init_globals={"CAPTURE": lambda d: got.append(sys._getframe(1)) or d}, run_name="__main__"
+    )
     site = sites.user_site(got[0])
     assert site == [str(script), _lineno(script, "MODULE-LINE"), "<module>"]
     # the frames above the script are runpy's (frozen or not): never the user's
@@ -121,7 +128,7 @@ def test_frozen_and_string_code_is_never_the_users() -> None:
     assert sites.is_user_file("<string>") is False
     assert sites.is_user_file(sys.modules["json"].__file__) is False
     assert sites.is_user_file(torch.__file__) is False
-    assert sites.is_user_file(__file__) is True   # the tests' own folder is user code
+    assert sites.is_user_file(__file__) is True  # the tests' own folder is user code
 
 
 def test_a_stack_of_only_library_frames_has_no_user_site() -> None:
@@ -148,7 +155,7 @@ def test_the_scripts_folder_is_the_users_even_inside_site_packages(monkeypatch: 
     assert sites.is_user_file(os.path.join(LIB_DIRS["site-packages"], "other", "x.py")) is False
     lib_call = _library_caller(LIB_DIRS["torch"], "_not_a_real_file.py")
     ns: dict[str, Any] = {}
-    exec(compile("def step(lib, fn):\n    return lib(fn)\n", script, "exec"), ns)   # code in the script's folder
+    exec(compile("def step(lib, fn):\n    return lib(fn)\n", script, "exec"), ns)  # code in the script's folder
     got: list = []
     ns["step"](lib_call, lambda: got.append(sys._getframe(1)))
     assert sites.user_site(got[0]) == [script, 2, "step"]

@@ -44,9 +44,14 @@ def test_early_exit_of_some_ranks_at_four_ranks_is_grouped(tmp_path):
 def test_json_to_stdout_is_one_document_and_the_script_output_goes_to_stderr(tmp_path):
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
-    proc = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "-", "--run-dir",
-                           str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=180,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "hang", "--json", "-", "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert_no_orphans(token)
     doc = json.loads(proc.stdout)  # the whole of stdout is one JSON document
     assert doc["schema"] == "ddpdoctor.report" and doc["exit_code"] == proc.returncode
@@ -69,12 +74,41 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
     env = dict(os.environ, **{TOKEN_VAR: token, "DDPDOCTOR_JOB_STORE": "192.0.2.1:9"})
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "ddpdoctor", "hang", "--script", str(script), "--nnodes", "2",
-               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--rdzv-id", token[:8], "--timeout", "8", "--run-dir", str(tmp_path / f"node{node}"),
-               "--json", str(tmp_path / f"node{node}.json")]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                      cwd=tmp_path, start_new_session=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "hang",
+            "--script",
+            str(script),
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            token[:8],
+            "--timeout",
+            "8",
+            "--run-dir",
+            str(tmp_path / f"node{node}"),
+            "--json",
+            str(tmp_path / f"node{node}.json"),
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                start_new_session=True,
+            )
+        )
     try:
         outs = [p.communicate(timeout=240) for p in procs]
     finally:
@@ -108,7 +142,7 @@ def test_receive_deadlock_outside_any_collective_call_is_certain_in_seconds(tmp_
     assert "rank 0: blocked at recv_deadlock.py:" in f["message"] and "from rank 1" in f["message"]
     wait, post = marker_line(probe, "WAIT"), marker_line(probe, "WAIT") - 1
     assert lines_of(f, 0) == lines_of(f, 1) == {wait, post}
-    assert "every rank waits to receive" in r.err   # the live verdict, long before --timeout
+    assert "every rank waits to receive" in r.err  # the live verdict, long before --timeout
 
 
 def test_async_mismatch_blocked_at_sync_points_is_certain_in_seconds(tmp_path):

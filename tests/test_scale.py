@@ -57,7 +57,7 @@ def test_a_rank_killed_after_a_collective_returned_did_not_die_inside_it(tmp_pat
     assert f["culprits"] == [1] and "rank 1: ended without finishing (killed)" in f["message"]
     assert json.loads((r.run_dir / schema.MANIFEST).read_text())["version"] == schema.VERSION == 2
     raw = (r.run_dir / schema.RANKS_DIR / "1" / schema.LEDGER).read_bytes()
-    assert raw.count(b"\n") == 20 and raw.endswith(b"\0")   # killed: never trimmed
+    assert raw.count(b"\n") == 20 and raw.endswith(b"\0")  # killed: never trimmed
     rec = reader.load_run(str(r.run_dir))
     killed, waiting = rec.ranks[1].ledger, rec.ranks[0].ledger
     assert [e["seq"][0] for e in killed] == list(range(1, 21))
@@ -81,7 +81,7 @@ def test_incremental_reader_follows_rotations(tmp_path):
             seen += [e["i"] for e in t.new_records()]
     seen += [e["i"] for e in t.new_records()]
     assert seen == list(range(25)) and not t.skipped
-    for i in range(25, 60):   # 35 lines, 3 rotations, no poll
+    for i in range(25, 60):  # 35 lines, 3 rotations, no poll
         w.write_bytes((json.dumps({"kind": "x", "i": i}) + "\n").encode())
     got = [e["i"] for e in t.new_records()]
     assert t.skipped and got == list(range(50, 60))
@@ -92,16 +92,46 @@ def _ring_ledger(run: Path, rank: int, positions: list[tuple[int, int]], split: 
     """Write (position, line) collectives as a rotated ring: those before ``split`` in the .prev segment."""
     d = run / schema.RANKS_DIR / str(rank)
     d.mkdir(parents=True, exist_ok=True)
-    for name, part in ((prev_path(str(d / schema.LEDGER)), [p for p in positions if p[0] < split]),
-                       (str(d / schema.LEDGER), [p for p in positions if p[0] >= split])):
+    for name, part in (
+        (prev_path(str(d / schema.LEDGER)), [p for p in positions if p[0] < split]),
+        (str(d / schema.LEDGER), [p for p in positions if p[0] >= split]),
+    ):
         with open(name, "w") as f:
             for seq, line in part:
                 t = 1.0 + seq * 0.001
-                f.write(json.dumps({"v": 1, "kind": "coll", "rank": rank, "t": t, "op": "all_reduce", "group": "0",
-                                    "seq": [seq, seq], "shapes": [[4]], "dtypes": ["float32"],
-                                    "site": ["/work/train.py", line, "main"], "st": "issued"}) + "\n")
-                f.write(json.dumps({"v": 1, "kind": "cend", "rank": rank, "t": t + 0.0005, "group": "0",
-                                    "s0": seq, "s1": seq, "async": False}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "v": 1,
+                            "kind": "coll",
+                            "rank": rank,
+                            "t": t,
+                            "op": "all_reduce",
+                            "group": "0",
+                            "seq": [seq, seq],
+                            "shapes": [[4]],
+                            "dtypes": ["float32"],
+                            "site": ["/work/train.py", line, "main"],
+                            "st": "issued",
+                        }
+                    )
+                    + "\n"
+                )
+                f.write(
+                    json.dumps(
+                        {
+                            "v": 1,
+                            "kind": "cend",
+                            "rank": rank,
+                            "t": t + 0.0005,
+                            "group": "0",
+                            "s0": seq,
+                            "s1": seq,
+                            "async": False,
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def test_rings_rotated_at_different_points_still_give_the_extra_call(tmp_path):
@@ -121,7 +151,8 @@ def test_rings_rotated_at_different_points_still_give_the_extra_call(tmp_path):
     _ring_ledger(run, 1, r1, 220)
     b.hb(0, 1.5, 301, pending("all_reduce", 301, 20, 1.4)).hb(0, 9.0, 301, pending("all_reduce", 301, 20, 1.4))
     b.hb(1, 1.5, 301, pending("barrier", 301, 30, 1.4, shapes=())).hb(
-        1, 9.0, 301, pending("barrier", 301, 30, 1.4, shapes=()))
+        1, 9.0, 301, pending("barrier", 301, 30, 1.4, shapes=())
+    )
     b.add(None, "monitor.jsonl", "verdict", 9.0, mode="certain", reason="x")
     rec = reader.load_run(str(run))
     assert rec.ranks[0].ledger_trimmed and rec.ranks[1].ledger_trimmed
@@ -144,16 +175,16 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
 
     monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "16")
     ok = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT)], tmp_path, timeout=120)
-    assert ok.code in (0, 1), ok.err[-2000:]   # 1: the documented gloo teardown abort at most
+    assert ok.code in (0, 1), ok.err[-2000:]  # 1: the documented gloo teardown abort at most
     rec = reader.load_run(str(ok.run_dir))
     fins = {r: rec.ranks[r].event(schema.K_FINISH) for r in (0, 1)}
-    assert fins[0]["digest"] == fins[1]["digest"] and fins[0]["digest"]["0"][0] == 121   # 120 + barrier
+    assert fins[0]["digest"] == fins[1]["digest"] and fins[0]["digest"]["0"][0] == 121  # 120 + barrier
     assert fins[0]["digest0"] == fins[1]["digest0"] and 0 < fins[0]["digest0"]["0"][0] < 121
     assert rec.ranks[0].last_hb["digest"] == fins[0]["digest"]
     (c0, d0), (cn, dn) = fins[1]["digest0"]["0"], fins[1]["digest"]["0"]
     kept = [e for e in rec.ranks[1].ledger if e.get("group") == "0"]
     assert rec.ranks[1].ledger_trimmed and c0 + len(kept) == cn
-    assert digest._at(c0, d0, kept, cn) == dn   # the rank's hash and the analysis's agree
+    assert digest._at(c0, d0, kept, cn) == dn  # the rank's hash and the analysis's agree
     assert digest.before_window(rec) is None
 
     bad = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT), "--", "--extra"], tmp_path, timeout=120)
@@ -181,13 +212,19 @@ def test_the_call_line_cache_records_every_call_as_made(tmp_path):
     for rank in (0, 1):
         rec = reader.load_run(str(r.run_dir)).ranks[rank]
         got = [(e["op"], e["shapes"], e["dtypes"], e["site"][1] if e.get("site") else None) for e in rec.ledger]
-        assert got == [("all_reduce", [[2]], ["float32"], line), ("all_reduce", [[3]], ["float32"], line),
-                       ("all_reduce", [[2]], ["float32"], line), ("all_reduce", [[2, 2]], ["float32"], line),
-                       ("all_reduce", [[2]], ["int64"], line), ("all_reduce", [[4]], ["float32"], line),
-                       ("all_reduce", [[4]], ["float32"], line), ("all_reduce", [[5]], ["float32"], line),
-                       ("barrier", [], [], line + 12)], got
+        assert got == [
+            ("all_reduce", [[2]], ["float32"], line),
+            ("all_reduce", [[3]], ["float32"], line),
+            ("all_reduce", [[2]], ["float32"], line),
+            ("all_reduce", [[2, 2]], ["float32"], line),
+            ("all_reduce", [[2]], ["int64"], line),
+            ("all_reduce", [[4]], ["float32"], line),
+            ("all_reduce", [[4]], ["float32"], line),
+            ("all_reduce", [[5]], ["float32"], line),
+            ("barrier", [], [], line + 12),
+        ], got
         groups = [e["group"] for e in rec.ledger]
-        assert groups[5] != groups[4] == groups[6], groups   # the subgroup is its own
+        assert groups[5] != groups[4] == groups[6], groups  # the subgroup is its own
         seqs = [tuple(e["seq"]) for e in rec.ledger]
         assert [s for s, g in zip(seqs, groups) if g == groups[0]] == [(i, i) for i in range(1, 9)], seqs
         assert seqs[5] == (1, 1), seqs
@@ -209,17 +246,17 @@ def test_mapped_ledger_counts_collectives_spans_chunks_and_ignores_a_forked_chil
     seen: list[tuple] = []
     for i in range(250):
         w.write_bytes((json.dumps({"kind": "coll", "i": i, "pad": "x" * (i % 97)}) + "\n").encode())
-        if i % 10 == 0:   # an end line, uncounted
+        if i % 10 == 0:  # an end line, uncounted
             w.append_bytes((json.dumps({"kind": "cend", "i": i}) + "\n").encode())
         if i % 7 == 0:
             seen += [(e["kind"], e["i"]) for e in t.new_records()]
     pid = os.fork()
-    if pid == 0:   # the child's line must not reach the file
+    if pid == 0:  # the child's line must not reach the file
         w.write_bytes(b'{"kind":"coll","i":-1}\n')
         w.close()
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
-    assert path.read_bytes().endswith(b"\0")   # not trimmed yet: the map's unwritten rest
+    assert path.read_bytes().endswith(b"\0")  # not trimmed yet: the map's unwritten rest
     seen += [(e["kind"], e["i"]) for e in t.new_records()]
     expected = [x for i in range(250) for x in ([("coll", i), ("cend", i)] if i % 10 == 0 else [("coll", i)])]
     assert seen == expected and not t.skipped

@@ -11,7 +11,7 @@ from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 
-ABORT_AT_EXIT = '''
+ABORT_AT_EXIT = """
 import atexit, os, signal, sys
 def _abort():
     if os.environ.get("RANK") == "1":
@@ -19,7 +19,7 @@ def _abort():
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGABRT)
 atexit.register(_abort)
-'''
+"""
 
 
 def with_abort(tmp_path, probe: str) -> str:

@@ -10,7 +10,7 @@ import sys
 
 from helpers import TOKEN_VAR, ddpdoctor
 
-SCRIPT = '''
+SCRIPT = """
 import json, os, sys
 import torch.distributed as dist
 dist.init_process_group("gloo")
@@ -18,7 +18,7 @@ dist.init_process_group("gloo")
 sys.stdout.write("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
                  "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\\n")
 dist.destroy_process_group()
-'''
+"""
 
 # set per launch by torchrun itself (a fresh id, port or temp file each time)
 PER_LAUNCH = set()
@@ -38,9 +38,25 @@ def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
     script = tmp_path / "pkg" / "show.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != TOKEN_VAR}
-    bare = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "pkg/show.py", "a", "--flag", "x y"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+    bare = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "pkg/show.py",
+            "a",
+            "--flag",
+            "x y",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bare.returncode == 0, bare.stderr[-2000:]
     r = ddpdoctor(["hang", "--script", "pkg/show.py", "--", "a", "--flag", "x y"], tmp_path)
     assert r.code == 0, r.err[-2000:]
@@ -56,7 +72,7 @@ def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
         assert o["world"] == p["world"] == "2"
 
 
-MODULE_SCRIPT = '''
+MODULE_SCRIPT = """
 import copy, io, sys
 import torch
 import torch.distributed as dist
@@ -79,7 +95,7 @@ back = torch.load(buf, weights_only=False)
 hooks = [len(m._forward_pre_hooks) + len(m._forward_hooks) for m in (model.module, ema, back)]
 sys.stdout.write(f"MODULE hooks={hooks} saved={buf.getbuffer().nbytes > 0}\\n")
 dist.destroy_process_group()
-'''
+"""
 
 
 def test_the_users_module_is_left_as_it_is_under_check(tmp_path):

@@ -9,8 +9,8 @@ import random
 from builder import RunBuilder, pending
 
 from ddpdoctor.analysis import diagnose
-from ddpdoctor.analysis.ending import how_ended
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.ending import how_ended
 from ddpdoctor.analysis.findings import group_values, rank_list
 from ddpdoctor.record.reader import load_run
 
@@ -31,18 +31,24 @@ def _end(b: RunBuilder, rank: int, how: str, t: float) -> None:
         b.finish(rank, t, code=2, seq=5)
     elif how == "raised":
         b.finish(rank, t, code=1, seq=5, exception=True)
-        (d / "error.json").write_text('{"type": "ValueError", "message": "bad batch", '
-                                      '"user_frame": ["/work/train.py", 40, "main"], "frames": []}')
+        (d / "error.json").write_text(
+            '{"type": "ValueError", "message": "bad batch", "user_frame": ["/work/train.py", 40, "main"], "frames": []}'
+        )
     elif how == "transport":
         b.finish(rank, t, code=1, seq=5, exception=True)
-        (d / "error.json").write_text('{"type": "RuntimeError", "message": "[/x/pair.cc:1] Connection closed '
-                                      'by peer [127.0.0.1]:1. This is typically", "frames": []}')
+        (d / "error.json").write_text(
+            '{"type": "RuntimeError", "message": "[/x/pair.cc:1] Connection closed '
+            'by peer [127.0.0.1]:1. This is typically", "frames": []}'
+        )
     elif how == "signal":
-        (d / "fatal.txt").write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most "
-                                     "recent call first):\n  File \"/work/train.py\", line 33 in main\n")
+        (d / "fatal.txt").write_text(
+            "Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most "
+            'recent call first):\n  File "/work/train.py", line 33 in main\n'
+        )
     elif how == "sigterm":
-        (d / "terminated.txt").write_text("Current thread 0x1 (most recent call first):\n"
-                                          "  File \"/work/train.py\", line 21 in main\n")
+        (d / "terminated.txt").write_text(
+            'Current thread 0x1 (most recent call first):\n  File "/work/train.py", line 21 in main\n'
+        )
     elif how == "killed":
         pass  # no trace at all: SIGKILL
 

@@ -44,48 +44,96 @@ class Entry:
         return f"docs/findings/{self.id}.md"
 
 
-def _e(id: str, family: str, severity: str, title: str, verdict: Verdict = "findings",
-       exit_code: int = ExitCode.FINDINGS) -> Entry:
+def _e(
+    id: str, family: str, severity: str, title: str, verdict: Verdict = "findings", exit_code: int = ExitCode.FINDINGS
+) -> Entry:
     return Entry(id, family, tuple(severity.split("|")), title, verdict, exit_code)  # type: ignore[arg-type]
 
 
 _ENTRIES = (
     # hang: every command runs these
-    _e("run.failed-before-init", "hang", "error", "the script ended before init_process_group", "error",
-       ExitCode.NOT_RUN),
-    _e("run.no-distributed", "hang", "error", "the script never called init_process_group", "error",
-       ExitCode.USAGE),
+    _e(
+        "run.failed-before-init",
+        "hang",
+        "error",
+        "the script ended before init_process_group",
+        "error",
+        ExitCode.NOT_RUN,
+    ),
+    _e("run.no-distributed", "hang", "error", "the script never called init_process_group", "error", ExitCode.USAGE),
     _e("run.not-started", "hang", "error", "torchrun started no rank", "error", ExitCode.NOT_RUN),
-    _e("crash.exception", "hang", "error", "a rank raised; the first one is the root cause, the others victims",
-       "crash"),
-    _e("crash.abnormal-exit", "hang", "error", "a rank ended abnormally (exit code, fatal signal, killed)",
-       "crash"),
-    _e("hang.rank-conditional-collective", "hang", "error", "a collective called on some ranks only", "hang",
-       ExitCode.HANG),
-    _e("hang.divergent-collective", "hang", "error", "ranks issued different collectives at one position",
-       "hang", ExitCode.HANG),
-    _e("hang.early-exit", "hang", "error", "a rank left the training loop while the others go on", "hang",
-       ExitCode.HANG),
-    _e("hang.uneven-batches", "hang", "error", "ranks ran different numbers of DDP steps", "hang",
-       ExitCode.HANG),
-    _e("hang.shape-mismatch", "hang", "error", "the same collective with tensors of different shape", "hang",
-       ExitCode.HANG),
+    _e(
+        "crash.exception",
+        "hang",
+        "error",
+        "a rank raised; the first one is the root cause, the others victims",
+        "crash",
+    ),
+    _e("crash.abnormal-exit", "hang", "error", "a rank ended abnormally (exit code, fatal signal, killed)", "crash"),
+    _e(
+        "hang.rank-conditional-collective",
+        "hang",
+        "error",
+        "a collective called on some ranks only",
+        "hang",
+        ExitCode.HANG,
+    ),
+    _e(
+        "hang.divergent-collective",
+        "hang",
+        "error",
+        "ranks issued different collectives at one position",
+        "hang",
+        ExitCode.HANG,
+    ),
+    _e(
+        "hang.early-exit",
+        "hang",
+        "error",
+        "a rank left the training loop while the others go on",
+        "hang",
+        ExitCode.HANG,
+    ),
+    _e("hang.uneven-batches", "hang", "error", "ranks ran different numbers of DDP steps", "hang", ExitCode.HANG),
+    _e(
+        "hang.shape-mismatch",
+        "hang",
+        "error",
+        "the same collective with tensors of different shape",
+        "hang",
+        ExitCode.HANG,
+    ),
     _e("hang.p2p-deadlock", "hang", "error", "every rank waits to receive", "hang", ExitCode.HANG),
-    _e("hang.timeout", "hang", "error|warning", "an uncertain wait lasted longer than --timeout", "hang", ExitCode.HANG),
-    _e("hang.transport-stall", "hang", "error|warning", "every rank inside the same collective, nothing moves", "hang",
-       ExitCode.HANG),
+    _e(
+        "hang.timeout", "hang", "error|warning", "an uncertain wait lasted longer than --timeout", "hang", ExitCode.HANG
+    ),
+    _e(
+        "hang.transport-stall",
+        "hang",
+        "error|warning",
+        "every rank inside the same collective, nothing moves",
+        "hang",
+        ExitCode.HANG,
+    ),
     _e("collective.shape-mismatch", "hang", "error", "a collective completed with mismatched shapes"),
     _e("teardown.gloo-abort", "hang", "warning", "torch 2.13 + gloo aborted a finished rank at exit"),
     _e("multinode.partial-view", "hang", "warning", "this node's records cover only part of the job"),
-    _e("multinode.lost-node", "hang", "error", "a node of the job disappeared: its host, ranks and last state",
-       "crash"),
+    _e(
+        "multinode.lost-node", "hang", "error", "a node of the job disappeared: its host, ranks and last state", "crash"
+    ),
     _e("attach.running", "hang", "note", "attach: the job was running, what every rank was doing"),
     # post-mortem of torch's own records (analyze of flight-recorder dumps, error files, logs)
-    _e("postmortem.no-dump", "hang", "error|warning", "a rank left no flight-recorder dump: the first suspect",
-       "crash"),
+    _e(
+        "postmortem.no-dump", "hang", "error|warning", "a rank left no flight-recorder dump: the first suspect", "crash"
+    ),
     _e("postmortem.mixed-dumps", "hang", "warning", "the dumps come from different jobs, attempts or versions"),
     # check
-    _e("data.missing-set-epoch", "check", "error", "DistributedSampler.set_epoch not called: every epoch the same order"),
+    _e(
+        "data.missing-set-epoch",
+        "check",
+        "error",
+        "DistributedSampler.set_epoch not called: every epoch the same order",
+    ),
     _e("data.sampler-seed-mismatch", "check", "error", "the ranks' DistributedSamplers have different seeds"),
     _e("data.shard-overlap", "check", "error", "the ranks train on overlapping data"),
     _e("data.shard-gaps", "check", "error", "the ranks together fetched only part of the data set"),
@@ -153,8 +201,14 @@ def entry(fid: str) -> Entry:
     return Entry(fid, fid.split(".", 1)[0], ("error",), "(not in the catalog)")
 
 
-_FAMILY_NOTE = {"hang": "every command", "check": "`check`", "memleak": "`memleak`", "profile": "`profile`",
-                "probe": "every command", "doctor": "`doctor`"}
+_FAMILY_NOTE = {
+    "hang": "every command",
+    "check": "`check`",
+    "memleak": "`memleak`",
+    "profile": "`profile`",
+    "probe": "every command",
+    "doctor": "`doctor`",
+}
 
 
 def readme_table() -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class Config:
     """Thresholds for detection; the CLI maps options onto it."""
 
-    timeout: float = 60.0     # an uncertain wait becomes a hang after this many seconds
-    settle: float = 1.0       # a mismatch must hold this long before it is called certain
-    stale: float = 3.0        # a rank whose heartbeat is older than this is unresponsive
-    fail_on: str = "error"    # lowest severity that makes the exit code non-zero
+    timeout: float = 60.0  # an uncertain wait becomes a hang after this many seconds
+    settle: float = 1.0  # a mismatch must hold this long before it is called certain
+    stale: float = 3.0  # a rank whose heartbeat is older than this is unresponsive
+    fail_on: str = "error"  # lowest severity that makes the exit code non-zero

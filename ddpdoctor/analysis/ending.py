@@ -61,11 +61,19 @@ def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     unseen = [r for r in range(world) if r not in record.ranks]
     if not unseen or not record.ranks or any("not visible here" in f.message for f in findings):
         return []
-    return [Finding("multinode.partial-view", "warning",
-                    f"this run saw {ranks_phrase(record.ranks)} of {world}; {unseen_phrase(unseen)}",
-                    "A verdict here covers this node's ranks only. Run ddpdoctor analyze with every node's run "
-                    f"directory, {analyze_command(record.run_dir)}, for the whole job.",
-                    tuple(sorted(record.ranks)), (), {"unseen_ranks": unseen}, culprits=())]
+    return [
+        Finding(
+            "multinode.partial-view",
+            "warning",
+            f"this run saw {ranks_phrase(record.ranks)} of {world}; {unseen_phrase(unseen)}",
+            "A verdict here covers this node's ranks only. Run ddpdoctor analyze with every node's run "
+            f"directory, {analyze_command(record.run_dir)}, for the whole job.",
+            tuple(sorted(record.ranks)),
+            (),
+            {"unseen_ranks": unseen},
+            culprits=(),
+        )
+    ]
 
 
 def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
@@ -84,8 +92,12 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     if not ended:
         return []
     # the ranks that failed on their own come first; those that only lost a peer are its victims
-    own = [r for r in ended if not (record.ranks[r].error and is_transport_error(record.ranks[r].error))
-           and "ended (SIGTERM)" not in ended[r]]
+    own = [
+        r
+        for r in ended
+        if not (record.ranks[r].error and is_transport_error(record.ranks[r].error))
+        and "ended (SIGTERM)" not in ended[r]
+    ]
     culprits = own or ([] if unseen else sorted(ended))
     locs = []
     for r in sorted(ended):
@@ -95,15 +107,21 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
         if l:
             locs.append(l)
     msg = f"the run ended abnormally: {group_values(ended, first=culprits)}"
-    hint = ("A rank that ends early takes the others down with it: read the first rank's error above "
-            "(its stderr is in the run directory's logs/).")
+    hint = (
+        "A rank that ends early takes the others down with it: read the first rank's error above "
+        "(its stderr is in the run directory's logs/)."
+    )
     ev: dict = {"ended": {str(r): h for r, h in ended.items()}}
     if unseen:
         msg += f"; {unseen_phrase(unseen)}"
-        hint = ("This node sees only its own ranks; a transport error here usually means a rank on another "
-                "node failed or diverged first. Run ddpdoctor analyze with every node's run directory, "
-                f"{analyze_command(record.run_dir)}, for the whole job's diagnosis.")
+        hint = (
+            "This node sees only its own ranks; a transport error here usually means a rank on another "
+            "node failed or diverged first. Run ddpdoctor analyze with every node's run directory, "
+            f"{analyze_command(record.run_dir)}, for the whole job's diagnosis."
+        )
         ev["unseen_ranks"] = unseen
-    return [Finding("crash.abnormal-exit", "error", msg, hint, tuple(sorted(ended)), tuple(locs), ev,
-                    culprits=tuple(culprits))]
-
+    return [
+        Finding(
+            "crash.abnormal-exit", "error", msg, hint, tuple(sorted(ended)), tuple(locs), ev, culprits=tuple(culprits)
+        )
+    ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.series import growth
 from ddpdoctor.analysis.profile import breakdown as profile
+from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 

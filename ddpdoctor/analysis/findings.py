@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 REPORT_SCHEMA = "ddpdoctor.report"
-REPORT_VERSION = 2   # 2: findings carry `culprits`; location roles documented
+REPORT_VERSION = 2  # 2: findings carry `culprits`; location roles documented
 
 Severity = Literal["error", "warning", "note"]
 Verdict = Literal["ok", "findings", "crash", "hang", "error"]
-SEVERITIES: tuple[Severity, ...] = ("error", "warning", "note")   # most severe first
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "note")  # most severe first
 
 
 def severity_rank(severity: str) -> int:
@@ -25,7 +24,7 @@ class Location:
     file: str
     line: int
     func: str = ""
-    role: str = ""   # culprit roles: "diverged", "raised", "exited", "slow"...; others: "waiting", "victim"
+    role: str = ""  # culprit roles: "diverged", "raised", "exited", "slow"...; others: "waiting", "victim"
 
     def short(self) -> str:
         return f"{self.file}:{self.line}"
@@ -99,7 +98,7 @@ class RankLine:
     """One rank's state as the report shows it."""
 
     rank: int
-    state: str     # finished | crashed | waiting | busy | killed | unresponsive | not-started
+    state: str  # finished | crashed | waiting | busy | killed | unresponsive | not-started
     detail: str
     location: Location | None = None
 
@@ -107,11 +106,11 @@ class RankLine:
 @dataclass(frozen=True)
 class Report:
     command: str
-    verdict: Verdict           # ok | findings | hang | crash | error
+    verdict: Verdict  # ok | findings | hang | crash | error
     exit_code: int
     run_dir: str
     findings: tuple[Finding, ...] = ()
     ranks: tuple[RankLine, ...] = ()
     summary: str = ""
     notes: tuple[str, ...] = ()
-    figures: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)   # analysis/figures.py
+    figures: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # analysis/figures.py

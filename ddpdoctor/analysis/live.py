@@ -21,20 +21,29 @@ from ddpdoctor.record.reader import RunRecord
 def op_key(p: dict[str, Any]) -> tuple:
     """What must agree for two ranks' pending collectives to be the same call: the op (shapes, dtypes)."""
     op = p.get("op")
-    return (op, tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
-            tuple(p.get("dtypes") or ()) if op in SHAPED else None)
+    return (
+        op,
+        tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
+        tuple(p.get("dtypes") or ()) if op in SHAPED else None,
+    )
 
 
 def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
     """A one-line reason when the current waits can never complete, else None."""
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
     waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
-    if live and len(waiting) == len(live) and len(live) == len(states) and all(
-            (s.pending or {}).get("op") in RECVS and not (s.pending or {}).get("sends") for s in live):
+    if (
+        live
+        and len(waiting) == len(live)
+        and len(live) == len(states)
+        and all((s.pending or {}).get("op") in RECVS and not (s.pending or {}).get("sends") for s in live)
+    ):
         # every rank waits to receive and none has a send outstanding: nobody can ever send
-        text = "; ".join(f"{waits_text(s, now)}" + (f" from rank {(s.pending or {}).get('peer')}"
-                                                     if (s.pending or {}).get("peer") is not None else "")
-                         for s in live[:4])
+        text = "; ".join(
+            f"{waits_text(s, now)}"
+            + (f" from rank {(s.pending or {}).get('peer')}" if (s.pending or {}).get("peer") is not None else "")
+            for s in live[:4]
+        )
         return f"{text}; every rank waits to receive and none sends"
     for a in waiting:
         p = a.pending or {}
@@ -62,8 +71,10 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
                         return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
                     continue
                 if q.get("seq") != seq or op_key(q) != op_key(p):
-                    return (f"{what}{pos}; rank {b.rank} waits in "
-                            f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})")
+                    return (
+                        f"{what}{pos}; rank {b.rank} waits in "
+                        f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})"
+                    )
                 continue
             bs = b.seq.get(g)
             if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
@@ -75,13 +86,15 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
 
 
 def waits_text(s: RankState, now: float) -> str:
-    """"rank 0 waits 3.1 s in all_reduce(4)", or for a rank blocked at a sync point "rank 0 is blocked
+    """ "rank 0 waits 3.1 s in all_reduce(4)", or for a rank blocked at a sync point "rank 0 is blocked
     3.1 s at train.py:57 waiting for all_reduce(4) #38 issued at train.py:74"."""
     p = s.pending or {}
     op = describe_op(p.get("op"), p.get("shapes"))
     if s.blocked is not None:
-        return (f"rank {s.rank} is blocked {now - (s.since or now):.1f} s at {_at(s.blocked)} waiting for "
-                f"{op} #{p.get('seq')} issued at {_at(s.where)}")
+        return (
+            f"rank {s.rank} is blocked {now - (s.since or now):.1f} s at {_at(s.blocked)} waiting for "
+            f"{op} #{p.get('seq')} issued at {_at(s.where)}"
+        )
     return f"rank {s.rank} waits {now - (s.since or now):.1f} s in {op}"
 
 
@@ -111,19 +124,26 @@ def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] 
         last = max((s.ended_t or 0.0) for s in states.values())
         if last and now - last >= cfg.timeout:
             unseen = [r for r in range(world) if r not in states]
-            return "timeout", (f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
-                               f"{ranks_phrase(unseen)} on other nodes")
+            return "timeout", (
+                f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
+                f"{ranks_phrase(unseen)} on other nodes"
+            )
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
     if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live):
         # nobody is inside a collective, yet nobody moves (no step, no collective issued or completed, no
         # CPU time): blocked at a sync point (Work.wait(), .item()) or stuck; never a silent hang
-        return "timeout", (f"no rank made progress (no step, no collective, no CPU time) for "
-                           f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})")
+        return "timeout", (
+            f"no rank made progress (no step, no collective, no CPU time) for "
+            f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})"
+        )
     for s in states.values():
         if s.ended or s.stale:
             continue
-        waited = (now - s.since) if (s.state == "waiting" and s.since) else (
-            s.seq_stable_for if s.state == "ddp-wait" else 0.0)
+        waited = (
+            (now - s.since)
+            if (s.state == "waiting" and s.since)
+            else (s.seq_stable_for if s.state == "ddp-wait" else 0.0)
+        )
         if waited >= cfg.timeout:
             return "timeout", f"rank {s.rank} waited {waited:.0f} s (--timeout {cfg.timeout:g})"
     return None
@@ -137,9 +157,12 @@ def status_line(record: RunRecord, cfg: Config, now: float) -> str | None:
         if s.state == "waiting" and s.since and now - s.since >= 2.0:
             anyone_waits = True
             p = s.pending or {}
-            parts.append(f"rank {s.rank} blocked {now - s.since:.0f} s at {_at(s.blocked)} waiting for "
-                         f"{p.get('op')} #{p.get('seq')}" if s.blocked else
-                         f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}")
+            parts.append(
+                f"rank {s.rank} blocked {now - s.since:.0f} s at {_at(s.blocked)} waiting for "
+                f"{p.get('op')} #{p.get('seq')}"
+                if s.blocked
+                else f"rank {s.rank} waiting {now - s.since:.0f} s in {p.get('op')} at {_at(s.where)}"
+            )
         elif s.state == "ddp-wait" and s.seq_stable_for >= 2.0:
             anyone_waits = True
             parts.append(f"rank {s.rank} in DDP backward {s.seq_stable_for:.0f} s at {_at(s.where)}")

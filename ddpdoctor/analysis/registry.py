@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Callable
 
 from ddpdoctor.analysis import check, ending, figures, hang, memleak, profile, selfcheck
-from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.hang import multinode
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry
+from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
-from ddpdoctor.errors import ExitCode
+from ddpdoctor.analysis.hang import multinode
 from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
+from ddpdoctor.errors import ExitCode
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -19,12 +19,13 @@ Detector = Callable[[RunRecord, Config], "list[Finding]"]
 # family -> its detector (the same keys as commands.COMMANDS, rank.hooks.REGISTRY and render.html.SECTIONS);
 # each is pure and sees the whole record. "probe" is ddpdoctor's own health, not a command's.
 REGISTRY: dict[str, Detector] = {
-    "hang": hang.detect,         # every command: startup, crashes, hangs, shape mismatches, teardown, attach
+    "hang": hang.detect,  # every command: startup, crashes, hangs, shape mismatches, teardown, attach
     "check": check.detect,
     "memleak": memleak.detect,
     "profile": profile.detect,
-    "probe": selfcheck.detect,   # ddpdoctor's own probes that failed inside a rank
+    "probe": selfcheck.detect,  # ddpdoctor's own probes that failed inside a rank
 }
+
 
 def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
     """Run every detector on the record, apply the verdict invariant and pick the exit code."""
@@ -38,16 +39,22 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     # the invariant: a rank that ended abnormally never leaves the verdict at OK
     findings += ending.unexplained(record, findings)
     findings += ending.partial_view(record, findings)
-    findings = multinode.adjust(record, findings)   # a lost node's victims; each culprit's node
+    findings = multinode.adjust(record, findings)  # a lost node's victims; each culprit's node
     ids = {f.id for f in findings}
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]
     findings.sort(key=lambda f: severity_rank(f.severity))
     verdict, code = verdict_of(findings, config.fail_on)
-    return Report(command=command or str(record.manifest.get("command", "analyze")), verdict=verdict,
-                  exit_code=code, run_dir=record.run_dir, findings=tuple(findings),
-                  ranks=tuple(rank_lines(record, config)), summary=_summary(verdict, findings),
-                  figures=figures.compute(record))
+    return Report(
+        command=command or str(record.manifest.get("command", "analyze")),
+        verdict=verdict,
+        exit_code=code,
+        run_dir=record.run_dir,
+        findings=tuple(findings),
+        ranks=tuple(rank_lines(record, config)),
+        summary=_summary(verdict, findings),
+        figures=figures.compute(record),
+    )
 
 
 def verdict_of(findings: list[Finding], fail_on: str = "error") -> tuple[Verdict, int]:
@@ -80,8 +87,11 @@ def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
         elif st.state == "crashed":
             err = record.ranks[r].error or {}
             # a transport error is what a rank gets when a peer went away: a consequence, not its failure
-            detail = (f"lost a peer ({err.get('type', '?')}: transport error, a victim)" if is_transport_error(err)
-                      else f"raised {err.get('type', '?')}")
+            detail = (
+                f"lost a peer ({err.get('type', '?')}: transport error, a victim)"
+                if is_transport_error(err)
+                else f"raised {err.get('type', '?')}"
+            )
         else:
             detail = st.state
         out.append(RankLine(r, st.state, f"{detail}; {st.ddp_fwd} DDP steps", st.where))

@@ -8,10 +8,8 @@ from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-
 # what a collective wrapper's failure costs; run directories written before probes said what they miss
-_LEDGER_GAP = ("those calls ran but are not in the ledger, so a hang among them is found by timeout, not by "
-               "proof")
+_LEDGER_GAP = "those calls ran but are not in the ledger, so a hang among them is found by timeout, not by proof"
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -24,10 +22,16 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                 errs.setdefault(key, []).append(r)
     out = []
     for (where, err, missing), ranks in sorted(errs.items()):
-        out.append(Finding(
-            "probe.internal-error", "note",
-            f"ddpdoctor's {where} failed on {ranks_phrase(ranks)} ({err}): {missing}",
-            "This is a ddpdoctor bug, not your script's: please report it with this message. The verdict "
-            "above stands on the data that was recorded.",
-            tuple(ranks), (), {"where": where, "error": err, "missing": missing}))
+        out.append(
+            Finding(
+                "probe.internal-error",
+                "note",
+                f"ddpdoctor's {where} failed on {ranks_phrase(ranks)} ({err}): {missing}",
+                "This is a ddpdoctor bug, not your script's: please report it with this message. The verdict "
+                "above stands on the data that was recorded.",
+                tuple(ranks),
+                (),
+                {"where": where, "error": err, "missing": missing},
+            )
+        )
     return out

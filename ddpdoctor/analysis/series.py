@@ -14,7 +14,7 @@ def theil_sen(xs: list[float], ys: list[float]) -> float:
     if len(pts) > 150:  # O(n^2): thin long series evenly
         step = len(pts) / 150
         pts = [pts[int(i * step)] for i in range(150)]
-    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1:] if x2 != x1]
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1 :] if x2 != x1]
     return median(slopes) if slopes else 0.0
 
 
@@ -38,7 +38,15 @@ def growth(points: list[tuple[float, float]]) -> dict[str, float] | None:
     # a leak keeps setting new highs; a level that only wobbles (a dip, then back) does not
     prior = [p[1] for p in pts if p[0] < hx[0]]
     above = ys[-1] - max(prior) if prior else ys[-1] - ys[0]
-    return {"slope": theil_sen(xs, ys), "late_slope": theil_sen(hx, hy), "total": ys[-1] - ys[0],
-            "above_prior": above,
-            "late_total": hy[-1] - hy[0], "up_fraction": ups / max(1, len(hy) - 1), "steps": xs[-1] - xs[0],
-            "last": ys[-1], "first_step": xs[0], "last_step": xs[-1]}
+    return {
+        "slope": theil_sen(xs, ys),
+        "late_slope": theil_sen(hx, hy),
+        "total": ys[-1] - ys[0],
+        "above_prior": above,
+        "late_total": hy[-1] - hy[0],
+        "up_fraction": ups / max(1, len(hy) - 1),
+        "steps": xs[-1] - xs[0],
+        "last": ys[-1],
+        "first_step": xs[0],
+        "last_step": xs[-1],
+    }

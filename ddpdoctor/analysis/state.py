@@ -10,7 +10,8 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Location
-from ddpdoctor.record import paths as record_paths, schema
+from ddpdoctor.record import paths as record_paths
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
 
 # Messages gloo gives a rank whose peer went away or sent something else: the rank is a victim.
@@ -27,15 +28,16 @@ TRANSPORT_PATTERNS = (
 SIZE_MISMATCH = re.compile(r"Received data size doesn't match|size mismatch|Mismatch between collective")
 TEARDOWN_ABORT = "terminate called without an active exception"
 
-P2P, SHAPED = schema.P2P, schema.SHAPED   # the collective vocabulary (record/schema.py)
-RECVS = frozenset({"recv", "irecv"})   # point-to-point receives
+P2P, SHAPED = schema.P2P, schema.SHAPED  # the collective vocabulary (record/schema.py)
+RECVS = frozenset({"recv", "irecv"})  # point-to-point receives
 
 
 def loc(rank: int, site: Any, role: str = "") -> Location | None:
     """A Location from a recorded site ``[file, line, func]``; None when ``site`` is not one."""
     if isinstance(site, (list, tuple)) and len(site) >= 2 and isinstance(site[1], int):
-        return Location(rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "",
-                        role=role)
+        return Location(
+            rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "", role=role
+        )
     return None
 
 
@@ -80,9 +82,17 @@ def complete_errors(record: RunRecord) -> RunRecord:
         what = _WHAT.findall(rec.stderr_tail)
         head = rec.fatal.strip().splitlines()[0]
         frame, op = fatal_frame(rec.fatal, record)
-        ranks[r] = dataclasses.replace(rec, error={
-            "type": "FatalSignal", "message": what[-1].strip() if what else head, "user_frame": frame, "op": op,
-            "frames": [], "fatal": head})
+        ranks[r] = dataclasses.replace(
+            rec,
+            error={
+                "type": "FatalSignal",
+                "message": what[-1].strip() if what else head,
+                "user_frame": frame,
+                "op": op,
+                "frames": [],
+                "fatal": head,
+            },
+        )
     return dataclasses.replace(record, ranks=ranks)
 
 
@@ -99,13 +109,13 @@ class RankState:
     """Where one rank stands at ``now``: its state, what it waits in, since when, at which line."""
 
     rank: int
-    state: str                 # not-started | busy | waiting | ddp-wait | finished | crashed | gone
+    state: str  # not-started | busy | waiting | ddp-wait | finished | crashed | gone
     since: float | None = None  # waiting since
     pending: dict[str, Any] | None = None
     where: Location | None = None
     seq: dict[str, int] | None = None
     seq_stable_for: float = 0.0
-    stalled_for: float = 0.0    # no step, collective, new line or CPU time for this long
+    stalled_for: float = 0.0  # no step, collective, new line or CPU time for this long
     ddp_fwd: int = 0
     exit_code: Any = None
     stale: bool = False
@@ -130,18 +140,25 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
     fin = rec.event(schema.K_FINISH)
     where = loc(rec.rank, hb.get("where"), "")
     if where is not None and record is not None and not is_user_path(where.file, record):
-        where = None   # an older rank side took `<frozen runpy>` (under the cwd) for the user's file
+        where = None  # an older rank side took `<frozen runpy>` (under the cwd) for the user's file
     if fin is None and rec.terminated and record is not None:
         # ended from outside: faulthandler's dump says where it was, fresher than the last heartbeat
         where = loc(rec.rank, fatal_frame(rec.terminated, record)[0], "") or where
     seq = hb.get("seq") or (fin or {}).get("seq") or {}
-    ddp_fwd = max(int(hb.get("step") or 0), int((fin or {}).get("ddp_fwd") or 0),
-                  int(rec.counters.get("ddp_fwd") or 0))
+    ddp_fwd = max(int(hb.get("step") or 0), int((fin or {}).get("ddp_fwd") or 0), int(rec.counters.get("ddp_fwd") or 0))
     stable = now - rec.seq_changed_t if rec.seq_changed_t else 0.0
     if fin is not None:
         state = "crashed" if fin.get("exception") or rec.error else "finished"
-        return RankState(rec.rank, state, where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=fin.get("code"),
-                         seq_stable_for=stable, ended_t=fin.get("t"))
+        return RankState(
+            rec.rank,
+            state,
+            where=where,
+            seq=seq,
+            ddp_fwd=ddp_fwd,
+            exit_code=fin.get("code"),
+            seq_stable_for=stable,
+            ended_t=fin.get("t"),
+        )
     if rec.error is not None:
         return RankState(rec.rank, "crashed", where=where, seq=seq, ddp_fwd=ddp_fwd, exit_code=1)
     if not hb:
@@ -149,24 +166,44 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
     stale = now - float(hb.get("t", now)) > cfg.stale
     pending = hb.get("pending")
     if pending:
-        return RankState(rec.rank, "waiting", since=pending.get("since"), pending=pending,
-                         where=loc(rec.rank, pending.get("site"), "waiting") or where, seq=seq,
-                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale, hb_t=hb.get("t"))
+        return RankState(
+            rec.rank,
+            "waiting",
+            since=pending.get("since"),
+            pending=pending,
+            where=loc(rec.rank, pending.get("site"), "waiting") or where,
+            seq=seq,
+            seq_stable_for=stable,
+            ddp_fwd=ddp_fwd,
+            stale=stale,
+            hb_t=hb.get("t"),
+        )
     if hb.get("in_backward") or hb.get("in_ddp_forward"):
         since = rec.seq_changed_t
-        return RankState(rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable,
-                         ddp_fwd=ddp_fwd, stale=stale)
+        return RankState(
+            rec.rank, "ddp-wait", since=since, where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale
+        )
     stalled = now - rec.progress_t if rec.progress_t else 0.0
     awaiting = hb.get("awaiting")
     if awaiting and stalled >= cfg.settle and awaiting.get("seq") is not None:
         # the main thread stopped moving while an asynchronous collective it issued is incomplete: it is
         # blocked at a sync point (Work.wait(), .item(), synchronize) waiting for that collective
-        return RankState(rec.rank, "waiting", since=rec.progress_t, pending=awaiting,
-                         where=loc(rec.rank, awaiting.get("site"), "waiting") or where, seq=seq,
-                         seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale, hb_t=hb.get("t"),
-                         blocked=dataclasses.replace(where, role="blocked") if where else None)
-    return RankState(rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale,
-                     stalled_for=stalled)
+        return RankState(
+            rec.rank,
+            "waiting",
+            since=rec.progress_t,
+            pending=awaiting,
+            where=loc(rec.rank, awaiting.get("site"), "waiting") or where,
+            seq=seq,
+            seq_stable_for=stable,
+            ddp_fwd=ddp_fwd,
+            stale=stale,
+            hb_t=hb.get("t"),
+            blocked=dataclasses.replace(where, role="blocked") if where else None,
+        )
+    return RankState(
+        rec.rank, "busy", where=where, seq=seq, seq_stable_for=stable, ddp_fwd=ddp_fwd, stale=stale, stalled_for=stalled
+    )
 
 
 def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:

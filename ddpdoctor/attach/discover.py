@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 import psutil
 
 _RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-_JOB_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-             "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_BUFFER_SIZE",
-             "TORCH_NCCL_TRACE_BUFFER_SIZE")
+_JOB_KEYS = (
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+)
 
 
 @dataclass
@@ -30,17 +38,17 @@ class RankProc:
     cmdline: list[str]
     cwd: str
     create_time: float
-    env: dict[str, str] = field(default_factory=dict)   # only the keys in _RANK_KEYS + _JOB_KEYS
+    env: dict[str, str] = field(default_factory=dict)  # only the keys in _RANK_KEYS + _JOB_KEYS
 
 
 @dataclass
 class Job:
-    kind: str                     # "torchrun" | "spawn"
-    launcher: int | None          # torchrun's agent, or the mp.spawn parent (pid)
+    kind: str  # "torchrun" | "spawn"
+    launcher: int | None  # torchrun's agent, or the mp.spawn parent (pid)
     ranks: list[RankProc]
     world_size: int | None
     local_world_size: int | None
-    script: str | None            # absolute path of the training script, when it can be told
+    script: str | None  # absolute path of the training script, when it can be told
     key: str
 
     @property
@@ -146,17 +154,30 @@ def find_jobs(pid: int | None = None) -> list[Job]:
             continue
         cmd, cwd, ct = info
         launcher = pp if pp in procs and pp not in rankish else None
-        key = f"torchrun:{launcher}" if launcher else \
-            f"env:{env.get('TORCHELASTIC_RUN_ID') or ''}:{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        key = (
+            f"torchrun:{launcher}"
+            if launcher
+            else f"env:{env.get('TORCHELASTIC_RUN_ID') or ''}:{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        )
         job = jobs.get(key)
         if job is None:
             lcmd = _proc_info(procs[launcher]) if launcher else None
             script = script_of(cmd, cwd) or (_torchrun_script(lcmd[0], lcmd[1]) if lcmd else None)
-            job = jobs[key] = Job("torchrun", launcher, [], _int(env.get("WORLD_SIZE")),
-                                  _int(env.get("LOCAL_WORLD_SIZE")), script, key)
-        job.ranks.append(RankProc(q, int(env["RANK"]), _int(env.get("LOCAL_RANK")) or 0,
-                                  _int(env.get("WORLD_SIZE")), cmd, cwd, ct,
-                                  {k: env[k] for k in _RANK_KEYS + _JOB_KEYS if k in env}))
+            job = jobs[key] = Job(
+                "torchrun", launcher, [], _int(env.get("WORLD_SIZE")), _int(env.get("LOCAL_WORLD_SIZE")), script, key
+            )
+        job.ranks.append(
+            RankProc(
+                q,
+                int(env["RANK"]),
+                _int(env.get("LOCAL_RANK")) or 0,
+                _int(env.get("WORLD_SIZE")),
+                cmd,
+                cwd,
+                ct,
+                {k: env[k] for k in _RANK_KEYS + _JOB_KEYS if k in env},
+            )
+        )
     # mp.spawn: multiprocessing.spawn children of a Python parent that is not itself a rank's helper
     children: dict[int, list[tuple[float, int, list[str], str]]] = {}
     for q, p in procs.items():
@@ -178,9 +199,12 @@ def find_jobs(pid: int | None = None) -> list[Job]:
             continue
         kids.sort()
         script = script_of(pinfo[0], pinfo[1])
-        ranks = [RankProc(q, i, i, len(kids), cmd, cwd, ct,
-                          {k: envs.get(q, {})[k] for k in _JOB_KEYS if k in envs.get(q, {})})
-                 for i, (ct, q, cmd, cwd) in enumerate(kids)]
+        ranks = [
+            RankProc(
+                q, i, i, len(kids), cmd, cwd, ct, {k: envs.get(q, {})[k] for k in _JOB_KEYS if k in envs.get(q, {})}
+            )
+            for i, (ct, q, cmd, cwd) in enumerate(kids)
+        ]
         jobs[f"spawn:{pp}"] = Job("spawn", pp, ranks, len(kids), len(kids), script, f"spawn:{pp}")
     out = sorted(jobs.values(), key=lambda j: min(j.pids))
     for j in out:

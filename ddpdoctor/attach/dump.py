@@ -17,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.errors import ExitCode
-from ddpdoctor.errors import DdpdoctorError
+from ddpdoctor.errors import DdpdoctorError, ExitCode
 
-PTRACE_HELP = ("py-spy needs ptrace: run ddpdoctor as the job's user (or root); in a container start it with "
-               "`--cap-add SYS_PTRACE`; on a host with Yama, `sudo sysctl kernel.yama.ptrace_scope=0` "
-               "(or run as root)")
+PTRACE_HELP = (
+    "py-spy needs ptrace: run ddpdoctor as the job's user (or root); in a container start it with "
+    "`--cap-add SYS_PTRACE`; on a host with Yama, `sudo sysctl kernel.yama.ptrace_scope=0` "
+    "(or run as root)"
+)
 # native frames worth keeping: the wait inside gloo/NCCL/c10d/CUDA that a Python stack cannot show
 _NATIVE_KEEP = re.compile(r"c10d|gloo|nccl|ProcessGroup|Work::wait|cuda|Synchronize", re.I)
 
@@ -30,7 +31,7 @@ _NATIVE_KEEP = re.compile(r"c10d|gloo|nccl|ProcessGroup|Work::wait|cuda|Synchron
 @dataclass
 class Dump:
     pid: int
-    threads: list[dict[str, Any]] | None    # None: the dump failed
+    threads: list[dict[str, Any]] | None  # None: the dump failed
     error: str = ""
     gone: bool = False
 
@@ -40,8 +41,9 @@ def py_spy() -> str:
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
     exe = here if os.access(here, os.X_OK) else shutil.which("py-spy")
     if not exe:
-        raise DdpdoctorError("py-spy not found (next to this Python or on PATH): `pip install py-spy`",
-                             ExitCode.NOT_RUN)
+        raise DdpdoctorError(
+            "py-spy not found (next to this Python or on PATH): `pip install py-spy`", ExitCode.NOT_RUN
+        )
     return exe
 
 
@@ -50,14 +52,25 @@ def _threads(raw: Any, native: bool) -> list[dict[str, Any]]:
     out = []
     for t in raw if isinstance(raw, list) else []:
         frames = t.get("frames") or []
-        py = [[str(f.get("filename")), int(f.get("line") or 0), str(f.get("name"))] for f in frames
-              if not native or f.get("module") is None and f.get("line")]
-        th: dict[str, Any] = {"ident": t.get("thread_id"), "os_tid": t.get("os_thread_id"),
-                              "name": t.get("thread_name") or "?", "main": t.get("thread_name") == "MainThread",
-                              "active": bool(t.get("active")), "stack": list(reversed(py))}
+        py = [
+            [str(f.get("filename")), int(f.get("line") or 0), str(f.get("name"))]
+            for f in frames
+            if not native or f.get("module") is None and f.get("line")
+        ]
+        th: dict[str, Any] = {
+            "ident": t.get("thread_id"),
+            "os_tid": t.get("os_thread_id"),
+            "name": t.get("thread_name") or "?",
+            "main": t.get("thread_name") == "MainThread",
+            "active": bool(t.get("active")),
+            "stack": list(reversed(py)),
+        }
         if native:
-            th["native"] = [str(f.get("name"))[:160] for f in frames
-                            if f.get("module") is not None and _NATIVE_KEEP.search(str(f.get("name")))][:8]
+            th["native"] = [
+                str(f.get("name"))[:160]
+                for f in frames
+                if f.get("module") is not None and _NATIVE_KEEP.search(str(f.get("name")))
+            ][:8]
         out.append(th)
     if out and not any(t["main"] for t in out):
         out[0]["main"] = True

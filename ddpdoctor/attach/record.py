@@ -21,6 +21,7 @@ from ddpdoctor.attach.dump import Dump
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
 
+
 def main_stack(threads: list[dict[str, Any]] | None) -> list[list[Any]]:
     main = next((t for t in threads or [] if t.get("main")), None)
     return list(main.get("stack") or []) if main else []
@@ -47,13 +48,34 @@ def flight_recorder(env: dict[str, str], rank: int) -> dict[str, Any] | None:
     tail = []
     for e in (entries or [])[-32:]:
         if isinstance(e, dict):
-            tail.append({k: e.get(k) for k in ("record_id", "collective_seq_id", "p2p_seq_id", "profiling_name",
-                                               "state", "input_sizes", "output_sizes", "time_created_ns")})
+            tail.append(
+                {
+                    k: e.get(k)
+                    for k in (
+                        "record_id",
+                        "collective_seq_id",
+                        "p2p_seq_id",
+                        "profiling_name",
+                        "state",
+                        "input_sizes",
+                        "output_sizes",
+                        "time_created_ns",
+                    )
+                }
+            )
     return {"file": path, "found": True, "format": "json", "entries": tail}
 
 
-def write(run_dir: str, job: Job, first: dict[int, Dump], last: dict[int, Dump], native: dict[int, Dump],
-          t0: float, t1: float, cpu: dict[int, float]) -> None:
+def write(
+    run_dir: str,
+    job: Job,
+    first: dict[int, Dump],
+    last: dict[int, Dump],
+    native: dict[int, Dump],
+    t0: float,
+    t1: float,
+    cpu: dict[int, float],
+) -> None:
     host = socket.gethostname()
     ranks_dir = os.path.join(run_dir, schema.RANKS_DIR)
     for rp in job.ranks:
@@ -63,10 +85,17 @@ def write(run_dir: str, job: Job, first: dict[int, Dump], last: dict[int, Dump],
         rdir = os.path.join(ranks_dir, str(rp.rank))
         os.makedirs(rdir, mode=0o700, exist_ok=True)
         ev = JsonlWriter(os.path.join(rdir, schema.EVENTS))
-        ev.write(schema.K_START, rp.rank, t=t0, pid=rp.pid, host=host, local_rank=rp.local_rank,
-                 argv=rp.cmdline[:64], attached=True)
-        ev.write(schema.K_INIT, rp.rank, t=t0, world_size=rp.world_size or job.world_size, backend=None,
-                 attached=True)
+        ev.write(
+            schema.K_START,
+            rp.rank,
+            t=t0,
+            pid=rp.pid,
+            host=host,
+            local_rank=rp.local_rank,
+            argv=rp.cmdline[:64],
+            attached=True,
+        )
+        ev.write(schema.K_INIT, rp.rank, t=t0, world_size=rp.world_size or job.world_size, backend=None, attached=True)
         ev.close()
         threads = d.threads
         nat = native.get(rp.pid)
@@ -78,16 +107,34 @@ def write(run_dir: str, job: Job, first: dict[int, Dump], last: dict[int, Dump],
         before = main_stack((first.get(rp.pid) or Dump(rp.pid, None)).threads)
         stack = main_stack(threads)
         st = JsonlWriter(os.path.join(rdir, schema.STACKS))
-        st.write(schema.K_STACKS, rp.rank, t=t1, request="attach", threads=threads, moved=before != stack,
-                 interval=round(t1 - t0, 3), cpu=cpu.get(rp.pid), pid=rp.pid,
-                 fr=flight_recorder(rp.env, rp.rank))
+        st.write(
+            schema.K_STACKS,
+            rp.rank,
+            t=t1,
+            request="attach",
+            threads=threads,
+            moved=before != stack,
+            interval=round(t1 - t0, 3),
+            cpu=cpu.get(rp.pid),
+            pid=rp.pid,
+            fr=flight_recorder(rp.env, rp.rank),
+        )
         st.close()
         op, ddp = collective_of(stack)
         user = _user_site(stack, job.script)
         pending = {"op": op, "group": None, "seq": "?", "site": user, "since": t0} if op else None
         hb = JsonlWriter(os.path.join(rdir, schema.HEARTBEAT))
-        hb.write(schema.K_HB, rp.rank, t=t1, step=None, seq=None, pending=pending, where=user,
-                 in_backward=bool(ddp and not op), attached=True)
+        hb.write(
+            schema.K_HB,
+            rp.rank,
+            t=t1,
+            step=None,
+            seq=None,
+            pending=pending,
+            where=user,
+            in_backward=bool(ddp and not op),
+            attached=True,
+        )
         hb.close()
     for r in job.missing_local():
         ev = JsonlWriter(os.path.join(ranks_dir, str(r), schema.EVENTS))
@@ -102,7 +149,11 @@ def _user_site(stack: list[list[Any]], script: str | None) -> list[Any] | None:
         path = str(f[0])
         if home and path.startswith(home):
             return [path, int(f[1]), str(f[2])]
-        if not (path.startswith("<") or "site-packages" in path or "/lib/python3" in path
-                or f"{os.sep}ddpdoctor{os.sep}" in path):
+        if not (
+            path.startswith("<")
+            or "site-packages" in path
+            or "/lib/python3" in path
+            or f"{os.sep}ddpdoctor{os.sep}" in path
+        ):
             return [path, int(f[1]), str(f[2])]
     return None

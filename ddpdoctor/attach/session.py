@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from ddpdoctor.errors import ExitCode
 from ddpdoctor.attach import dump as dumps
 from ddpdoctor.attach.discover import Job, find_jobs
 from ddpdoctor.attach.record import main_stack, write
-from ddpdoctor.errors import DdpdoctorError
+from ddpdoctor.errors import DdpdoctorError, ExitCode
 from ddpdoctor.record import schema
 
 
@@ -40,18 +39,25 @@ def _confirmed(job: Job, first: dict[int, dumps.Dump]) -> bool:
     """An mp.spawn candidate is a DDP job when its ranks run torch.multiprocessing.spawn's wrapper."""
     if job.kind != "spawn":
         return True
-    return any(str(f[0]).replace("\\", "/").endswith("torch/multiprocessing/spawn.py")
-               for d in first.values() for t in d.threads or () for f in t.get("stack") or ())
+    return any(
+        str(f[0]).replace("\\", "/").endswith("torch/multiprocessing/spawn.py")
+        for d in first.values()
+        for t in d.threads or ()
+        for f in t.get("stack") or ()
+    )
 
 
 def describe(job: Job) -> str:
     script = os.path.basename(job.script) if job.script else "?"
-    return (f"{job.kind} job {script} (launcher pid {job.launcher}, "
-            f"{len(job.ranks)} local rank(s) of {job.world_size or '?'}: pids {','.join(map(str, job.pids))})")
+    return (
+        f"{job.kind} job {script} (launcher pid {job.launcher}, "
+        f"{len(job.ranks)} local rank(s) of {job.world_size or '?'}: pids {','.join(map(str, job.pids))})"
+    )
 
 
-def attach(pid: int | None, run_dir: str | None, interval: float, timeout: float, native: bool,
-           several_ok: bool) -> list[Attached]:
+def attach(
+    pid: int | None, run_dir: str | None, interval: float, timeout: float, native: bool, several_ok: bool
+) -> list[Attached]:
     from ddpdoctor.launch import rundir
 
     exe = dumps.py_spy()
@@ -62,17 +68,23 @@ def attach(pid: int | None, run_dir: str | None, interval: float, timeout: float
         first = dumps.dump_all(exe, job.pids, timeout)
         if dumps.refused(first):
             why = next(d.error for d in first.values() if d.error.startswith("ptrace refused"))
-            raise DdpdoctorError(f"cannot read the stacks of {describe(job)}: {why}. {dumps.PTRACE_HELP}",
-                                 ExitCode.NOT_RUN)
+            raise DdpdoctorError(
+                f"cannot read the stacks of {describe(job)}: {why}. {dumps.PTRACE_HELP}", ExitCode.NOT_RUN
+            )
         if _confirmed(job, first):
             checked.append((job, first))
     if not checked:
-        what = f"pid {pid} is not a torchrun agent, an mp.spawn parent or a rank of a DDP job of this user" \
-            if pid is not None else "no torchrun or mp.spawn job of this user runs on this host"
+        what = (
+            f"pid {pid} is not a torchrun agent, an mp.spawn parent or a rank of a DDP job of this user"
+            if pid is not None
+            else "no torchrun or mp.spawn job of this user runs on this host"
+        )
         raise DdpdoctorError(what, ExitCode.USAGE)
     if len(checked) > 1 and (run_dir or not several_ok):
-        raise DdpdoctorError(f"{len(checked)} jobs found: choose one with --pid: "
-                             + "; ".join(describe(j) for j, _ in checked), ExitCode.USAGE)
+        raise DdpdoctorError(
+            f"{len(checked)} jobs found: choose one with --pid: " + "; ".join(describe(j) for j, _ in checked),
+            ExitCode.USAGE,
+        )
     for job, first in checked:
         start = time.monotonic()
         t0 = time.time()
@@ -82,17 +94,35 @@ def attach(pid: int | None, run_dir: str | None, interval: float, timeout: float
         t1 = time.time()
         cpu1 = _cpu(job.pids)
         cpu = {q: round((cpu1[q] - cpu0[q]) / max(t1 - t0, 1e-3), 3) for q in cpu1 if q in cpu0}
-        stuck = [q for q in job.pids if last[q].threads is not None and first[q].threads is not None
-                 and main_stack(last[q].threads) == main_stack(first[q].threads)]
+        stuck = [
+            q
+            for q in job.pids
+            if last[q].threads is not None
+            and first[q].threads is not None
+            and main_stack(last[q].threads) == main_stack(first[q].threads)
+        ]
         nat = dumps.dump_all(exe, stuck, timeout, native=True) if native else {}
         for q, d in last.items():
             if d.threads is None and first[q].threads is not None and not d.gone:
                 last[q] = first[q]  # a second dump that failed: keep the first
-        path = rundir.create(run_dir or rundir.default_run_dir("attach"), {
-            "command": schema.CMD_ATTACH, "script": job.script, "mode": job.kind, "timeout": interval,
-            "attach": {"launcher": job.launcher, "pids": job.pids, "interval": round(t1 - t0, 3),
-                       "native": native, "world_size": job.world_size, "job": job.key,
-                       "failed": {str(q): d.error for q, d in last.items() if d.threads is None}}})
+        path = rundir.create(
+            run_dir or rundir.default_run_dir("attach"),
+            {
+                "command": schema.CMD_ATTACH,
+                "script": job.script,
+                "mode": job.kind,
+                "timeout": interval,
+                "attach": {
+                    "launcher": job.launcher,
+                    "pids": job.pids,
+                    "interval": round(t1 - t0, 3),
+                    "native": native,
+                    "world_size": job.world_size,
+                    "job": job.key,
+                    "failed": {str(q): d.error for q, d in last.items() if d.threads is None},
+                },
+            },
+        )
         write(path, job, first, last, nat, t0, t1, cpu)
         out.append(Attached(job, path, time.monotonic() - start))
     return out
@@ -117,4 +147,3 @@ def kill(job: Job, grace: float = 3.0) -> None:
         except psutil.Error:
             pass
     terminate([p for p in procs if p.is_running()], grace)
-

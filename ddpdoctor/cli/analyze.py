@@ -16,8 +16,14 @@ from ddpdoctor.errors import DdpdoctorError
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
 @click.option("--timeout", type=float, default=None, help="Re-judge with another --timeout (default: the run's own).")
 @output_options
-def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | None, junit_path: str | None,
-            fail_on: str, html_path: str | None = None) -> None:
+def analyze(
+    run_dirs: tuple[str, ...],
+    timeout: float | None,
+    json_path: str | None,
+    junit_path: str | None,
+    fail_on: str,
+    html_path: str | None = None,
+) -> None:
     """Re-diagnose a saved run directory without re-running it (no torch needed).
 
     For a multi-node job give every node's run directory: the ranks are compared across nodes.
@@ -44,8 +50,9 @@ def analyze(run_dirs: tuple[str, ...], timeout: float | None, json_path: str | N
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
     spec = spec_of(command)
-    report = attach_pictures(diagnose(record, Config(timeout=t, fail_on=fail_on), command), record,
-                             spec.pictures if spec else (), html_path)
+    report = attach_pictures(
+        diagnose(record, Config(timeout=t, fail_on=fail_on), command), record, spec.pictures if spec else (), html_path
+    )
     if pm is not None:
         report = postmortem.merge(report, pm)
     emit(report, json_path, junit_path)

@@ -11,19 +11,45 @@ from ddpdoctor.cli.options import output_options
 
 
 @click.command()
-@click.option("--pid", type=int, default=None,
-              help="A torchrun agent, an mp.spawn parent or any rank of the job. Default: every torchrun/mp.spawn "
-                   "job of this user on this host.")
-@click.option("--interval", type=click.FloatRange(min=0.1, max=60), default=1.0, show_default=True,
-              help="Seconds between the two stack dumps (a rank whose stack did not change is stuck).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=10.0, show_default=True,
-              help="Seconds one py-spy dump may take.")
+@click.option(
+    "--pid",
+    type=int,
+    default=None,
+    help="A torchrun agent, an mp.spawn parent or any rank of the job. Default: every torchrun/mp.spawn "
+    "job of this user on this host.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1, max=60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between the two stack dumps (a rank whose stack did not change is stuck).",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=10.0, show_default=True, help="Seconds one py-spy dump may take."
+)
 @click.option("--no-native", is_flag=True, help="Leave out the native frames (their dump pauses a stuck rank ~1 s).")
-@click.option("--kill", is_flag=True, help="End the job afterwards (launcher first; TERM, then KILL). Default: leave it running.")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to keep the records (default ./ddpdoctor-runs/attach-...).")
+@click.option(
+    "--kill", is_flag=True, help="End the job afterwards (launcher first; TERM, then KILL). Default: leave it running."
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False),
+    help="Where to keep the records (default ./ddpdoctor-runs/attach-...).",
+)
 @output_options
-def attach(pid: int | None, interval: float, timeout: float, no_native: bool, kill: bool, run_dir: str | None,
-           json_path: str | None, junit_path: str | None, fail_on: str, html_path: str | None = None) -> None:
+def attach(
+    pid: int | None,
+    interval: float,
+    timeout: float,
+    no_native: bool,
+    kill: bool,
+    run_dir: str | None,
+    json_path: str | None,
+    junit_path: str | None,
+    fail_on: str,
+    html_path: str | None = None,
+) -> None:
     """Diagnose a running DDP job started without ddpdoctor: every rank's stacks (py-spy), same findings as hang.
 
     \b
@@ -32,22 +58,27 @@ def attach(pid: int | None, interval: float, timeout: float, no_native: bool, ki
     Multi-node: run it on each node, then `ddpdoctor analyze DIR1 DIR2 ...`. Exit 2: no job found.
     """
     from ddpdoctor.analysis import diagnose
-    from ddpdoctor.attach.session import attach as run_attach, describe, kill as end_job
+    from ddpdoctor.attach.session import attach as run_attach
+    from ddpdoctor.attach.session import describe
+    from ddpdoctor.attach.session import kill as end_job
     from ddpdoctor.launch.command import attach_pictures, check_html_path, check_writable, emit
     from ddpdoctor.record.reader import load_run
 
     check_html_path(html_path)
     check_writable(json_path)
     check_writable(junit_path)
-    done = run_attach(pid, run_dir, interval, timeout, not no_native,
-                      several_ok=not (json_path or junit_path or html_path))
+    done = run_attach(
+        pid, run_dir, interval, timeout, not no_native, several_ok=not (json_path or junit_path or html_path)
+    )
     code = 0
     for a in done:
-        click.echo(f"ddpdoctor: attach: {describe(a.job)}; stacks read in {a.seconds:.1f} s; records in {a.run_dir}",
-                   err=True)
+        click.echo(
+            f"ddpdoctor: attach: {describe(a.job)}; stacks read in {a.seconds:.1f} s; records in {a.run_dir}", err=True
+        )
         record = load_run(a.run_dir)
-        report = attach_pictures(diagnose(record, Config(timeout=interval, fail_on=fail_on), "attach"), record,
-                                 ("html",), html_path)
+        report = attach_pictures(
+            diagnose(record, Config(timeout=interval, fail_on=fail_on), "attach"), record, ("html",), html_path
+        )
         emit(report, json_path, junit_path)
         code = max(code, report.exit_code)
         if kill:

@@ -10,11 +10,22 @@ import click
 @click.command()
 @click.argument("base", type=click.Path(dir_okay=False))
 @click.argument("new", type=click.Path(dir_okay=False))
-@click.option("--max-step-time-regression", "max_step", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="A rank whose steady-state step time grew by more than PCT percent is a regression (default 10).")
-@click.option("--max-memory-slope-regression", "max_slope", default=None, metavar="BYTES",
-              help="A rank whose RSS or CUDA growth per step rose by more than this (e.g. 64K, 1M) is a "
-                   "regression (default 64K).")
+@click.option(
+    "--max-step-time-regression",
+    "max_step",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="A rank whose steady-state step time grew by more than PCT percent is a regression (default 10).",
+)
+@click.option(
+    "--max-memory-slope-regression",
+    "max_slope",
+    default=None,
+    metavar="BYTES",
+    help="A rank whose RSS or CUDA growth per step rose by more than this (e.g. 64K, 1M) is a "
+    "regression (default 64K).",
+)
 def compare(base: str, new: str, max_step: float | None, max_slope: str | None) -> None:
     """Compare two JSON reports (profile: step time per rank and phase; memleak: memory growth per step).
 
@@ -23,7 +34,8 @@ def compare(base: str, new: str, max_step: float | None, max_slope: str | None) 
     ddpdoctor profile --script train.py --steps 50 --json new.json
     ddpdoctor compare base.json new.json --max-step-time-regression 10
     """
-    from ddpdoctor.compare import compare as run_compare, parse_bytes
+    from ddpdoctor.compare import compare as run_compare
+    from ddpdoctor.compare import parse_bytes
 
     result = run_compare(base, new, max_step, parse_bytes(max_slope) if max_slope is not None else None)
     click.echo("\n".join(result.lines))

@@ -15,22 +15,56 @@ from ddpdoctor.errors import DdpdoctorError
 @click.option("--skip-probes", is_flag=True, help="Leave out the self-test of the built-in probes.")
 @click.option("--skip-health", is_flag=True, help="Leave out the health check (environment, collectives, bandwidth).")
 @click.option("--only", multiple=True, help="Run only these probes (file names, e.g. crash.py).")
-@click.option("--min-busbw", type=click.FloatRange(min=0), default=None, metavar="GBPS",
-              help="Fail when all_reduce's bus bandwidth at the largest size is below this (GB/s, nccl-tests' busbw).")
-@click.option("--sizes", default=None, metavar="LIST",
-              help="Bandwidth sweep sizes, e.g. 64K,1M,16M (default: 64K,1M,16M on gloo; 1M..512M on nccl).")
-@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
-              help="Backend of the health check (auto: nccl where a GPU is, else gloo).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Seconds a rendezvous or a collective may take before it fails (the whole health check is "
-                   "bounded by 3x this + 60 s).")
+@click.option(
+    "--min-busbw",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="GBPS",
+    help="Fail when all_reduce's bus bandwidth at the largest size is below this (GB/s, nccl-tests' busbw).",
+)
+@click.option(
+    "--sizes",
+    default=None,
+    metavar="LIST",
+    help="Bandwidth sweep sizes, e.g. 64K,1M,16M (default: 64K,1M,16M on gloo; 1M..512M on nccl).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "gloo", "nccl"]),
+    default="auto",
+    show_default=True,
+    help="Backend of the health check (auto: nccl where a GPU is, else gloo).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a rendezvous or a collective may take before it fails (the whole health check is "
+    "bounded by 3x this + 60 s).",
+)
 @torchrun_options
-@click.option("--run-dir", "runs_root", type=click.Path(file_okay=False),
-              help="Folder for the run directories (default ./ddpdoctor-runs/doctor-...).")
+@click.option(
+    "--run-dir",
+    "runs_root",
+    type=click.Path(file_okay=False),
+    help="Folder for the run directories (default ./ddpdoctor-runs/doctor-...).",
+)
 @output_options
-def doctor(skip_probes: bool, skip_health: bool, only: tuple[str, ...], min_busbw: float | None,
-           sizes: str | None, backend: str, timeout: float, runs_root: str | None, json_path: str | None,
-           junit_path: str | None, fail_on: str, **torchrun: Any) -> None:
+def doctor(
+    skip_probes: bool,
+    skip_health: bool,
+    only: tuple[str, ...],
+    min_busbw: float | None,
+    sizes: str | None,
+    backend: str,
+    timeout: float,
+    runs_root: str | None,
+    json_path: str | None,
+    junit_path: str | None,
+    fail_on: str,
+    **torchrun: Any,
+) -> None:
     """Health check of this machine or cluster, then the self-test of the built-in probes.
 
     \b
@@ -55,6 +89,19 @@ def doctor(skip_probes: bool, skip_health: bool, only: tuple[str, ...], min_busb
             size_list = parse_sizes(sizes)
         except ValueError as e:
             raise DdpdoctorError(f"--sizes: {e}") from None
-    sys.exit(run_doctor(only, runs_root, json_path, junit_path, fail_on=fail_on, skip_probes=skip_probes,
-                        skip_health=skip_health, torchrun=torchrun, backend=backend, timeout=timeout,
-                        sizes=size_list, min_busbw=min_busbw))
+    sys.exit(
+        run_doctor(
+            only,
+            runs_root,
+            json_path,
+            junit_path,
+            fail_on=fail_on,
+            skip_probes=skip_probes,
+            skip_health=skip_health,
+            torchrun=torchrun,
+            backend=backend,
+            timeout=timeout,
+            sizes=size_list,
+            min_busbw=min_busbw,
+        )
+    )

@@ -10,8 +10,12 @@ import click
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="The catalog as JSON (schema ddpdoctor.findings, version 1).")
-@click.option("--family", type=click.Choice(["hang", "check", "memleak", "profile", "probe", "doctor"]), default=None,
-              help="Only this family's findings.")
+@click.option(
+    "--family",
+    type=click.Choice(["hang", "check", "memleak", "profile", "probe", "doctor"]),
+    default=None,
+    help="Only this family's findings.",
+)
 def findings(as_json: bool, family: str | None) -> None:
     """Every finding id ddpdoctor can report: family, severity, verdict and exit code, and its docs page.
 
@@ -24,11 +28,23 @@ def findings(as_json: bool, family: str | None) -> None:
 
     entries = [e for e in CATALOG.values() if family is None or e.family == family]
     if as_json:
-        doc = {"schema": "ddpdoctor.findings", "version": 1, "findings": [
-            {"id": e.id, "family": e.family, "severity": e.severity, "severities": list(e.severities),
-             "verdict": e.verdict if "error" in e.severities else "ok",
-             "exit_code": e.exit_code if "error" in e.severities else 0, "title": e.title, "page": e.page}
-            for e in entries]}
+        doc = {
+            "schema": "ddpdoctor.findings",
+            "version": 1,
+            "findings": [
+                {
+                    "id": e.id,
+                    "family": e.family,
+                    "severity": e.severity,
+                    "severities": list(e.severities),
+                    "verdict": e.verdict if "error" in e.severities else "ok",
+                    "exit_code": e.exit_code if "error" in e.severities else 0,
+                    "title": e.title,
+                    "page": e.page,
+                }
+                for e in entries
+            ],
+        }
         click.echo(json.dumps(doc, indent=1))
         sys.exit(0)
     width = max(len(e.id) for e in entries)
@@ -36,6 +52,8 @@ def findings(as_json: bool, family: str | None) -> None:
         sev = "/".join(e.severities)
         code = f"exit {e.exit_code}" if "error" in e.severities else "exit 0"
         click.echo(f"{e.id:{width}s}  {e.family:8s} {sev:14s} {code:7s} {e.title}")
-    click.echo(f"\n{len(entries)} findings; each has a page: docs/findings/<id>.md (warnings and notes exit 0 "
-               "unless --fail-on asks)")
+    click.echo(
+        f"\n{len(entries)} findings; each has a page: docs/findings/<id>.md (warnings and notes exit 0 "
+        "unless --fail-on asks)"
+    )
     sys.exit(0)

@@ -24,14 +24,26 @@ def torchrun_options(f: Callable) -> Callable:
 
 def output_options(f: Callable) -> Callable:
     """--json, --junit, --html and --fail-on: every command that gives a report."""
-    f = click.option("--html", "html_path", type=click.Path(dir_okay=False),
-                     help="Write the HTML report here too (one self-contained file; every run directory "
-                          "holds report.html).")(f)
+    f = click.option(
+        "--html",
+        "html_path",
+        type=click.Path(dir_okay=False),
+        help="Write the HTML report here too (one self-contained file; every run directory holds report.html).",
+    )(f)
     f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")(f)
-    f = click.option("--json", "json_path", type=click.Path(dir_okay=False),
-                     help="Write the JSON report (docs/json-schema.md); '-' for stdout.")(f)
-    f = click.option("--fail-on", type=click.Choice(["error", "warning", "note"]), default="error",
-                     show_default=True, help="Lowest finding severity that gives a non-zero exit code.")(f)
+    f = click.option(
+        "--json",
+        "json_path",
+        type=click.Path(dir_okay=False),
+        help="Write the JSON report (docs/json-schema.md); '-' for stdout.",
+    )(f)
+    f = click.option(
+        "--fail-on",
+        type=click.Choice(["error", "warning", "note"]),
+        default="error",
+        show_default=True,
+        help="Lowest finding severity that gives a non-zero exit code.",
+    )(f)
     return f
 
 
@@ -39,18 +51,31 @@ def run_options(f: Callable) -> Callable:
     """The options every command that runs a script shares."""
     f = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(f)
     f = output_options(f)
-    f = click.option("--max-time", type=click.FloatRange(min=1), default=None,
-                     help="End the run after this many seconds.")(f)
-    f = click.option("--run-dir", type=click.Path(file_okay=False),
-                     help="Where to keep the records (default ./ddpdoctor-runs/...).")(f)
-    f = click.option("--launch", type=click.Choice(["auto", "torchrun", "spawn"]), default="auto", show_default=True,
-                     help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.")(f)
-    f = click.option("--timeout", type=click.FloatRange(min=0.5), default=60.0, show_default=True,
-                     help="Seconds a rank may wait in a collective while another is still busy before it is called "
-                          "a hang. Certain deadlocks are reported within seconds whatever this is.")(f)
+    f = click.option(
+        "--max-time", type=click.FloatRange(min=1), default=None, help="End the run after this many seconds."
+    )(f)
+    f = click.option(
+        "--run-dir", type=click.Path(file_okay=False), help="Where to keep the records (default ./ddpdoctor-runs/...)."
+    )(f)
+    f = click.option(
+        "--launch",
+        type=click.Choice(["auto", "torchrun", "spawn"]),
+        default="auto",
+        show_default=True,
+        help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.",
+    )(f)
+    f = click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.5),
+        default=60.0,
+        show_default=True,
+        help="Seconds a rank may wait in a collective while another is still busy before it is called "
+        "a hang. Certain deadlocks are reported within seconds whatever this is.",
+    )(f)
     f = torchrun_options(f)
-    f = click.option("--script", type=click.Path(dir_okay=False),
-                     help="The training script. Default: the built-in healthy probe.")(f)
+    f = click.option(
+        "--script", type=click.Path(dir_okay=False), help="The training script. Default: the built-in healthy probe."
+    )(f)
     return f
 
 

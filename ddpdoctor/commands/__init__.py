@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-Values = dict[str, Any]   # the command's own option values, by parameter name
+Values = dict[str, Any]  # the command's own option values, by parameter name
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class Opt:
 class Stop:
     """When the monitor ends a healthy run on purpose."""
 
-    steps: int | None = None     # every rank made this many DDP steps (optimizer steps for memleak)
-    epochs: int | None = None    # every rank began this many epochs and one more
+    steps: int | None = None  # every rank made this many DDP steps (optimizer steps for memleak)
+    epochs: int | None = None  # every rank began this many epochs and one more
 
 
 def _no_settings(_v: Values) -> dict[str, Any]:
@@ -53,9 +53,9 @@ class CommandSpec:
     # option values -> the probe settings written to the manifest (the rank side installs what is named)
     settings: Callable[[Values], dict[str, Any]] = _no_settings
     stop: Callable[[Values], Stop] = _no_stop
-    validate: Callable[[Values], None] = _no_check      # raises DdpdoctorError on a bad combination
-    wrapper: Callable[[Values], tuple[str, ...]] = _no_wrapper   # a program each rank runs under (nsys)
-    pictures: tuple[str, ...] = ()    # render.pictures names written into the run directory
+    validate: Callable[[Values], None] = _no_check  # raises DdpdoctorError on a bad combination
+    wrapper: Callable[[Values], tuple[str, ...]] = _no_wrapper  # a program each rank runs under (nsys)
+    pictures: tuple[str, ...] = ()  # render.pictures names written into the run directory
 
 
 def _registry() -> dict[str, CommandSpec]:

@@ -11,13 +11,19 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
 
-BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-       "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+BUS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
 CLOCK_SKEW_S = 2.0
 
-WRONG_HINT = ("A collective that returns a wrong result without an error is a broken transport or GPU: check the "
-              "GPUs' ECC errors (`nvidia-smi -q -d ECC`), run nccl-tests between these ranks, try NCCL_P2P_DISABLE=1 "
-              "or NCCL_IB_DISABLE=1 to find the faulty path, and keep this node out of jobs until it passes.")
+WRONG_HINT = (
+    "A collective that returns a wrong result without an error is a broken transport or GPU: check the "
+    "GPUs' ECC errors (`nvidia-smi -q -d ECC`), run nccl-tests between these ranks, try NCCL_P2P_DISABLE=1 "
+    "or NCCL_IB_DISABLE=1 to find the faulty path, and keep this node out of jobs until it passes."
+)
 
 
 def _sig(x: float) -> float:
@@ -83,35 +89,72 @@ def merge_bandwidth(ranks: dict[int, dict[str, Any]], world: int) -> list[dict[s
         if errs:
             r0 = min(errs)
             unsup = errs[r0].get("supported") is False
-            out.append({"op": op, "bytes": nbytes, "algbw_gbps": None, "busbw_gbps": None, "ok": None if unsup else False,
-                        "supported": not unsup, "detail": errs[r0]["error"], "ranks": sorted(errs)})
+            out.append(
+                {
+                    "op": op,
+                    "bytes": nbytes,
+                    "algbw_gbps": None,
+                    "busbw_gbps": None,
+                    "ok": None if unsup else False,
+                    "supported": not unsup,
+                    "detail": errs[r0]["error"],
+                    "ranks": sorted(errs),
+                }
+            )
             continue
         slowest = max(rows, key=lambda r: rows[r]["time_s"])
         t = float(rows[slowest]["time_s"])
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
-        out.append({"op": op, "bytes": nbytes, "time_us": round(t * 1e6, 1), "algbw_gbps": _sig(algbw),
-                    "busbw_gbps": _sig(algbw * BUS[op](world)) if world else 0.0, "slowest_rank": slowest,
-                    "fastest_us": round(min(float(x["time_s"]) for x in rows.values()) * 1e6, 1),
-                    "iters": rows[slowest].get("iters"), "ok": True, "supported": True})
+        out.append(
+            {
+                "op": op,
+                "bytes": nbytes,
+                "time_us": round(t * 1e6, 1),
+                "algbw_gbps": _sig(algbw),
+                "busbw_gbps": _sig(algbw * BUS[op](world)) if world else 0.0,
+                "slowest_rank": slowest,
+                "fastest_us": round(min(float(x["time_s"]) for x in rows.values()) * 1e6, 1),
+                "iters": rows[slowest].get("iters"),
+                "ok": True,
+                "supported": True,
+            }
+        )
     return out
 
 
 _LAUNCH_PATTERNS = [
-    (re.compile(r"Unable to find address for:? *(\S+)"), "doctor.socket-ifname",
-     "the socket interface {0} does not exist on a node", "Set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to an "
-     "interface every node has (`ip -br addr`), or unset it."),
-    (re.compile(r"[Aa]ddress already in use|EADDRINUSE"), "doctor.port-in-use",
-     "the rendezvous port is already in use", "Choose a free --master-port, or end the job that holds it "
-     "(`ss -ltnp`)."),
-    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
-                r"getaddrinfo"), "doctor.master-addr",
-     "the master address does not resolve", "Use the master node's IP address or a name every node resolves."),
-    (re.compile(r"Connection refused|No route to host|Network is unreachable|[Cc]onnect(ion)? timed out|"
-                r"timed out.*(connect|store|rendezvous)|failed to connect|RendezvousTimeoutError|"
-                r"(Socket|Client) Timeout"), "doctor.master-unreachable",
-     "the ranks could not reach the rendezvous (MASTER_ADDR:MASTER_PORT)",
-     "Check that the master node runs the same command, that MASTER_ADDR is its address on the network the "
-     "nodes share, and that no firewall blocks MASTER_PORT (`nc -zv MASTER_ADDR MASTER_PORT` from each node)."),
+    (
+        re.compile(r"Unable to find address for:? *(\S+)"),
+        "doctor.socket-ifname",
+        "the socket interface {0} does not exist on a node",
+        "Set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to an interface every node has (`ip -br addr`), or unset it.",
+    ),
+    (
+        re.compile(r"[Aa]ddress already in use|EADDRINUSE"),
+        "doctor.port-in-use",
+        "the rendezvous port is already in use",
+        "Choose a free --master-port, or end the job that holds it (`ss -ltnp`).",
+    ),
+    (
+        re.compile(
+            r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+            r"getaddrinfo"
+        ),
+        "doctor.master-addr",
+        "the master address does not resolve",
+        "Use the master node's IP address or a name every node resolves.",
+    ),
+    (
+        re.compile(
+            r"Connection refused|No route to host|Network is unreachable|[Cc]onnect(ion)? timed out|"
+            r"timed out.*(connect|store|rendezvous)|failed to connect|RendezvousTimeoutError|"
+            r"(Socket|Client) Timeout"
+        ),
+        "doctor.master-unreachable",
+        "the ranks could not reach the rendezvous (MASTER_ADDR:MASTER_PORT)",
+        "Check that the master node runs the same command, that MASTER_ADDR is its address on the network the "
+        "nodes share, and that no firewall blocks MASTER_PORT (`nc -zv MASTER_ADDR MASTER_PORT` from each node).",
+    ),
 ]
 
 
@@ -128,9 +171,17 @@ def classify(text: str) -> tuple[str, str, str, str] | None:
     return None
 
 
-def findings(ranks: dict[int, dict[str, Any]], expected_world: int | None, collectives: list[dict[str, Any]],
-             bandwidth: list[dict[str, Any]], backend: str, min_busbw: float | None, timed_out: float | None,
-             log_tail: str, env_ids: set[str]) -> list[Finding]:
+def findings(
+    ranks: dict[int, dict[str, Any]],
+    expected_world: int | None,
+    collectives: list[dict[str, Any]],
+    bandwidth: list[dict[str, Any]],
+    backend: str,
+    min_busbw: float | None,
+    timed_out: float | None,
+    log_tail: str,
+    env_ids: set[str],
+) -> list[Finding]:
     out: list[Finding] = []
     world = max((int(r.get("world_size") or 0) for r in ranks.values()), default=0) or expected_world or 0
     # ranks that could not join
@@ -140,11 +191,26 @@ def findings(ranks: dict[int, dict[str, Any]], expected_world: int | None, colle
         msg = f"{init_err[r0]['type']}: {init_err[r0]['message']}"
         c = classify(msg)
         if not (c and c[0] in env_ids):  # already said by the environment check
-            fid, what, hint = c[:3] if c else ("doctor.init-failed", "init_process_group failed",
-                                               "Read the message; `ddpdoctor doctor --json -` shows the environment.")
-            out.append(Finding(fid, "error", f"{what}: {ranks_phrase(init_err)} could not join the process group "
-                                             f"({msg})", hint, tuple(sorted(init_err)), culprits=tuple(sorted(init_err)),
-                               evidence={"message": msg}))
+            fid, what, hint = (
+                c[:3]
+                if c
+                else (
+                    "doctor.init-failed",
+                    "init_process_group failed",
+                    "Read the message; `ddpdoctor doctor --json -` shows the environment.",
+                )
+            )
+            out.append(
+                Finding(
+                    fid,
+                    "error",
+                    f"{what}: {ranks_phrase(init_err)} could not join the process group ({msg})",
+                    hint,
+                    tuple(sorted(init_err)),
+                    culprits=tuple(sorted(init_err)),
+                    evidence={"message": msg},
+                )
+            )
     if not ranks:
         c = classify(log_tail)
         tail = " | ".join(l.strip() for l in log_tail.strip().splitlines() if "frame #" not in l)[-400:]
@@ -154,85 +220,151 @@ def findings(ranks: dict[int, dict[str, Any]], expected_world: int | None, colle
             out.append(Finding(c[0], "error", f"{c[1]}: no rank started ({c[3]})", c[2], evidence={"log": c[3]}))
         else:
             why = f"within {timed_out:.0f} s" if timed_out else "before it ended"
-            out.append(Finding("doctor.launch-failed", "error", f"torchrun started no rank {why}"
-                               + (f" ({tail})" if tail else ""),
-                               "Check the torchrun options (--nnodes, --rdzv-endpoint, --master-addr/--master-port): "
-                               "every node must run the same command and reach the master; torchrun.log in the run "
-                               "directory has torchrun's own messages.", evidence={"log": tail}))
+            out.append(
+                Finding(
+                    "doctor.launch-failed",
+                    "error",
+                    f"torchrun started no rank {why}" + (f" ({tail})" if tail else ""),
+                    "Check the torchrun options (--nnodes, --rdzv-endpoint, --master-addr/--master-port): "
+                    "every node must run the same command and reach the master; torchrun.log in the run "
+                    "directory has torchrun's own messages.",
+                    evidence={"log": tail},
+                )
+            )
         return out
     if expected_world and world and world != expected_world:
-        out.append(Finding("doctor.world-size-mismatch", "error",
-                           f"the process group has {world} ranks, {expected_world} expected from --nnodes x "
-                           "--nproc-per-node", "Give every node the same --nnodes and --nproc-per-node; check "
-                           "that each node started once (and only once).",
-                           evidence={"world_size": world, "expected": expected_world}))
+        out.append(
+            Finding(
+                "doctor.world-size-mismatch",
+                "error",
+                f"the process group has {world} ranks, {expected_world} expected from --nnodes x --nproc-per-node",
+                "Give every node the same --nnodes and --nproc-per-node; check "
+                "that each node started once (and only once).",
+                evidence={"world_size": world, "expected": expected_world},
+            )
+        )
     elif expected_world and len(ranks) < expected_world and not init_err and timed_out:
         absent = sorted(set(range(expected_world)) - set(ranks))
-        out.append(Finding("doctor.rank-missing", "error", f"{ranks_phrase(absent)} never started within "
-                                                           f"{timed_out:.0f} s", "See torchrun.log in the run directory.",
-                           tuple(absent), culprits=tuple(absent)))
+        out.append(
+            Finding(
+                "doctor.rank-missing",
+                "error",
+                f"{ranks_phrase(absent)} never started within {timed_out:.0f} s",
+                "See torchrun.log in the run directory.",
+                tuple(absent),
+                culprits=tuple(absent),
+            )
+        )
     stuck = {r: x.get("stage") for r, x in ranks.items() if x.get("stage") not in ("done",) and not x.get("error")}
     if stuck and timed_out:
-        out.append(Finding("doctor.hang", "error",
-                           f"{ranks_phrase(stuck)} did not finish within {timed_out:.0f} s (stage: "
-                           f"{', '.join(sorted(set(map(str, stuck.values()))))})",
-                           "A collective that never completes: a rank on an unreachable network path, a wrong "
-                           "SOCKET_IFNAME on some node, or a peer that died. Run again with NCCL_DEBUG=INFO.",
-                           tuple(sorted(stuck)), culprits=()))
+        out.append(
+            Finding(
+                "doctor.hang",
+                "error",
+                f"{ranks_phrase(stuck)} did not finish within {timed_out:.0f} s (stage: "
+                f"{', '.join(sorted(set(map(str, stuck.values()))))})",
+                "A collective that never completes: a rank on an unreachable network path, a wrong "
+                "SOCKET_IFNAME on some node, or a peer that died. Run again with NCCL_DEBUG=INFO.",
+                tuple(sorted(stuck)),
+                culprits=(),
+            )
+        )
     late = {r: x["error"] for r, x in ranks.items() if x.get("error") and x["error"].get("stage") != "init"}
     if late:
         r0 = min(late)
-        out.append(Finding("doctor.rank-error", "error", f"{ranks_phrase(late)} failed during {late[r0]['stage']}: "
-                                                         f"{late[r0]['type']}: {late[r0]['message']}",
-                           "A collective timed out or the process group broke: see the collectives above for "
-                           "the first one that failed.", tuple(sorted(late)), culprits=tuple(sorted(late))))
+        out.append(
+            Finding(
+                "doctor.rank-error",
+                "error",
+                f"{ranks_phrase(late)} failed during {late[r0]['stage']}: {late[r0]['type']}: {late[r0]['message']}",
+                "A collective timed out or the process group broke: see the collectives above for "
+                "the first one that failed.",
+                tuple(sorted(late)),
+                culprits=tuple(sorted(late)),
+            )
+        )
     wrong: dict[str, list[dict[str, Any]]] = {}
     for row in collectives:
         if row["wrong_ranks"]:
             wrong.setdefault(row["op"], []).append(row)
     for op, rows in wrong.items():
         rs = sorted({r for c in rows for r in c["wrong_ranks"]})
-        out.append(Finding("doctor.collective-wrong", "error",
-                           f"{op} returns a wrong result ({', '.join(c['dtype'] for c in rows)}) on "
-                           f"{ranks_phrase(rs)}: {rows[0]['detail']}", WRONG_HINT, tuple(rs), culprits=tuple(rs),
-                           evidence={"checks": rows}))
+        out.append(
+            Finding(
+                "doctor.collective-wrong",
+                "error",
+                f"{op} returns a wrong result ({', '.join(c['dtype'] for c in rows)}) on "
+                f"{ranks_phrase(rs)}: {rows[0]['detail']}",
+                WRONG_HINT,
+                tuple(rs),
+                culprits=tuple(rs),
+                evidence={"checks": rows},
+            )
+        )
     rank_level = any(f.id in ("doctor.hang", "doctor.rank-error") or f.id in env_ids for f in out) or init_err
     failed = [c for c in collectives if c["failed_ranks"] or (c["missing_ranks"] and not rank_level)]
     if failed:
         rs = sorted({r for c in failed for r in c["failed_ranks"] + c["missing_ranks"]})
         names = sorted({f"{c['op']} {c['dtype']}" for c in failed})
-        out.append(Finding("doctor.collective-failed", "error",
-                           f"{len(failed)} collective check(s) raised on {ranks_phrase(rs)} ({', '.join(names[:6])}"
-                           f"{' ...' if len(names) > 6 else ''}): {failed[0]['detail']}",
-                           f"The {backend} backend failed these calls: upgrade or reinstall it (torch and NCCL "
-                           "versions above); with NCCL, run again with NCCL_DEBUG=WARN for the cause.",
-                           tuple(rs), culprits=tuple(rs), evidence={"checks": failed}))
+        out.append(
+            Finding(
+                "doctor.collective-failed",
+                "error",
+                f"{len(failed)} collective check(s) raised on {ranks_phrase(rs)} ({', '.join(names[:6])}"
+                f"{' ...' if len(names) > 6 else ''}): {failed[0]['detail']}",
+                f"The {backend} backend failed these calls: upgrade or reinstall it (torch and NCCL "
+                "versions above); with NCCL, run again with NCCL_DEBUG=WARN for the cause.",
+                tuple(rs),
+                culprits=tuple(rs),
+                evidence={"checks": failed},
+            )
+        )
     clocks = {r: float(x["clock"]) for r, x in ranks.items() if x.get("clock")}
     hosts = {(x.get("env") or {}).get("host") for x in ranks.values()}
     if len(clocks) >= 2 and len(hosts) > 1:
         skew = max(clocks.values()) - min(clocks.values())
         if skew > CLOCK_SKEW_S:
             far = max(clocks, key=lambda r: abs(clocks[r] - sorted(clocks.values())[len(clocks) // 2]))
-            out.append(Finding("doctor.clock-skew", "warning",
-                               f"the nodes' clocks differ by {skew:.1f} s (rank {far} is furthest off)",
-                               "Run NTP/chrony on every node: timestamps in logs and traces do not line up across "
-                               "nodes otherwise.", (far,), culprits=(far,), evidence={"skew_s": round(skew, 3)}))
+            out.append(
+                Finding(
+                    "doctor.clock-skew",
+                    "warning",
+                    f"the nodes' clocks differ by {skew:.1f} s (rank {far} is furthest off)",
+                    "Run NTP/chrony on every node: timestamps in logs and traces do not line up across "
+                    "nodes otherwise.",
+                    (far,),
+                    culprits=(far,),
+                    evidence={"skew_s": round(skew, 3)},
+                )
+            )
     if min_busbw is not None:
         ar = [b for b in bandwidth if b["op"] == "all_reduce" and b.get("busbw_gbps") is not None]
         if not ar:
-            out.append(Finding("doctor.low-busbw", "error", f"--min-busbw {min_busbw:g}: no all_reduce bandwidth "
-                                                            "was measured", "See the findings above."))
+            out.append(
+                Finding(
+                    "doctor.low-busbw",
+                    "error",
+                    f"--min-busbw {min_busbw:g}: no all_reduce bandwidth was measured",
+                    "See the findings above.",
+                )
+            )
         else:
             top = max(ar, key=lambda b: b["bytes"])
             if top["busbw_gbps"] < min_busbw:
-                out.append(Finding("doctor.low-busbw", "error",
-                                   f"all_reduce bus bandwidth at {_size(top['bytes'])} is {top['busbw_gbps']:.3g} GB/s, "
-                                   f"below --min-busbw {min_busbw:g} (slowest rank {top['slowest_rank']})",
-                                   "Check the links between the GPUs/nodes (`nvidia-smi topo -m`, NCCL_DEBUG=INFO "
-                                   "for the transport NCCL picked: P2P/NVLink, IB or sockets), that "
-                                   "NCCL_SOCKET_IFNAME names the fast network, and that no other job shares it.",
-                                   (int(top["slowest_rank"]),), culprits=(int(top["slowest_rank"]),),
-                                   evidence={"row": top, "min_busbw_gbps": min_busbw}))
+                out.append(
+                    Finding(
+                        "doctor.low-busbw",
+                        "error",
+                        f"all_reduce bus bandwidth at {_size(top['bytes'])} is {top['busbw_gbps']:.3g} GB/s, "
+                        f"below --min-busbw {min_busbw:g} (slowest rank {top['slowest_rank']})",
+                        "Check the links between the GPUs/nodes (`nvidia-smi topo -m`, NCCL_DEBUG=INFO "
+                        "for the transport NCCL picked: P2P/NVLink, IB or sockets), that "
+                        "NCCL_SOCKET_IFNAME names the fast network, and that no other job shares it.",
+                        (int(top["slowest_rank"]),),
+                        culprits=(int(top["slowest_rank"]),),
+                        evidence={"row": top, "min_busbw_gbps": min_busbw},
+                    )
+                )
     return out
 
 
@@ -241,4 +373,3 @@ def _size(n: float) -> str:
         if n >= f:
             return f"{n / f:.{0 if n % f == 0 else 1}f} {unit}"
     return f"{n:g} B"
-

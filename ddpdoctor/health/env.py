@@ -14,8 +14,8 @@ from typing import Any
 from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.health import frsettings
 
-SHM_MIN = 1 << 30          # Docker's default /dev/shm is 64 MiB: DataLoader workers die with a bus error
-NOFILE_MIN = 4096          # DataLoader workers share tensors through file descriptors
+SHM_MIN = 1 << 30  # Docker's default /dev/shm is 64 MiB: DataLoader workers die with a bus error
+NOFILE_MIN = 4096  # DataLoader workers share tensors through file descriptors
 
 
 def _torch() -> dict[str, Any]:
@@ -28,9 +28,14 @@ def _torch() -> dict[str, Any]:
             import torch.distributed as dist
     except Exception as e:  # noqa: BLE001
         return {"torch": None, "error": f"cannot import torch: {e}"}
-    out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None, "cudnn": None,
-                           "cuda_available": torch.cuda.is_available(),
-                           "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "cudnn": None,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
     try:
         if torch.cuda.is_available():
             v = torch.cuda.nccl.version()
@@ -41,8 +46,9 @@ def _torch() -> dict[str, Any]:
         out["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     except Exception:  # noqa: BLE001
         pass
-    out["backends"] = {name: bool(getattr(dist, f"is_{name}_available", lambda: False)())
-                       for name in ("gloo", "nccl", "mpi", "ucc")}
+    out["backends"] = {
+        name: bool(getattr(dist, f"is_{name}_available", lambda: False)()) for name in ("gloo", "nccl", "mpi", "ucc")
+    }
     return out
 
 
@@ -61,11 +67,17 @@ def _gpus() -> dict[str, Any]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
-            d: dict[str, Any] = {"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                                 "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)}
+            d: dict[str, Any] = {
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            }
             try:
-                d["ecc_uncorrected"] = int(pynvml.nvmlDeviceGetTotalEccErrors(
-                    h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
+                d["ecc_uncorrected"] = int(
+                    pynvml.nvmlDeviceGetTotalEccErrors(
+                        h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                    )
+                )
             except Exception:  # noqa: BLE001 - ECC off or not supported on this board
                 d["ecc_uncorrected"] = None
             devs.append(d)
@@ -85,9 +97,11 @@ def _interfaces() -> dict[str, Any]:
     stats = psutil.net_if_stats()
     out = {}
     for name, addrs in psutil.net_if_addrs().items():
-        out[name] = {"up": bool(stats.get(name) and stats[name].isup),
-                     "ipv4": [a.address for a in addrs if a.family == socket.AF_INET],
-                     "ipv6": [a.address.split("%")[0] for a in addrs if a.family == socket.AF_INET6]}
+        out[name] = {
+            "up": bool(stats.get(name) and stats[name].isup),
+            "ipv4": [a.address for a in addrs if a.family == socket.AF_INET],
+            "ipv6": [a.address.split("%")[0] for a in addrs if a.family == socket.AF_INET6],
+        }
     return out
 
 
@@ -122,8 +136,12 @@ def _port_free(port: int) -> bool | None:
 def collect(master_addr: str | None, master_port: int | None, node_rank: int | None) -> dict[str, Any]:
     import resource
 
-    env: dict[str, Any] = {"host": socket.gethostname(), "python": platform.python_version(),
-                           "executable": sys.executable, "platform": platform.platform()}
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+    }
     env.update(_torch())
     env["gpus"] = _gpus()
     try:
@@ -154,6 +172,7 @@ def collect(master_addr: str | None, master_port: int | None, node_rank: int | N
 
 # -- findings (pure) --------------------------------------------------------------------------------------
 
+
 def _ifname_missing(value: str, names: set[str], nccl: bool) -> list[str]:
     """The names of ``value`` that match no interface. GLOO_SOCKET_IFNAME: exact names, comma-separated.
     NCCL_SOCKET_IFNAME: prefixes; ``=name`` exact; ``^...`` excludes (never missing)."""
@@ -162,8 +181,11 @@ def _ifname_missing(value: str, names: set[str], nccl: bool) -> list[str]:
     exact = not nccl
     if nccl and value.startswith("="):
         value, exact = value[1:], True
-    return [p for p in (v.strip() for v in value.split(",")) if p
-            and not (p in names if exact else any(n.startswith(p) for n in names))]
+    return [
+        p
+        for p in (v.strip() for v in value.split(","))
+        if p and not (p in names if exact else any(n.startswith(p) for n in names))
+    ]
 
 
 def usable(env: dict[str, Any]) -> list[str]:
@@ -184,55 +206,100 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
         missing = _ifname_missing(value, names, var.startswith("NCCL"))
         used = (var.startswith("GLOO") and backend == "gloo") or (var.startswith("NCCL") and backend == "nccl")
         if missing:
-            out.append(Finding("doctor.socket-ifname", "error" if used else "warning",
-                               f"{var}={value} names {'an interface' if len(missing) == 1 else 'interfaces'} "
-                               f"this host does not have: {', '.join(missing)}"
-                               + ("" if used else f" (not used by the {backend} backend of this run)"),
-                               f"Set {var} to an interface that exists and is up (here: {ok_names}), or unset it.",
-                               evidence={"var": var, "value": value, "missing": missing, "interfaces": sorted(names)}))
+            out.append(
+                Finding(
+                    "doctor.socket-ifname",
+                    "error" if used else "warning",
+                    f"{var}={value} names {'an interface' if len(missing) == 1 else 'interfaces'} "
+                    f"this host does not have: {', '.join(missing)}"
+                    + ("" if used else f" (not used by the {backend} backend of this run)"),
+                    f"Set {var} to an interface that exists and is up (here: {ok_names}), or unset it.",
+                    evidence={"var": var, "value": value, "missing": missing, "interfaces": sorted(names)},
+                )
+            )
         else:
             down = [n for n in names if value.strip("=") == n and not env["interfaces"][n]["up"]]
             if down:
-                out.append(Finding("doctor.socket-ifname", "error" if used else "warning",
-                                   f"{var}={value}: interface {down[0]} is down",
-                                   f"Bring it up or name another interface (up here: {ok_names}).",
-                                   evidence={"var": var, "value": value}))
+                out.append(
+                    Finding(
+                        "doctor.socket-ifname",
+                        "error" if used else "warning",
+                        f"{var}={value}: interface {down[0]} is down",
+                        f"Bring it up or name another interface (up here: {ok_names}).",
+                        evidence={"var": var, "value": value},
+                    )
+                )
     shm = env.get("shm")
     if shm and shm["total_bytes"] < SHM_MIN:
-        out.append(Finding("doctor.shm-small", "warning",
-                           f"/dev/shm is {shm['total_bytes'] / 2**20:.0f} MiB (Docker's default is 64 MiB): DataLoader "
-                           "workers pass batches through it and die with a bus error when it is full",
-                           "Run the container with --shm-size=8g (or --ipc=host); on Kubernetes mount an emptyDir "
-                           "with medium: Memory at /dev/shm.", evidence=dict(shm)))
+        out.append(
+            Finding(
+                "doctor.shm-small",
+                "warning",
+                f"/dev/shm is {shm['total_bytes'] / 2**20:.0f} MiB (Docker's default is 64 MiB): DataLoader "
+                "workers pass batches through it and die with a bus error when it is full",
+                "Run the container with --shm-size=8g (or --ipc=host); on Kubernetes mount an emptyDir "
+                "with medium: Memory at /dev/shm.",
+                evidence=dict(shm),
+            )
+        )
     nofile = env.get("open_files") or {}
     if nofile and 0 <= nofile.get("soft", NOFILE_MIN) < NOFILE_MIN:
-        out.append(Finding("doctor.open-files", "warning",
-                           f"open-files limit is {nofile['soft']} (hard {nofile['hard']}): DataLoader workers "
-                           "share tensors through file descriptors and fail with 'Too many open files'",
-                           f"Raise it: `ulimit -n {min(max(nofile.get('hard', 65536), NOFILE_MIN), 65536)}` before "
-                           "the job, or LimitNOFILE in the service; or torch.multiprocessing.set_sharing_strategy("
-                           "'file_system').", evidence=dict(nofile)))
+        out.append(
+            Finding(
+                "doctor.open-files",
+                "warning",
+                f"open-files limit is {nofile['soft']} (hard {nofile['hard']}): DataLoader workers "
+                "share tensors through file descriptors and fail with 'Too many open files'",
+                f"Raise it: `ulimit -n {min(max(nofile.get('hard', 65536), NOFILE_MIN), 65536)}` before "
+                "the job, or LimitNOFILE in the service; or torch.multiprocessing.set_sharing_strategy("
+                "'file_system').",
+                evidence=dict(nofile),
+            )
+        )
     m = env.get("master") or {}
     if m.get("addr") and m.get("error"):
-        out.append(Finding("doctor.master-addr", "error",
-                           f"MASTER_ADDR {m['addr']} does not resolve: {m['error']}",
-                           "Use the master node's IP address or a name every node resolves (check /etc/hosts and "
-                           "DNS on each node).", evidence=dict(m)))
+        out.append(
+            Finding(
+                "doctor.master-addr",
+                "error",
+                f"MASTER_ADDR {m['addr']} does not resolve: {m['error']}",
+                "Use the master node's IP address or a name every node resolves (check /etc/hosts and "
+                "DNS on each node).",
+                evidence=dict(m),
+            )
+        )
     if m.get("port_free") is False:
-        out.append(Finding("doctor.port-in-use", "error",
-                           f"port {m['port']} on {m['addr']} is already in use on this host: the rendezvous "
-                           "store cannot listen there",
-                           "Choose a free --master-port (or end the job that holds it: `ss -ltnp | grep "
-                           f":{m['port']}`).", evidence=dict(m)))
+        out.append(
+            Finding(
+                "doctor.port-in-use",
+                "error",
+                f"port {m['port']} on {m['addr']} is already in use on this host: the rendezvous "
+                "store cannot listen there",
+                f"Choose a free --master-port (or end the job that holds it: `ss -ltnp | grep :{m['port']}`).",
+                evidence=dict(m),
+            )
+        )
     for d in (env.get("gpus") or {}).get("devices", []):
         if d.get("ecc_uncorrected"):
-            out.append(Finding("doctor.gpu-ecc", "warning",
-                               f"GPU {d['index']} ({d['name']}) reports {d['ecc_uncorrected']} uncorrected ECC "
-                               "errors since the driver loaded",
-                               "Drain the node and run `nvidia-smi -q -d ECC` / DCGM diagnostics; a reset or an "
-                               "RMA may be needed.", evidence=dict(d)))
+            out.append(
+                Finding(
+                    "doctor.gpu-ecc",
+                    "warning",
+                    f"GPU {d['index']} ({d['name']}) reports {d['ecc_uncorrected']} uncorrected ECC "
+                    "errors since the driver loaded",
+                    "Drain the node and run `nvidia-smi -q -d ECC` / DCGM diagnostics; a reset or an "
+                    "RMA may be needed.",
+                    evidence=dict(d),
+                )
+            )
     out += frsettings.findings(env.get("flight_recorder") or {})
     if env.get("torch") is None:
-        out.append(Finding("doctor.no-torch", "error", str(env.get("error", "torch is not importable")),
-                           "Install PyTorch in this environment."))
+        out.append(
+            Finding(
+                "doctor.no-torch",
+                "error",
+                str(env.get("error", "torch is not importable")),
+                "Install PyTorch in this environment.",
+            )
+        )
     return out

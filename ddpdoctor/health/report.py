@@ -11,7 +11,7 @@ from ddpdoctor.analysis.findings import Finding, Report, severity_rank
 from ddpdoctor.health.analyze import _size
 
 DOCTOR_SCHEMA = "ddpdoctor.doctor"
-DOCTOR_VERSION = 2   # 2: environment, collectives, bandwidth, findings; 1 had only the probes' `results`
+DOCTOR_VERSION = 2  # 2: environment, collectives, bandwidth, findings; 1 had only the probes' `results`
 _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 
 
@@ -20,8 +20,10 @@ def _ver(v: Any) -> str:
 
 
 def environment_lines(env: dict[str, Any], skipped: str) -> list[str]:
-    out = [f"  python {env.get('python')}, torch {_ver(env.get('torch'))}, CUDA {_ver(env.get('cuda'))}, "
-           f"NCCL {_ver(env.get('nccl'))}, cuDNN {_ver(env.get('cudnn'))}"]
+    out = [
+        f"  python {env.get('python')}, torch {_ver(env.get('torch'))}, CUDA {_ver(env.get('cuda'))}, "
+        f"NCCL {_ver(env.get('nccl'))}, cuDNN {_ver(env.get('cudnn'))}"
+    ]
     b = env.get("backends") or {}
     out.append("  backends: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in b.items()))
     g = env.get("gpus") or {}
@@ -29,8 +31,10 @@ def environment_lines(env: dict[str, Any], skipped: str) -> list[str]:
     if devs:
         for d in devs:
             ecc = d.get("ecc_uncorrected")
-            out.append(f"  GPU {d['index']}: {d['name']}, {d['memory_bytes'] / 2**30:.0f} GiB, driver "
-                       f"{g.get('driver')}, uncorrected ECC errors {'n/a' if ecc is None else ecc}")
+            out.append(
+                f"  GPU {d['index']}: {d['name']}, {d['memory_bytes'] / 2**30:.0f} GiB, driver "
+                f"{g.get('driver')}, uncorrected ECC errors {'n/a' if ecc is None else ecc}"
+            )
     else:
         out.append(f"  GPUs: none (NVML: {g.get('nvml')}; torch sees {env.get('cuda_devices', 0)})")
     ifs = env.get("interfaces") or {}
@@ -45,7 +49,7 @@ def environment_lines(env: dict[str, Any], skipped: str) -> list[str]:
     else:
         master = "MASTER_ADDR unset (single node: --standalone)"
     out.append(f"  {shm_text}; open files {nofile.get('soft')} (hard {nofile.get('hard')}); {master}")
-    hosts = sorted({str(r.get('host')) for r in env.get("ranks") or []})
+    hosts = sorted({str(r.get("host")) for r in env.get("ranks") or []})
     if hosts:
         out.append(f"  ranks on {len(hosts)} host(s): {', '.join(hosts[:8])}{' ...' if len(hosts) > 8 else ''}")
     if skipped:
@@ -83,11 +87,15 @@ def bandwidth_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = [f"  {'op':16s}{'size':>10s}{'time us':>12s}{'algbw GB/s':>12s}{'busbw GB/s':>12s}  slowest rank"]
     for b in rows:
         if b.get("algbw_gbps") is None:
-            out.append(f"  {b['op']:16s}{_size(b['bytes']):>10s}  {'not supported' if b['ok'] is None else 'FAILED'}: "
-                       f"{b.get('detail', '')[:100]}")
+            out.append(
+                f"  {b['op']:16s}{_size(b['bytes']):>10s}  {'not supported' if b['ok'] is None else 'FAILED'}: "
+                f"{b.get('detail', '')[:100]}"
+            )
             continue
-        out.append(f"  {b['op']:16s}{_size(b['bytes']):>10s}{b['time_us']:>12.1f}{b['algbw_gbps']:>12.3f}"
-                   f"{b['busbw_gbps']:>12.3f}  {b['slowest_rank']}")
+        out.append(
+            f"  {b['op']:16s}{_size(b['bytes']):>10s}{b['time_us']:>12.1f}{b['algbw_gbps']:>12.3f}"
+            f"{b['busbw_gbps']:>12.3f}  {b['slowest_rank']}"
+        )
     return out
 
 
@@ -110,13 +118,18 @@ def text(result: dict[str, Any]) -> str:
         ok = sum(1 for r in h["collectives"] if r["ok"])
         ns = sum(1 for r in h["collectives"] if r["ok"] is None)
         if h["collectives"]:
-            out.append(f"ddpdoctor doctor: collectives on {h['world_size']} ranks ({h['backend']}): {ok}/"
-                       f"{len(h['collectives']) - ns} correct" + (f", {ns} not supported by {h['backend']}" if ns else "")
-                       + "; sizes that do not divide by the world size, uneven all_to_all splits")
+            out.append(
+                f"ddpdoctor doctor: collectives on {h['world_size']} ranks ({h['backend']}): {ok}/"
+                f"{len(h['collectives']) - ns} correct"
+                + (f", {ns} not supported by {h['backend']}" if ns else "")
+                + "; sizes that do not divide by the world size, uneven all_to_all splits"
+            )
             out += collectives_lines(h["collectives"], h["backend"])
         if h["bandwidth"]:
-            out.append(f"ddpdoctor doctor: bandwidth ({h['backend']}, {h['world_size']} ranks, float32; algbw = bytes/"
-                       "time of the slowest rank, busbw as nccl-tests)")
+            out.append(
+                f"ddpdoctor doctor: bandwidth ({h['backend']}, {h['world_size']} ranks, float32; algbw = bytes/"
+                "time of the slowest rank, busbw as nccl-tests)"
+            )
             out += bandwidth_lines(h["bandwidth"])
     return "\n".join(out) + ("\n" if out else "")
 
@@ -145,11 +158,20 @@ def _findings_json(fs: list[Finding]) -> list[dict[str, Any]]:
 
 def to_dict(result: dict[str, Any]) -> dict[str, Any]:
     h = result.get("health") or {}
-    return {"schema": DOCTOR_SCHEMA, "version": DOCTOR_VERSION, "verdict": result["verdict"],
-            "exit_code": result["exit_code"], "run_dir": result["run_dir"], "backend": h.get("backend"),
-            "world_size": h.get("world_size"), "environment": h.get("environment"),
-            "collectives": h.get("collectives", []), "bandwidth": h.get("bandwidth", []),
-            "findings": _findings_json(result["findings"]), "results": result.get("results")}
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "version": DOCTOR_VERSION,
+        "verdict": result["verdict"],
+        "exit_code": result["exit_code"],
+        "run_dir": result["run_dir"],
+        "backend": h.get("backend"),
+        "world_size": h.get("world_size"),
+        "environment": h.get("environment"),
+        "collectives": h.get("collectives", []),
+        "bandwidth": h.get("bandwidth", []),
+        "findings": _findings_json(result["findings"]),
+        "results": result.get("results"),
+    }
 
 
 def json_text(result: dict[str, Any]) -> str:
@@ -165,8 +187,14 @@ def junit(result: dict[str, Any]) -> str:
     for f in result["findings"]:
         by_id.setdefault(f.id, []).append(f)
 
-    def case(cls: str, name: str, failure: str | None = None, skipped: str | None = None, seconds: float = 0.0,
-             body: str = "") -> None:
+    def case(
+        cls: str,
+        name: str,
+        failure: str | None = None,
+        skipped: str | None = None,
+        seconds: float = 0.0,
+        body: str = "",
+    ) -> None:
         tc = ET.SubElement(suite, "testcase", classname=f"ddpdoctor.doctor.{cls}", name=name, time=f"{seconds:g}")
         counts["tests"] += 1
         if failure is not None:
@@ -190,10 +218,27 @@ def junit(result: dict[str, Any]) -> str:
         env_case("shm", ("doctor.shm-small",))
         env_case("open-files", ("doctor.open-files",))
         env_case("gpus", ("doctor.gpu-ecc",))
-        env_case("flight-recorder", ("doctor.fr-old-name", "doctor.fr-buffer-off", "doctor.fr-dump-tmp",
-                                     "doctor.fr-heartbeat-timeout", "doctor.debug-detail"))
-        env_case("launch", ("doctor.launch-failed", "doctor.init-failed", "doctor.world-size-mismatch",
-                            "doctor.rank-missing", "doctor.hang", "doctor.rank-error"))
+        env_case(
+            "flight-recorder",
+            (
+                "doctor.fr-old-name",
+                "doctor.fr-buffer-off",
+                "doctor.fr-dump-tmp",
+                "doctor.fr-heartbeat-timeout",
+                "doctor.debug-detail",
+            ),
+        )
+        env_case(
+            "launch",
+            (
+                "doctor.launch-failed",
+                "doctor.init-failed",
+                "doctor.world-size-mismatch",
+                "doctor.rank-missing",
+                "doctor.hang",
+                "doctor.rank-error",
+            ),
+        )
         if h["world_size"] and len({r.get("host") for r in h["environment"].get("ranks") or []}) > 1:
             env_case("clock-skew", ("doctor.clock-skew",))
         for r in h["collectives"]:
@@ -201,24 +246,42 @@ def junit(result: dict[str, Any]) -> str:
             if r["ok"] is None:
                 case("collectives", name, skipped=r.get("detail") or "not supported", seconds=r["seconds"])
             else:
-                case("collectives", name, None if r["ok"] else f"{name} ({r['bytes']} B): {r['detail']}",
-                     seconds=r["seconds"])
+                case(
+                    "collectives",
+                    name,
+                    None if r["ok"] else f"{name} ({r['bytes']} B): {r['detail']}",
+                    seconds=r["seconds"],
+                )
         low = {id(f.evidence.get("row")) for f in by_id.get("doctor.low-busbw", [])}
         for b in h["bandwidth"]:
             name = f"{b['op']} {_size(b['bytes'])}"
             if b.get("algbw_gbps") is None:
-                case("bandwidth", name, None if b["ok"] is None else b.get("detail", "failed"),
-                     skipped=b.get("detail") if b["ok"] is None else None)
+                case(
+                    "bandwidth",
+                    name,
+                    None if b["ok"] is None else b.get("detail", "failed"),
+                    skipped=b.get("detail") if b["ok"] is None else None,
+                )
             else:
-                fail = next((f.message for f in by_id.get("doctor.low-busbw", []) if id(f.evidence.get("row")) == id(b)),
-                            None) if low else None
+                fail = (
+                    next(
+                        (f.message for f in by_id.get("doctor.low-busbw", []) if id(f.evidence.get("row")) == id(b)),
+                        None,
+                    )
+                    if low
+                    else None
+                )
                 case("bandwidth", name, fail, seconds=b["time_us"] * 1e-6 * (b.get("iters") or 1))
     for r in result.get("results") or []:
-        case("probes", r["probe"], None if r["ok"] else f"expected {r['expected']}, got {', '.join(r['got']) or 'nothing'}",
-             seconds=r["seconds"], body=r["run_dir"])
+        case(
+            "probes",
+            r["probe"],
+            None if r["ok"] else f"expected {r['expected']}, got {', '.join(r['got']) or 'nothing'}",
+            seconds=r["seconds"],
+            body=r["run_dir"],
+        )
     suite.set("tests", str(counts["tests"]))
     suite.set("failures", str(counts["failures"]))
     suite.set("errors", "0")
     suite.set("skipped", str(counts["skipped"]))
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
-

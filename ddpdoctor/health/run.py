@@ -12,7 +12,8 @@ from typing import Any
 
 import psutil
 
-from ddpdoctor.health import analyze, env as env_mod
+from ddpdoctor.health import analyze
+from ddpdoctor.health import env as env_mod
 
 SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
 _BLOCKING = {"doctor.socket-ifname", "doctor.master-addr", "doctor.port-in-use", "doctor.no-torch"}
@@ -72,13 +73,22 @@ def _unreachable(log_path: str) -> bool:
     return bool(c and c[0] == "doctor.master-unreachable")
 
 
-def launch(run_dir: str, targs: list[str], worker_args: list[str], deadline_s: float,
-           expected: int | None, rendezvous_s: float) -> tuple[dict[int, dict[str, Any]], float | None, str]:
+def launch(
+    run_dir: str, targs: list[str], worker_args: list[str], deadline_s: float, expected: int | None, rendezvous_s: float
+) -> tuple[dict[int, dict[str, Any]], float | None, str]:
     """Run torchrun with the worker; return the ranks' results, the seconds after which it was stopped (or
     None when it ended by itself) and the tail of torchrun's log."""
     log_path = os.path.join(run_dir, "torchrun.log")
-    cmd = [sys.executable, "-m", "torch.distributed.run", *targs, "-m", "ddpdoctor.health.worker", run_dir,
-           *worker_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *targs,
+        "-m",
+        "ddpdoctor.health.worker",
+        run_dir,
+        *worker_args,
+    ]
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True)
@@ -103,8 +113,11 @@ def launch(run_dir: str, targs: list[str], worker_args: list[str], deadline_s: f
             if not ranks and now - t0 > rendezvous_s and _unreachable(log_path):
                 timed_out = round(now - t0, 1)  # the rendezvous keeps retrying a master it cannot reach
                 break
-            if expected and len(ranks) >= expected and all(r.get("stage") == "done" or r.get("error")
-                                                           for r in ranks.values()):
+            if (
+                expected
+                and len(ranks) >= expected
+                and all(r.get("stage") == "done" or r.get("error") for r in ranks.values())
+            ):
                 done_at = done_at or now
                 if now - done_at > 10:  # every rank reported: torchrun only has to reap them
                     break
@@ -130,8 +143,15 @@ def launch(run_dir: str, targs: list[str], worker_args: list[str], deadline_s: f
     return _read_ranks(run_dir), timed_out, tail
 
 
-def run_health(root: str, torchrun: dict[str, Any], backend: str, timeout: float, sizes: list[int] | None,
-               min_busbw: float | None, echo: Any = None) -> dict[str, Any]:
+def run_health(
+    root: str,
+    torchrun: dict[str, Any],
+    backend: str,
+    timeout: float,
+    sizes: list[int] | None,
+    min_busbw: float | None,
+    echo: Any = None,
+) -> dict[str, Any]:
     from ddpdoctor.launch.command import torchrun_args
 
     t_start = time.time()
@@ -150,8 +170,10 @@ def run_health(root: str, torchrun: dict[str, Any], backend: str, timeout: float
     sizes = sizes or SIZES.get(bk, SIZES["gloo"])
     blocking = [f for f in env_f if f.severity == "error" and f.id in _BLOCKING]
     if echo:
-        echo(f"ddpdoctor doctor: health check on {expected or '?'} ranks ({bk}) under torchrun "
-             f"({' '.join(targs)}); records in {run_dir}")
+        echo(
+            f"ddpdoctor doctor: health check on {expected or '?'} ranks ({bk}) under torchrun "
+            f"({' '.join(targs)}); records in {run_dir}"
+        )
     if blocking:
         ranks: dict[int, dict[str, Any]] = {}
         timed_out, tail = None, ""
@@ -165,10 +187,23 @@ def run_health(root: str, torchrun: dict[str, Any], backend: str, timeout: float
     bandwidth = analyze.merge_bandwidth(ranks, world)
     fs = list(env_f)
     if not blocking:
-        fs += analyze.findings(ranks, expected, collectives, bandwidth, bk, min_busbw, timed_out, tail,
-                               {f.id for f in env_f})
-    env["ranks"] = [{"rank": r, "host": (x.get("env") or {}).get("host"), "device": x.get("device"),
-                     "stage": x.get("stage")} for r, x in sorted(ranks.items())]
-    return {"run_dir": run_dir, "backend": bk, "world_size": world, "torchrun_args": targs, "environment": env,
-            "collectives": collectives, "bandwidth": bandwidth, "findings": fs, "skipped": skipped,
-            "seconds": round(time.time() - t_start, 1), "min_busbw": min_busbw}
+        fs += analyze.findings(
+            ranks, expected, collectives, bandwidth, bk, min_busbw, timed_out, tail, {f.id for f in env_f}
+        )
+    env["ranks"] = [
+        {"rank": r, "host": (x.get("env") or {}).get("host"), "device": x.get("device"), "stage": x.get("stage")}
+        for r, x in sorted(ranks.items())
+    ]
+    return {
+        "run_dir": run_dir,
+        "backend": bk,
+        "world_size": world,
+        "torchrun_args": targs,
+        "environment": env,
+        "collectives": collectives,
+        "bandwidth": bandwidth,
+        "findings": fs,
+        "skipped": skipped,
+        "seconds": round(time.time() - t_start, 1),
+        "min_busbw": min_busbw,
+    }

@@ -19,7 +19,7 @@ import click
 from ddpdoctor.analysis.findings import severity_rank
 from ddpdoctor.errors import ExitCode
 
-_EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z0-9-]+)", re.M)   # ids may hold digits (hang.p2p-...)
+_EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z0-9-]+)", re.M)  # ids may hold digits (hang.p2p-...)
 _OPTS = re.compile(r"^Self-test: (.+)$", re.M)
 _COMMAND = re.compile(r"^Command: (\w+)$", re.M)
 
@@ -28,7 +28,7 @@ _COMMAND = re.compile(r"^Command: (\w+)$", re.M)
 class Probe:
     name: str
     path: str
-    expected: str | None     # a finding id, or None for "no error findings"
+    expected: str | None  # a finding id, or None for "no error findings"
     options: tuple[str, ...]
     command: str = "hang"
 
@@ -45,8 +45,15 @@ def probes() -> list[Probe]:
             continue
         o = _OPTS.search(text)
         c = _COMMAND.search(text)
-        out.append(Probe(entry.name, str(entry), None if m.group(1) == "none" else m.group(1),
-                         tuple(shlex.split(o.group(1))) if o else (), c.group(1) if c else "hang"))
+        out.append(
+            Probe(
+                entry.name,
+                str(entry),
+                None if m.group(1) == "none" else m.group(1),
+                tuple(shlex.split(o.group(1))) if o else (),
+                c.group(1) if c else "hang",
+            )
+        )
     return out
 
 
@@ -132,18 +139,38 @@ def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
             raise
         got = [f.id for f in report.findings if f.severity in ("error", "warning")]
         ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
-        results.append({"probe": p.name, "expected": p.expected or "none", "got": got, "ok": ok,
-                        "seconds": round(time.time() - t0, 1), "run_dir": report.run_dir})
+        results.append(
+            {
+                "probe": p.name,
+                "expected": p.expected or "none",
+                "got": got,
+                "ok": ok,
+                "seconds": round(time.time() - t0, 1),
+                "run_dir": report.run_dir,
+            }
+        )
         mark = "ok  " if ok else "FAIL"
-        progress.done(f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
-                      f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)")
+        progress.done(
+            f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
+            f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)"
+        )
     return results
 
 
-def run_doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | None, junit_path: str | None,
-               fail_on: str = "error", skip_probes: bool = False, skip_health: bool = False,
-               torchrun: dict | None = None, backend: str = "auto", timeout: float = 60.0,
-               sizes: list[int] | None = None, min_busbw: float | None = None) -> int:
+def run_doctor(
+    only: tuple[str, ...],
+    runs_root: str | None,
+    json_path: str | None,
+    junit_path: str | None,
+    fail_on: str = "error",
+    skip_probes: bool = False,
+    skip_health: bool = False,
+    torchrun: dict | None = None,
+    backend: str = "auto",
+    timeout: float = 60.0,
+    sizes: list[int] | None = None,
+    min_busbw: float | None = None,
+) -> int:
     """The health check (environment, collectives, bandwidth) and the probes' self-test; the reports."""
     from ddpdoctor.health import report as hr
     from ddpdoctor.launch.command import check_writable
@@ -167,8 +194,9 @@ def run_doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | No
     if not skip_health:
         from ddpdoctor.health.run import run_health
 
-        h = run_health(root, torchrun or {}, backend, timeout, sizes, min_busbw,
-                       echo=lambda line: click.echo(line, err=True))
+        h = run_health(
+            root, torchrun or {}, backend, timeout, sizes, min_busbw, echo=lambda line: click.echo(line, err=True)
+        )
         result["health"] = h
         result["findings"] = list(h["findings"])
         say(hr.text(result))
@@ -185,11 +213,15 @@ def run_doctor(only: tuple[str, ...], runs_root: str | None, json_path: str | No
             if not r["ok"]:
                 from ddpdoctor.analysis.findings import Finding
 
-                result["findings"].append(Finding(
-                    "doctor.probe-failed", "error", f"probe {r['probe']} expected {r['expected']}, got "
-                    f"{', '.join(r['got']) or 'no findings'}",
-                    f"A ddpdoctor detector does not work on this machine: see {r['run_dir']} (`ddpdoctor analyze` "
-                    "it) and report it with the run directory."))
+                result["findings"].append(
+                    Finding(
+                        "doctor.probe-failed",
+                        "error",
+                        f"probe {r['probe']} expected {r['expected']}, got {', '.join(r['got']) or 'no findings'}",
+                        f"A ddpdoctor detector does not work on this machine: see {r['run_dir']} (`ddpdoctor analyze` "
+                        "it) and report it with the run directory.",
+                    )
+                )
     result["findings"].sort(key=lambda f: severity_rank(f.severity))
     bad = [f for f in result["findings"] if severity_rank(f.severity) <= severity_rank(fail_on)]
     result["verdict"] = "findings" if bad else "ok"

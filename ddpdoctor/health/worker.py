@@ -16,9 +16,9 @@ import sys
 import time
 from typing import Any, Callable
 
-COUNT = 4099           # elements: a prime, so it never divides by the world size
-RS_COUNT = 1031        # reduce_scatter: elements per rank (odd)
-TARGET_S = 0.25        # bandwidth: time spent per (op, size), after warm-up
+COUNT = 4099  # elements: a prime, so it never divides by the world size
+RS_COUNT = 1031  # reduce_scatter: elements per rank (odd)
+TARGET_S = 0.25  # bandwidth: time spent per (op, size), after warm-up
 MAX_ITERS = 50
 
 
@@ -49,19 +49,22 @@ def _same(torch: Any, got: Any, want: Any) -> tuple[bool, str]:
     bad = (got - want).abs() > 1e-2 * want.abs() + 1e-6
     if bool(bad.any()):
         k = int(bad.nonzero()[0][0])
-        return False, f"{int(bad.sum())} of {got.numel()} elements wrong; first at index {k}: " \
-                      f"{got[k].item():g} instead of {want[k].item():g}"
+        return (
+            False,
+            f"{int(bad.sum())} of {got.numel()} elements wrong; first at index {k}: "
+            f"{got[k].item():g} instead of {want[k].item():g}",
+        )
     return True, ""
 
 
-def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtypes: list[Any],
-                sync: Callable[[], None]) -> list[dict[str, Any]]:
+def correctness(
+    torch: Any, dist: Any, rank: int, world: int, device: Any, dtypes: list[Any], sync: Callable[[], None]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     everyone = range(world)
 
     def check(op: str, dtype: Any, nbytes: int, fn: Callable[[], tuple[bool, str]]) -> None:
-        row: dict[str, Any] = {"op": op, "dtype": str(dtype).replace("torch.", "") if dtype else "-",
-                               "bytes": nbytes}
+        row: dict[str, Any] = {"op": op, "dtype": str(dtype).replace("torch.", "") if dtype else "-", "bytes": nbytes}
         t0 = time.perf_counter()
         try:
             ok, detail = fn()
@@ -69,8 +72,12 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
             row.update(ok=ok, detail=detail)
         except Exception as e:  # noqa: BLE001 - reported per check, never a traceback
             msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-            row.update(ok=None if _unsupported(e) else False, supported=not _unsupported(e), raised=True,
-                       detail=f"{type(e).__name__}: {msg}")
+            row.update(
+                ok=None if _unsupported(e) else False,
+                supported=not _unsupported(e),
+                raised=True,
+                detail=f"{type(e).__name__}: {msg}",
+            )
         row["seconds"] = round(time.perf_counter() - t0, 4)
         out.append(row)
 
@@ -88,8 +95,9 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
         def all_gather(dt: Any = dt) -> tuple[bool, str]:
             bufs = [torch.zeros(COUNT, dtype=dt, device=device) for _ in everyone]
             dist.all_gather(bufs, _values(torch, rank, COUNT, dt, device))
-            return _same(torch, torch.cat(bufs), torch.cat([_values(torch, r, COUNT, torch.float64, "cpu")
-                                                            for r in everyone]))
+            return _same(
+                torch, torch.cat(bufs), torch.cat([_values(torch, r, COUNT, torch.float64, "cpu") for r in everyone])
+            )
 
         check("all_gather", dt, COUNT * es * world, all_gather)
 
@@ -97,7 +105,7 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
             out_t = torch.zeros(RS_COUNT, dtype=dt, device=device)
             dist.reduce_scatter_tensor(out_t, _values(torch, rank, RS_COUNT * world, dt, device))
             want = sum(_values(torch, r, RS_COUNT * world, torch.float64, "cpu") for r in everyone)
-            return _same(torch, out_t, want[rank * RS_COUNT:(rank + 1) * RS_COUNT])
+            return _same(torch, out_t, want[rank * RS_COUNT : (rank + 1) * RS_COUNT])
 
         check("reduce_scatter", dt, RS_COUNT * world * es, reduce_scatter)
 
@@ -113,6 +121,7 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
             # uneven splits: rank j sends 1 + (i + 2j) % 3 elements to rank i
             def n(j: int, i: int) -> int:
                 return 1 + (i + 2 * j) % 3
+
             send = [n(rank, i) for i in everyone]
             recv = [n(j, rank) for j in everyone]
             t_in = _values(torch, rank, sum(send), dt, device)
@@ -121,7 +130,9 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
             parts = []
             for j in everyone:
                 start = sum(n(j, i) for i in range(rank))
-                parts.append(_values(torch, j, sum(n(j, i) for i in everyone), torch.float64, "cpu")[start:start + recv[j]])
+                parts.append(
+                    _values(torch, j, sum(n(j, i) for i in everyone), torch.float64, "cpu")[start : start + recv[j]]
+                )
             return _same(torch, t_out, torch.cat(parts))
 
         # bytes: the whole exchange (the same figure on every rank)
@@ -132,8 +143,9 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
                 return True, "one rank: nothing to send"
             t = _values(torch, rank, COUNT, dt, device)
             buf = torch.zeros(COUNT, dtype=dt, device=device)
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, (rank + 1) % world),
-                                           dist.P2POp(dist.irecv, buf, (rank - 1) % world)])
+            reqs = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, t, (rank + 1) % world), dist.P2POp(dist.irecv, buf, (rank - 1) % world)]
+            )
             for q in reqs:
                 q.wait()
             return _same(torch, buf, _values(torch, (rank - 1) % world, COUNT, torch.float64, "cpu"))
@@ -148,8 +160,9 @@ def correctness(torch: Any, dist: Any, rank: int, world: int, device: Any, dtype
     return out
 
 
-def sweep(torch: Any, dist: Any, rank: int, world: int, device: Any, sizes: list[int],
-          sync: Callable[[], None]) -> list[dict[str, Any]]:
+def sweep(
+    torch: Any, dist: Any, rank: int, world: int, device: Any, sizes: list[int], sync: Callable[[], None]
+) -> list[dict[str, Any]]:
     """Time each op at each size (float32). ``bytes`` as nccl-tests: the buffer size (all_gather: the
     gathered output, reduce_scatter: the input). The ranks agree on the iteration count first."""
     out: list[dict[str, Any]] = []
@@ -160,10 +173,12 @@ def sweep(torch: Any, dist: Any, rank: int, world: int, device: Any, sizes: list
             try:
                 big = torch.ones(count, dtype=torch.float32, device=device)
                 small = torch.ones(count // world, dtype=torch.float32, device=device)
-                fn = {"all_reduce": lambda: dist.all_reduce(big),
-                      "all_gather": lambda: dist.all_gather_into_tensor(big, small),
-                      "reduce_scatter": lambda: dist.reduce_scatter_tensor(small, big),
-                      "broadcast": lambda: dist.broadcast(big, src=0)}[op]
+                fn = {
+                    "all_reduce": lambda: dist.all_reduce(big),
+                    "all_gather": lambda: dist.all_gather_into_tensor(big, small),
+                    "reduce_scatter": lambda: dist.reduce_scatter_tensor(small, big),
+                    "broadcast": lambda: dist.broadcast(big, src=0),
+                }[op]
                 t0 = time.perf_counter()
                 fn()
                 sync()
@@ -182,18 +197,35 @@ def sweep(torch: Any, dist: Any, rank: int, world: int, device: Any, sizes: list
                 out.append({"op": op, "bytes": nbytes, "iters": n, "time_s": dt})
             except Exception as e:  # noqa: BLE001
                 msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-                out.append({"op": op, "bytes": nbytes, "error": f"{type(e).__name__}: {msg}",
-                            "supported": not _unsupported(e)})
+                out.append(
+                    {"op": op, "bytes": nbytes, "error": f"{type(e).__name__}: {msg}", "supported": not _unsupported(e)}
+                )
                 break  # the larger sizes would fail the same way
     return out
 
 
 def rank_env(torch: Any) -> dict[str, Any]:
-    env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                          "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-                                          "CUDA_VISIBLE_DEVICES")}
-    return {"host": socket.gethostname(), "pid": os.getpid(), "vars": env, "torch": torch.__version__,
-            "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    env = {
+        k: os.environ.get(k)
+        for k in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "GLOO_SOCKET_IFNAME",
+            "NCCL_SOCKET_IFNAME",
+            "CUDA_VISIBLE_DEVICES",
+        )
+    }
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "vars": env,
+        "torch": torch.__version__,
+        "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,11 +10,10 @@ from typing import Any
 import click
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.launch.timings import Timings
 from ddpdoctor.analysis.findings import Report
-from ddpdoctor.errors import ExitCode
 from ddpdoctor.commands import CommandSpec
-from ddpdoctor.errors import DdpdoctorError
+from ddpdoctor.errors import DdpdoctorError, ExitCode
+from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
 
 TORCHRUN_OPTIONS = [
@@ -53,12 +52,14 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
     if nproc is not None and not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("auto", "cpu", "gpu"):
         raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
-    if not spawn:   # srun, a PyTorchJob: the multi-node options from the launcher's environment
+    if not spawn:  # srun, a PyTorchJob: the multi-node options from the launcher's environment
         from ddpdoctor.launch.launchers import from_environment
 
         opts = from_environment(opts, os.environ)[0]
-    multi = any(opts.get(k) is not None for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr",
-                                                   "master_port", "rdzv_backend"))
+    multi = any(
+        opts.get(k) is not None
+        for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
+    )
     for name, _t, _h in TORCHRUN_OPTIONS[1:]:
         v = opts.get(name.lstrip("-").replace("-", "_"))
         if v is not None:
@@ -134,7 +135,7 @@ def attach_pictures(report: Report, record: Any, pictures: tuple[str, ...], html
         if pic.applies(record):
             text = pic.make(record, dataclasses.replace(report, notes=tuple(notes)))
             notes.append(_write_private(os.path.join(record.run_dir, pic.filename), text, pic.note))
-            if (remark := pic.remark(record)):
+            if remark := pic.remark(record):
                 notes.append(remark)
     if html_path:
         text = PICTURES["html"].make(record, dataclasses.replace(report, notes=tuple(notes)))
@@ -148,8 +149,18 @@ def attach_pictures(report: Report, record: Any, pictures: tuple[str, ...], html
 
 
 TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, _t, _h in TORCHRUN_OPTIONS}
-_COMMON = ("script", "timeout", "launch", "run_dir", "max_time", "json_path", "junit_path", "fail_on", "script_args",
-           "html_path")
+_COMMON = (
+    "script",
+    "timeout",
+    "launch",
+    "run_dir",
+    "max_time",
+    "json_path",
+    "junit_path",
+    "fail_on",
+    "script_args",
+    "html_path",
+)
 
 
 def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
@@ -158,15 +169,38 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
     common = {k: p.pop(k, None) for k in _COMMON}
     torchrun = {k: p.pop(k) for k in list(p) if k in TORCHRUN_KEYS}
     cfg = Config(timeout=float(common["timeout"] or 60.0), fail_on=common["fail_on"] or "error")
-    return run_command(spec, p, common["script"], tuple(common["script_args"] or ()), torchrun,
-                       common["launch"] or "auto", common["run_dir"], common["max_time"], cfg, common["json_path"],
-                       common["junit_path"], quiet=quiet, html_path=common["html_path"])
+    return run_command(
+        spec,
+        p,
+        common["script"],
+        tuple(common["script_args"] or ()),
+        torchrun,
+        common["launch"] or "auto",
+        common["run_dir"],
+        common["max_time"],
+        cfg,
+        common["json_path"],
+        common["junit_path"],
+        quiet=quiet,
+        html_path=common["html_path"],
+    )
 
 
-def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, script_args: tuple[str, ...],
-                torchrun: dict[str, Any], launch: str, run_dir: str | None, max_time: float | None, cfg: Config,
-                json_path: str | None, junit_path: str | None, quiet: bool = False,
-                html_path: str | None = None) -> Report:
+def run_command(
+    spec: CommandSpec,
+    values: dict[str, Any],
+    script: str | None,
+    script_args: tuple[str, ...],
+    torchrun: dict[str, Any],
+    launch: str,
+    run_dir: str | None,
+    max_time: float | None,
+    cfg: Config,
+    json_path: str | None,
+    junit_path: str | None,
+    quiet: bool = False,
+    html_path: str | None = None,
+) -> Report:
     """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
@@ -186,30 +220,51 @@ def run_command(spec: CommandSpec, values: dict[str, Any], script: str | None, s
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):
-        torchrun = {**torchrun, "nproc_per_node": str(n)}   # Lightning: as many ranks as Trainer(devices=N)
+        torchrun = {**torchrun, "nproc_per_node": str(n)}  # Lightning: as many ranks as Trainer(devices=N)
     targs = torchrun_args(torchrun, mode == "spawn")
-    path = rd.create(run_dir or rd.default_run_dir(spec.name), {
-        "command": spec.name, "mode": mode, "script": script, "script_args": list(script_args),
-        "torchrun_args": targs, "timeout": cfg.timeout, "heartbeat_s": Timings().heartbeat,
-        "stop": {"steps": stop.steps, "epochs": stop.epochs}, **spec.settings(values)})
+    path = rd.create(
+        run_dir or rd.default_run_dir(spec.name),
+        {
+            "command": spec.name,
+            "mode": mode,
+            "script": script,
+            "script_args": list(script_args),
+            "torchrun_args": targs,
+            "timeout": cfg.timeout,
+            "heartbeat_s": Timings().heartbeat,
+            "stop": {"steps": stop.steps, "epochs": stop.epochs},
+            **spec.settings(values),
+        },
+    )
     if wrapper:  # nsys: one report per rank in the run directory (%q{RANK} is expanded by nsys)
         os.makedirs(os.path.join(path, schema.NSYS_DIR), mode=0o700, exist_ok=True)
-        wrapper = tuple(os.path.join(path, schema.NSYS_DIR, "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper)
+        wrapper = tuple(
+            os.path.join(path, schema.NSYS_DIR, "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper
+        )
     launch_spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper)
     if not quiet:
-        click.echo(f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; "
-                   f"records in {path}", err=True)
-    outcome = Monitor(launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)).run()
-    record = load_runs([path])   # with the other nodes' records from the job store (record/mirror.py)
+        click.echo(
+            f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
+            err=True,
+        )
+    outcome = Monitor(
+        launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)
+    ).run()
+    record = load_runs([path])  # with the other nodes' records from the job store (record/mirror.py)
     report = diagnose(record, cfg, spec.name)
     if outcome.interrupted:
         # never "OK": the run did not finish; findings of what did run are kept (and decide the verdict)
         errors = any(f.severity == "error" for f in report.findings)
         report = dataclasses.replace(
-            report, verdict=report.verdict if errors else "interrupted", exit_code=ExitCode.INTERRUPTED,
+            report,
+            verdict=report.verdict if errors else "interrupted",
+            exit_code=ExitCode.INTERRUPTED,
             summary=report.summary if errors else "interrupted before the run finished: no verdict on the rest",
-            notes=report.notes + ("interrupted (Ctrl-C or SIGTERM): every process was ended; the records so far "
-                                  f"are in {report.run_dir}",))
+            notes=report.notes
+            + (
+                f"interrupted (Ctrl-C or SIGTERM): every process was ended; the records so far are in {report.run_dir}",
+            ),
+        )
     report = attach_pictures(report, record, spec.pictures, html_path)
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

@@ -39,20 +39,20 @@ from ddpdoctor.record import nodeview, schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
 from ddpdoctor.record.writer import JsonlWriter
 
-PUBLISH_S = 1.0     # each node writes its summary about once a second
+PUBLISH_S = 1.0  # each node writes its summary about once a second
 OP_TIMEOUT_S = 5.0  # every store call
-CONNECT_S = 60.0    # a client waits this long for the judging node's store to appear
-LOST_S = 10.0       # a node whose summary has not changed for this long while it had not finished is lost
+CONNECT_S = 60.0  # a client waits this long for the judging node's store to appear
+LOST_S = 10.0  # a node whose summary has not changed for this long while it had not finished is lost
 FINAL_WAIT_S = 30.0  # after the run: how long the judge waits for a running node's records (beyond LOST_S)
 DONE_WAIT_S = 45.0  # ... and a node for the judge's "done"
-ACK_WAIT_S = 10.0   # the judge keeps the store up until every node has copied the records, at most this long
-DUMP_ACK_S = 4.0    # after a verdict the judge waits this long for the other nodes' stack dumps before ending
+ACK_WAIT_S = 10.0  # the judge keeps the store up until every node has copied the records, at most this long
+DUMP_ACK_S = 4.0  # after a verdict the judge waits this long for the other nodes' stack dumps before ending
 # what a store call raises: torch's DistError family (RuntimeError), sockets, a value that does not decode,
 # and no torch at all
 STORE_ERRORS = (RuntimeError, OSError, ValueError, ImportError)
-K_JOB = "job"       # monitor.jsonl: the job store was reached (address, role, node)
-K_NODE_LOST = "node_lost"   # monitor.jsonl: a node (host, ranks) stopped answering
-K_JOB_NOTE = "job_note"     # monitor.jsonl: something the job store said that was ignored or failed
+K_JOB = "job"  # monitor.jsonl: the job store was reached (address, role, node)
+K_NODE_LOST = "node_lost"  # monitor.jsonl: a node (host, ranks) stopped answering
+K_JOB_NOTE = "job_note"  # monitor.jsonl: something the job store said that was ignored or failed
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class StoreAddr:
     port: int
     job: str
     nnodes: int
-    source: str   # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE"
+    source: str  # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE"
 
 
 def _opt(args: list[str] | tuple[str, ...], name: str) -> str | None:
@@ -77,7 +77,7 @@ def _opt(args: list[str] | tuple[str, ...], name: str) -> str | None:
 
 def _hostport(text: str, default_port: int) -> tuple[str, int]:
     text = text.strip()
-    if text.startswith("["):   # [v6]:port
+    if text.startswith("["):  # [v6]:port
         host, _, rest = text[1:].partition("]")
         return host, int(rest.lstrip(":") or default_port)
     host, sep, port = text.rpartition(":")
@@ -166,7 +166,7 @@ class JobLink:
         self.log = JsonlWriter(os.path.join(run_dir, schema.MONITOR))
         self.prefix = f"ddpdoctor/{addr.job}/"
         self.judge = False
-        self.state = "connecting"   # connecting | linked | unreachable | closed
+        self.state = "connecting"  # connecting | linked | unreachable | closed
         self.node: int | None = None
         self.host = socket.gethostname()
         self._lock = threading.Lock()
@@ -175,13 +175,13 @@ class JobLink:
         self._store: Any = None
         self._server: Any = None
         self._sock: socket.socket | None = None
-        self._own: dict[str, Any] | None = None      # the summary to publish next
+        self._own: dict[str, Any] | None = None  # the summary to publish next
         self._own_t = 0.0
-        self._remote: dict[int, dict[str, Any]] = {}   # node -> its latest summary (judge)
-        self._seen: dict[int, tuple[float, float]] = {}   # node -> (its summary's t, when we saw it change)
-        self._job: dict[str, Any] | None = None      # the judge's job value (others)
+        self._remote: dict[int, dict[str, Any]] = {}  # node -> its latest summary (judge)
+        self._seen: dict[int, tuple[float, float]] = {}  # node -> (its summary's t, when we saw it change)
+        self._job: dict[str, Any] | None = None  # the judge's job value (others)
         self._verdict: dict[str, Any] | None = None  # the judge's verdict to publish
-        self._stopping: str | None = None            # the judge ended a healthy run (--steps): tell the others
+        self._stopping: str | None = None  # the judge ended a healthy run (--steps): tell the others
         self._notes: set[str] = set()
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
@@ -200,11 +200,17 @@ class JobLink:
         self.node, self.host = node, host
         dl = [e for rec in record.ranks.values() for e in rec.events if e.get("kind") == schema.K_DATALOADER]
         summ = [nodeview.rank_summary(rec) for rec in record.ranks.values()]
-        for s in summ:   # the --epochs stop rule counts DataLoader passes (bounded)
+        for s in summ:  # the --epochs stop rule counts DataLoader passes (bounded)
             s["ev"] += [e for e in dl if e.get("rank") == s["r"]][-200:]
         with self._lock:
-            self._own = {"node": node, "host": host, "ranks": summ, "t": now, "dumped": self.dumped,
-                         "nranks": len(ranks)}
+            self._own = {
+                "node": node,
+                "host": host,
+                "ranks": summ,
+                "t": now,
+                "dumped": self.dumped,
+                "nranks": len(ranks),
+            }
             self._own_t = now
         self._wake.set()
 
@@ -252,8 +258,13 @@ class JobLink:
         lost = self._lost_now(now)
         if got is None and lost:
             n, info = next(iter(lost.items()))
-            got = ("certain", (f"node {n} ({info.get('host')}, {ranks_phrase(info.get('ranks') or [])}) stopped "
-                               f"answering {now - info.get('seen', now):.0f} s ago: lost"))
+            got = (
+                "certain",
+                (
+                    f"node {n} ({info.get('host')}, {ranks_phrase(info.get('ranks') or [])}) stopped "
+                    f"answering {now - info.get('seen', now):.0f} s ago: lost"
+                ),
+            )
         if got is not None:
             with self._lock:
                 self._verdict = {"mode": got[0], "reason": got[1], "t": now, "id": f"{now:.3f}"}
@@ -281,8 +292,11 @@ class JobLink:
         time for the others' dumps before ending this node's ranks (the judge), so no node's ranks are torn
         down by the transport before they wrote where they were."""
         with self._lock:
-            vid = ((self._job or {}).get("verdict") or {}).get("id") if not self.judge else \
-                (self._verdict or {}).get("id")
+            vid = (
+                ((self._job or {}).get("verdict") or {}).get("id")
+                if not self.judge
+                else (self._verdict or {}).get("id")
+            )
         self.dumped = str(vid) if vid else "1"
         with self._lock:
             if self._own is not None:
@@ -296,8 +310,7 @@ class JobLink:
         deadline = time.time() + DUMP_ACK_S
         while time.time() < deadline and self.linked():
             with self._lock:
-                pending = [n for n, d in self._remote.items()
-                           if d.get("dumped") != self.dumped and n not in self.lost]
+                pending = [n for n, d in self._remote.items() if d.get("dumped") != self.dumped and n not in self.lost]
             if not pending:
                 return
             self._wake.set()
@@ -316,8 +329,16 @@ class JobLink:
                 n = job.get("node")
                 info = (job.get("nodes") or {}).get(str(n)) or {}
                 if isinstance(n, int):
-                    self._mark_lost(n, {"host": info.get("host"), "ranks": info.get("ranks") or [], "seen": t,
-                                        "last_t": t, "why": "the job store its ddpdoctor served stopped answering"})
+                    self._mark_lost(
+                        n,
+                        {
+                            "host": info.get("host"),
+                            "ranks": info.get("ranks") or [],
+                            "seen": t,
+                            "last_t": t,
+                            "why": "the job store its ddpdoctor served stopped answering",
+                        },
+                    )
             self._note_partial()
             self._close()
             return
@@ -328,13 +349,17 @@ class JobLink:
             if node is not None:
                 self.node = node
                 bundle = nodeview.bundle_run(self.run_dir, ranks)
-                self._set(f"final/{node}", nodeview.envelope(nodeview.S_FINAL, self.addr.job, node=node,
-                                                             host=self.host, ranks=ranks, **bundle))
+                self._set(
+                    f"final/{node}",
+                    nodeview.envelope(
+                        nodeview.S_FINAL, self.addr.job, node=node, host=self.host, ranks=ranks, **bundle
+                    ),
+                )
             if self.judge:
                 self._gather()
             else:
                 self._fetch()
-        except STORE_ERRORS as e:   # a store that went away mid-exchange: what we have is kept
+        except STORE_ERRORS as e:  # a store that went away mid-exchange: what we have is kept
             self._note(f"the job store failed after the run ({type(e).__name__}: {str(e)[:120]})")
             self._note_partial()
         finally:
@@ -357,13 +382,20 @@ class JobLink:
                 others.remove(n)
             if others:
                 time.sleep(0.2)
-        for n in others:   # never heard of, or still running when the wait ended
+        for n in others:  # never heard of, or still running when the wait ended
             self._mark_lost(n, self._lost_info(n, time.time()))
         for n, doc in finals.items():
             nodeview.write_mirror(self._mirror(n), doc)
         mine = {self.node} if self.node is not None else set()
-        self._set("done", nodeview.envelope(nodeview.S_DONE, self.addr.job, final=sorted(set(finals) | mine),
-                                            lost={str(n): v for n, v in self.lost.items()}))
+        self._set(
+            "done",
+            nodeview.envelope(
+                nodeview.S_DONE,
+                self.addr.job,
+                final=sorted(set(finals) | mine),
+                lost={str(n): v for n, v in self.lost.items()},
+            ),
+        )
         waiting = [n for n in finals]
         deadline = time.time() + ACK_WAIT_S
         while waiting and time.time() < deadline:
@@ -404,11 +436,21 @@ class JobLink:
         self.lost[n] = info
         if last is not None:
             nodeview.write_live_mirror(self._mirror(n), last)
-        self.log.write(K_NODE_LOST, None, node=n, host=info.get("host"), ranks=info.get("ranks") or [],
-                       seen=info.get("seen"), last_t=info.get("last_t"), why=info.get("why"))
-        self.say(f"node {n} ({info.get('host') or 'host unknown'}, "
-                 f"{ranks_phrase(info.get('ranks') or []) if info.get('ranks') else 'ranks unknown'}) lost: "
-                 f"{info.get('why')}")
+        self.log.write(
+            K_NODE_LOST,
+            None,
+            node=n,
+            host=info.get("host"),
+            ranks=info.get("ranks") or [],
+            seen=info.get("seen"),
+            last_t=info.get("last_t"),
+            why=info.get("why"),
+        )
+        self.say(
+            f"node {n} ({info.get('host') or 'host unknown'}, "
+            f"{ranks_phrase(info.get('ranks') or []) if info.get('ranks') else 'ranks unknown'}) lost: "
+            f"{info.get('why')}"
+        )
 
     def _mirror(self, n: int) -> str:
         path = os.path.join(self.run_dir, nodeview.MIRRORS_DIR, str(n))
@@ -418,9 +460,14 @@ class JobLink:
 
     def _note_partial(self) -> None:
         """No store: say which nodes this node could not see (multinode.partial-view reads it)."""
-        self.log.write(K_JOB_NOTE, None, note=f"job store {self.addr.host}:{self.addr.port} {self.state}",
-                       unreachable=True, store=f"{self.addr.host}:{self.addr.port}",
-                       judge=self._job_node() if self._job else None)
+        self.log.write(
+            K_JOB_NOTE,
+            None,
+            note=f"job store {self.addr.host}:{self.addr.port} {self.state}",
+            unreachable=True,
+            store=f"{self.addr.host}:{self.addr.port}",
+            judge=self._job_node() if self._job else None,
+        )
 
     # -- lost nodes -----------------------------------------------------------------------------
     def _lost_info(self, n: int, now: float) -> dict[str, Any]:
@@ -428,8 +475,11 @@ class JobLink:
         seen = self._seen.get(n, (0.0, 0.0))[1]
         ranks = [int(x["r"]) for x in d.get("ranks") or () if isinstance(x, dict) and isinstance(x.get("r"), int)]
         clock = time.strftime("%H:%M:%S", time.localtime(seen)) if seen else "?"
-        why = (f"its ddpdoctor stopped writing to the job store at {clock} and had not come back "
-               f"{now - seen:.0f} s later" if d else "its ddpdoctor never reached the job store")
+        why = (
+            f"its ddpdoctor stopped writing to the job store at {clock} and had not come back {now - seen:.0f} s later"
+            if d
+            else "its ddpdoctor never reached the job store"
+        )
         return {"host": d.get("host"), "ranks": ranks, "seen": seen or None, "last_t": d.get("t"), "why": why}
 
     def _lost_now(self, now: float, final: bool = False) -> dict[int, dict[str, Any]]:
@@ -441,8 +491,11 @@ class JobLink:
             seen = self._seen.get(n, (0.0, now))[1]
             if now - seen < LOST_S:
                 continue
-            running = [x for x in d.get("ranks") or () if isinstance(x, dict)
-                       and not any(e.get("kind") == schema.K_FINISH for e in x.get("ev") or ())]
+            running = [
+                x
+                for x in d.get("ranks") or ()
+                if isinstance(x, dict) and not any(e.get("kind") == schema.K_FINISH for e in x.get("ev") or ())
+            ]
             if running or final:
                 out[n] = self._lost_info(n, now)
         return out
@@ -456,8 +509,10 @@ class JobLink:
             self._connect()
         except STORE_ERRORS as e:
             self.state = "unreachable"
-            self._note(f"job store {self.addr.host}:{self.addr.port} unreachable ({type(e).__name__}: "
-                       f"{str(e).splitlines()[0][:120] if str(e) else ''}); this node judges its own ranks only")
+            self._note(
+                f"job store {self.addr.host}:{self.addr.port} unreachable ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:120] if str(e) else ''}); this node judges its own ranks only"
+            )
             return
         while not self._stop.is_set():
             self._wake.wait(PUBLISH_S)
@@ -475,11 +530,13 @@ class JobLink:
                     break
                 with self._lock:
                     job = self._job
-                if job is not None and not self.judge:   # the node that served the store went away
+                if job is not None and not self.judge:  # the node that served the store went away
                     self._judge_gone = (time.time(), job)
                 self.state = "unreachable"
-                self._note(f"the job store {self.addr.host}:{self.addr.port} stopped answering "
-                           f"({type(e).__name__}); this node judges its own ranks only")
+                self._note(
+                    f"the job store {self.addr.host}:{self.addr.port} stopped answering "
+                    f"({type(e).__name__}); this node judges its own ranks only"
+                )
                 return
 
     def _connect(self) -> None:
@@ -487,16 +544,26 @@ class JobLink:
         self._sock = _listen(self.addr.host, self.addr.port)
         timeout = timedelta(seconds=OP_TIMEOUT_S)
         if self._sock is not None:
-            fd = self._sock.detach()   # TCPStore owns the listening socket from here on (and closes it)
+            fd = self._sock.detach()  # TCPStore owns the listening socket from here on (and closes it)
             self._sock = None
-            self._server = dist.TCPStore(self.addr.host, self.addr.port, is_master=True, wait_for_workers=False,
-                                         timeout=timeout, master_listen_fd=fd)
+            self._server = dist.TCPStore(
+                self.addr.host,
+                self.addr.port,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timeout,
+                master_listen_fd=fd,
+            )
             self.judge = True
         deadline = time.time() + CONNECT_S
         while True:
             try:
-                self._store = dist.TCPStore(self.addr.host, self.addr.port, is_master=False,
-                                            timeout=timedelta(seconds=min(10.0, max(1.0, deadline - time.time()))))
+                self._store = dist.TCPStore(
+                    self.addr.host,
+                    self.addr.port,
+                    is_master=False,
+                    timeout=timedelta(seconds=min(10.0, max(1.0, deadline - time.time()))),
+                )
                 break
             except Exception:
                 if time.time() >= deadline or self._stop.is_set():
@@ -504,11 +571,20 @@ class JobLink:
                 time.sleep(0.5)
         self._store.set_timeout(timeout)
         self.state = "linked"
-        self.log.write(K_JOB, None, store=f"{self.addr.host}:{self.addr.port}", role="judge" if self.judge else "node",
-                       job=self.addr.job, source=self.addr.source, nnodes=self.addr.nnodes)
+        self.log.write(
+            K_JOB,
+            None,
+            store=f"{self.addr.host}:{self.addr.port}",
+            role="judge" if self.judge else "node",
+            job=self.addr.job,
+            source=self.addr.source,
+            nnodes=self.addr.nnodes,
+        )
         if self.judge:
-            self.say(f"job store: serving {self.addr.host}:{self.addr.port} for job {self.addr.job!r}; this node "
-                     f"judges the job's {self.addr.nnodes} nodes")
+            self.say(
+                f"job store: serving {self.addr.host}:{self.addr.port} for job {self.addr.job!r}; this node "
+                f"judges the job's {self.addr.nnodes} nodes"
+            )
         else:
             self.say(f"job store: connected to {self.addr.host}:{self.addr.port} (job {self.addr.job!r})")
 
@@ -517,7 +593,7 @@ class JobLink:
         if self.linked():
             try:
                 self._publish()
-            except STORE_ERRORS as e:   # the thread's next call notices and says so
+            except STORE_ERRORS as e:  # the thread's next call notices and says so
                 self.log.write(K_JOB_NOTE, None, note=f"publish failed ({type(e).__name__})")
 
     def _publish(self) -> None:
@@ -526,12 +602,25 @@ class JobLink:
         if own is not None:
             self._set(f"node/{own['node']}", nodeview.envelope(nodeview.S_NODE, self.addr.job, **own))
         if self.judge:
-            nodes = {str(n): {"host": d.get("host"), "ranks": [x.get("r") for x in d.get("ranks") or ()]}
-                     for n, d in self._remote.items()}
+            nodes = {
+                str(n): {"host": d.get("host"), "ranks": [x.get("r") for x in d.get("ranks") or ()]}
+                for n, d in self._remote.items()
+            }
             if own is not None:
                 nodes[str(own["node"])] = {"host": own["host"], "ranks": [x.get("r") for x in own["ranks"]]}
-            self._set("job", nodeview.envelope(nodeview.S_VERDICT, self.addr.job, node=self.node, host=self.host,
-                                               verdict=verdict, stop=stop, nodes=nodes, t=time.time()))
+            self._set(
+                "job",
+                nodeview.envelope(
+                    nodeview.S_VERDICT,
+                    self.addr.job,
+                    node=self.node,
+                    host=self.host,
+                    verdict=verdict,
+                    stop=stop,
+                    nodes=nodes,
+                    t=time.time(),
+                ),
+            )
 
     def _read_nodes(self) -> None:
         keys = [self.prefix + f"node/{n}" for n in range(self.addr.nnodes) if n != self.node]
@@ -593,8 +682,9 @@ class JobLink:
             self._sock = None
 
 
-def link(torchrun_args: tuple[str, ...] | list[str], run_dir: str, cfg: Config,
-         say: Callable[[str], None]) -> JobLink | None:
+def link(
+    torchrun_args: tuple[str, ...] | list[str], run_dir: str, cfg: Config, say: Callable[[str], None]
+) -> JobLink | None:
     """The job store link of a multi-node run (None on one node): started now, on its own thread."""
     addr = resolve(torchrun_args, os.environ)
     return JobLink(addr, run_dir, cfg, say) if addr is not None else None

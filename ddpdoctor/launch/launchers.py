@@ -14,16 +14,22 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_PORT = 29500   # torchrun's default --master-port
+DEFAULT_PORT = 29500  # torchrun's default --master-port
 
 # the option keys (click's names) that make a run multi-node; without any of them ddpdoctor passes --standalone
 MULTI_KEYS = ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
 
 # torchrun reads each of its options from PET_<NAME> when it is not given: ddpdoctor must see them too
 # (it would otherwise add --standalone, which overrides them)
-_PET = {"nnodes": "PET_NNODES", "node_rank": "PET_NODE_RANK", "rdzv_backend": "PET_RDZV_BACKEND",
-        "rdzv_endpoint": "PET_RDZV_ENDPOINT", "rdzv_id": "PET_RDZV_ID", "master_addr": "PET_MASTER_ADDR",
-        "master_port": "PET_MASTER_PORT"}
+_PET = {
+    "nnodes": "PET_NNODES",
+    "node_rank": "PET_NODE_RANK",
+    "rdzv_backend": "PET_RDZV_BACKEND",
+    "rdzv_endpoint": "PET_RDZV_ENDPOINT",
+    "rdzv_id": "PET_RDZV_ID",
+    "master_addr": "PET_MASTER_ADDR",
+    "master_port": "PET_MASTER_PORT",
+}
 _INTS = ("node_rank", "master_port")
 
 
@@ -74,7 +80,7 @@ def _expand(item: str) -> list[str]:
     m = re.search(r"\[([^\[\]]*)\]", item)
     if not m:
         return [item]
-    head, tail = item[:m.start()], item[m.end():]
+    head, tail = item[: m.start()], item[m.end() :]
     return [head + v + rest for v in _range_values(m.group(1)) for rest in _expand(tail)]
 
 
@@ -108,7 +114,7 @@ def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[d
             out[k] = int(v) if k in _INTS and v.isdigit() else v
         return out, "PET_*"
     if any(_given(out, k) for k in ("rdzv_endpoint", "rdzv_backend")) and _given(out, "nnodes"):
-        return out, None   # a complete multi-node command line: nothing to add
+        return out, None  # a complete multi-node command line: nothing to add
     slurm = _slurm(env)
     if slurm is not None:
         nnodes, node_id, first, job = slurm
@@ -147,8 +153,12 @@ def _slurm(env: Mapping[str, str]) -> tuple[int, int | None, str, str] | None:
         hosts = expand_nodelist(nodelist)
     except NodeListError:
         return None
-    nnodes = _int(env.get("SLURM_STEP_NUM_NODES")) or _int(env.get("SLURM_NNODES")) or \
-        _int(env.get("SLURM_JOB_NUM_NODES")) or len(hosts)
+    nnodes = (
+        _int(env.get("SLURM_STEP_NUM_NODES"))
+        or _int(env.get("SLURM_NNODES"))
+        or _int(env.get("SLURM_JOB_NUM_NODES"))
+        or len(hosts)
+    )
     return nnodes, _int(env.get("SLURM_NODEID")), hosts[0], job
 
 

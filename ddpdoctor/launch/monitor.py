@@ -33,11 +33,11 @@ class LaunchSpec:
     script: str
     script_args: tuple[str, ...]
     torchrun_args: tuple[str, ...]
-    mode: str                    # "torchrun" | "spawn"
+    mode: str  # "torchrun" | "spawn"
     max_time: float | None = None
-    stop_steps: int | None = None    # end the run once every rank made this many DDP steps
-    stop_epochs: int | None = None   # ... or iterated its DataLoader this many times
-    wrapper: tuple[str, ...] = ()    # a program each rank runs under (nsys profile ...), via --no-python
+    stop_steps: int | None = None  # end the run once every rank made this many DDP steps
+    stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
+    wrapper: tuple[str, ...] = ()  # a program each rank runs under (nsys profile ...), via --no-python
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,16 @@ class Outcome:
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
-    head = [sys.executable, "-m", "torch.distributed.run", *spec.torchrun_args,
-            "--log-dir", os.path.join(run_dir, schema.LOGS_DIR), "--tee", "3"]
+    head = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *spec.torchrun_args,
+        "--log-dir",
+        os.path.join(run_dir, schema.LOGS_DIR),
+        "--tee",
+        "3",
+    ]
     rank = ["ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
     if spec.wrapper:
         return [*head, "--no-python", *spec.wrapper, sys.executable, "-u", "-m", *rank]
@@ -85,8 +93,16 @@ def _say(msg: str) -> None:
 
 
 class Monitor:
-    def __init__(self, spec: LaunchSpec, run_dir: str, cfg: Config, live: bool = True, echo: bool = True,
-                 stdout_free: bool = False, timings: Timings | None = None) -> None:
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        run_dir: str,
+        cfg: Config,
+        live: bool = True,
+        echo: bool = True,
+        stdout_free: bool = False,
+        timings: Timings | None = None,
+    ) -> None:
         self.timings = timings or Timings()
         self.echo = echo
         self.stdout_free = stdout_free  # stdout carries a report (--json -): the workers' lines go to stderr
@@ -111,11 +127,14 @@ class Monitor:
 
     def _run(self) -> Outcome:
         cmd = torchrun_cmd(self.spec, self.run_dir)
-        tlog = os.fdopen(os.open(os.path.join(self.run_dir, schema.TORCHRUN_LOG),
-                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        tlog = os.fdopen(
+            os.open(os.path.join(self.run_dir, schema.TORCHRUN_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+            "ab",
+        )
         try:
-            proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                cmd, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
         except OSError as e:
             tlog.close()
             self.log.write(schema.K_EXIT, None, returncode=None, error=str(e))
@@ -130,24 +149,26 @@ class Monitor:
         rates = live_view.Rates()
         if view:
             out, err = view.route(out), view.route(err)
-        pumps = [threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
-                 threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True)]
+        pumps = [
+            threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
+            threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True),
+        ]
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
-        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say)   # multi-node: the job store
+        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say)  # multi-node: the job store
         t_start = time.time()
         last_status, last_text = 0.0, None
         verdict = None
         try:
             while proc.poll() is None:
                 now = time.time()
-                record = reader.refresh(full=bool(job and job.due(now)))   # the judge reads our ledgers
-                merged = job.view(record) if job else record   # every node's ranks (the judging node)
+                record = reader.refresh(full=bool(job and job.due(now)))  # the judge reads our ledgers
+                merged = job.view(record) if job else record  # every node's ranks (the judging node)
                 if live.anyone_waiting(merged, self.cfg, now):
                     record = reader.refresh(full=True)  # the deadlock proof needs the ledgers
                     merged = job.view(record) if job else record
-                self._remember(record)   # this node's processes only: the others' pids are not ours
+                self._remember(record)  # this node's processes only: the others' pids are not ours
                 if job:
                     job.update(record, now)
                 if self._signal is not None:
@@ -158,11 +179,13 @@ class Monitor:
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
-                        say(f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
-                             "collecting stacks and stopping the run")
+                        say(
+                            f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
+                            "collecting stacks and stopping the run"
+                        )
                     self._collect_dumps(reader)
                     if job:
-                        job.after_dumps()   # the judge waits (bounded) for the other nodes' stacks
+                        job.after_dumps()  # the judge waits (bounded) for the other nodes' stacks
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
                     break
@@ -197,15 +220,16 @@ class Monitor:
             for t in pumps:
                 t.join(timeout=self.timings.grace)
             if view:
-                try:   # the last table stays on the screen: each rank's state at the end
+                try:  # the last table stays on the screen: each rank's state at the end
                     final = reader.refresh(full=False)
-                    view.update(live_view.build_view(final, time.time(), self.cfg, rates,
-                                                     _title(final, time.time() - t_start)))
+                    view.update(
+                        live_view.build_view(final, time.time(), self.cfg, rates, _title(final, time.time() - t_start))
+                    )
                 finally:
                     view.stop()
             tlog.close()
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
-        if job:   # every node's records into RUN_DIR/nodes/ (bounded)
+        if job:  # every node's records into RUN_DIR/nodes/ (bounded)
             job.finish(reader.refresh(full=False))
         return Outcome(self._signal is not None)
 
@@ -263,9 +287,13 @@ class Monitor:
         deadline = time.time() + self.timings.dump_wait
         while time.time() < deadline:
             record = reader.refresh()
-            pending = [r for r, rec in record.ranks.items()
-                       if rec.event(schema.K_FINISH) is None and not (rec.stacks and rec.stacks.get("request", 0) >= 1)
-                       and self._alive(rec.pid)]
+            pending = [
+                r
+                for r, rec in record.ranks.items()
+                if rec.event(schema.K_FINISH) is None
+                and not (rec.stacks and rec.stacks.get("request", 0) >= 1)
+                and self._alive(rec.pid)
+            ]
             if not pending:
                 return
             time.sleep(0.05)

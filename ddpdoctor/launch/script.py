@@ -55,7 +55,7 @@ def uses_mp_spawn(tree: ast.Module) -> bool:
     return False
 
 
-_TRAINERS = {"Trainer", "Fabric"}   # Lightning's Trainer and Fabric start their own ranks from `devices`
+_TRAINERS = {"Trainer", "Fabric"}  # Lightning's Trainer and Fabric start their own ranks from `devices`
 
 
 def _devices_value(node: ast.expr) -> int | None:
@@ -70,9 +70,14 @@ def _devices_value(node: ast.expr) -> int | None:
         if isinstance(v, str) and v.strip().isdigit():
             return int(v.strip()) or None
         return None
-    if isinstance(node, (ast.List, ast.Tuple)) and node.elts and \
-            all(isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool)
-                for e in node.elts):
+    if (
+        isinstance(node, (ast.List, ast.Tuple))
+        and node.elts
+        and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool)
+            for e in node.elts
+        )
+    ):
         return len(node.elts)
     return None
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Timings:
-    heartbeat: float = 0.25   # rank heartbeat period (seconds)
-    grace: float = 3.0        # TERM -> KILL grace when ending the process tree
-    dump_wait: float = 3.0    # how long the monitor waits for stack dumps after a verdict
-    settle: float = 1.5       # --steps / --epochs reached: how long the ranks get to write two more beats
+    heartbeat: float = 0.25  # rank heartbeat period (seconds)
+    grace: float = 3.0  # TERM -> KILL grace when ending the process tree
+    dump_wait: float = 3.0  # how long the monitor waits for stack dumps after a verdict
+    settle: float = 1.5  # --steps / --epochs reached: how long the ranks get to write two more beats

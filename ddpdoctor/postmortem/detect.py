@@ -23,14 +23,17 @@ from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 NO_DUMP_HINT = (
     "A rank that crashed or was killed (SIGKILL, the OOM killer, a node lost) writes no dump: read its own "
     "log and exit status first (torchrun's failure summary, `dmesg` for the OOM killer). Dump to a shared "
-    "folder (TORCH_FR_DUMP_TEMP_FILE on persistent storage) so every rank's dump survives the job.")
+    "folder (TORCH_FR_DUMP_TEMP_FILE on persistent storage) so every rank's dump survives the job."
+)
 KILLED_HINT = (
     "The rank was ended by a signal and left neither a dump nor a traceback: look at why (SIGKILL: the OOM "
     "killer, `dmesg`, the scheduler's memory limit; SIGSEGV/SIGABRT: a native crash); the other ranks' "
-    "errors ('Connection closed by peer') are consequences.")
+    "errors ('Connection closed by peer') are consequences."
+)
 MIXED_HINT = (
     "Analyze the dumps of one attempt of one job together: clear the dump folder between runs, or put the "
-    "job id in TORCH_FR_DUMP_TEMP_FILE.")
+    "job id in TORCH_FR_DUMP_TEMP_FILE."
+)
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,7 @@ def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
     """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
     group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
     pend = [e for e in d.entries if not _completed(d, e, done)]
-    return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None,
-                 d.entries[-1] if d.entries else None)
+    return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None, d.entries[-1] if d.entries else None)
 
 
 def enqueued(d: Dump, group: str) -> int:
@@ -132,7 +134,8 @@ def members(inp: Inputs, group: str, world: set[int]) -> set[int]:
     if group == "0":
         return set(world)
     return {r for r, d in inp.dumps.items() if group in used_groups(d)} | {
-        r for r, d in inp.dumps.items() if any(d.group_of(p) == group for p in d.pg_status)}
+        r for r, d in inp.dumps.items() if any(d.group_of(p) == group for p in d.pg_status)
+    }
 
 
 def _failures(inp: Inputs) -> dict[int, list[RankError]]:
@@ -154,8 +157,9 @@ def _signal_name(code: int | None) -> str:
 
 def _own(e: RankError) -> bool:
     """A failure of the rank itself: an exception (a traceback) or a signal, not a lost peer."""
-    return not e.victim and bool(e.frames or e.message.startswith("Signal")
-                                 or (e.exitcode is not None and e.exitcode < 0))
+    return not e.victim and bool(
+        e.frames or e.message.startswith("Signal") or (e.exitcode is not None and e.exitcode < 0)
+    )
 
 
 def _root_causes(fails: dict[int, list[RankError]]) -> list[tuple[int, RankError]]:
@@ -188,14 +192,18 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
             out += _hang(inp, stands, stuck, world, missing)
         elif missing and known:
             lost = {r: es for r, es in fails.items() if any(e.victim for e in es)}
-            out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning",
-                                lost=lost))
+            out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning", lost=lost))
     out += _mixed(inp)
     return out, _rank_lines(inp, stands, world, fails), notes
 
 
-def _crash(inp: Inputs, stands: dict[int, Stand], fails: dict[int, list[RankError]],
-           roots: list[tuple[int, RankError]], missing: list[int]) -> list[Finding]:
+def _crash(
+    inp: Inputs,
+    stands: dict[int, Stand],
+    fails: dict[int, list[RankError]],
+    roots: list[tuple[int, RankError]],
+    missing: list[int],
+) -> list[Finding]:
     rank, err = roots[0]
     culprits = tuple(r for r, _ in roots)
     victims = sorted((set(stands) | set(fails)) - set(culprits))
@@ -215,21 +223,47 @@ def _crash(inp: Inputs, stands: dict[int, Stand], fails: dict[int, list[RankErro
         tail = f"; {ranks_phrase(victims)} {'was' if len(victims) == 1 else 'were'} waiting on it"
     if nodump:
         tail += f"; {ranks_phrase(nodump)} left no flight-recorder dump (a rank that dies writes none)"
-    ev = {"source": "torchrun error files / failure summary", "root_causes": {
-        str(r): {"message": e.message, "exitcode": e.exitcode, "error_file": e.path} for r, e in roots}}
+    ev = {
+        "source": "torchrun error files / failure summary",
+        "root_causes": {str(r): {"message": e.message, "exitcode": e.exitcode, "error_file": e.path} for r, e in roots},
+    }
     sig = _signal_name(err.exitcode) if not err.frames else ""
     if sig or (not err.frames and err.message.startswith("Signal")):
         last = _last_seen(inp, rank)
-        msg = (f"rank {rank} was killed by {sig or err.message} (exit code {err.exitcode}) and left no traceback"
-               f"{last}{tail}")
-        return [Finding("crash.abnormal-exit", "error", msg, KILLED_HINT, tuple(sorted(set(culprits) | set(victims))),
-                        tuple(locs), ev, culprits=culprits)]
+        msg = (
+            f"rank {rank} was killed by {sig or err.message} (exit code {err.exitcode}) and left no traceback"
+            f"{last}{tail}"
+        )
+        return [
+            Finding(
+                "crash.abnormal-exit",
+                "error",
+                msg,
+                KILLED_HINT,
+                tuple(sorted(set(culprits) | set(victims))),
+                tuple(locs),
+                ev,
+                culprits=culprits,
+            )
+        ]
     first = err.message.strip().splitlines()[0] if err.message.strip() else "an exception"
     msg = f"rank {rank} raised {first[:200]}{tail}"
-    hint = ("Fix the exception on the rank that raised first; the other ranks' errors ('Connection closed by "
-            "peer', timeouts) are consequences.")
-    return [Finding("crash.exception", "error", msg, hint, tuple(sorted(set(culprits) | set(victims))), tuple(locs),
-                    ev, culprits=culprits)]
+    hint = (
+        "Fix the exception on the rank that raised first; the other ranks' errors ('Connection closed by "
+        "peer', timeouts) are consequences."
+    )
+    return [
+        Finding(
+            "crash.exception",
+            "error",
+            msg,
+            hint,
+            tuple(sorted(set(culprits) | set(victims))),
+            tuple(locs),
+            ev,
+            culprits=culprits,
+        )
+    ]
 
 
 def _last_seen(inp: Inputs, rank: int) -> str:
@@ -245,8 +279,9 @@ def _last_seen(inp: Inputs, rank: int) -> str:
     return f"; it took part in group {best[1]}'s collectives up to #{best[0]} (the others completed them)"
 
 
-def _hang(inp: Inputs, stands: dict[int, Stand], stuck: dict[int, Stand], world: set[int],
-          missing: list[int]) -> list[Finding]:
+def _hang(
+    inp: Inputs, stands: dict[int, Stand], stuck: dict[int, Stand], world: set[int], missing: list[int]
+) -> list[Finding]:
     unmet: dict[int, set[int]] = {}
     for r, s in stuck.items():
         e = s.pending
@@ -268,24 +303,42 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> list[int]:
     ranks = sorted(stuck)
     site = {r: (f[0], f[1]) if (f := user_frame(stuck[r].pending)) else None for r in ranks}
     sites_of = {r: {f[:2] for e in inp.dumps[r].entries if (f := user_frame(e))} for r in ranks}
-    extra = [r for r in ranks if site[r] and all(site[r] not in sites_of[o] for o in ranks if o != r)
-             and all(site[o] in sites_of[r] for o in ranks if o != r)]
+    extra = [
+        r
+        for r in ranks
+        if site[r]
+        and all(site[r] not in sites_of[o] for o in ranks if o != r)
+        and all(site[o] in sites_of[r] for o in ranks if o != r)
+    ]
     if extra and len(extra) < len(ranks):
         return extra
     group = {r: p.group for r in ranks if (p := stuck[r].pending) is not None}
     used = {r: used_groups(inp.dumps[r]) for r in ranks}
-    extra = [r for r in ranks if all(group[r] not in used[o] for o in ranks if o != r)
-             and all(group[o] in used[r] for o in ranks if o != r)]
+    extra = [
+        r
+        for r in ranks
+        if all(group[r] not in used[o] for o in ranks if o != r) and all(group[o] in used[r] for o in ranks if o != r)
+    ]
     return extra if extra and len(extra) < len(ranks) else []
 
 
-def _divergence(inp: Inputs, stuck: dict[int, Stand], keys: dict[int, tuple[str, int]],
-                unmet: dict[int, set[int]]) -> Finding:
+def _divergence(
+    inp: Inputs, stuck: dict[int, Stand], keys: dict[int, tuple[str, int]], unmet: dict[int, set[int]]
+) -> Finding:
     extra = _extra(inp, stuck)
-    ev: dict[str, Any] = {"source": "flight recorder", "pending": {
-        str(r): {"group": s.pending.group, "seq": s.pending.seq, "op": s.pending.op,
-                 "input_sizes": [list(x) for x in s.pending.input_sizes]}
-        for r, s in stuck.items() if s.pending}}
+    ev: dict[str, Any] = {
+        "source": "flight recorder",
+        "pending": {
+            str(r): {
+                "group": s.pending.group,
+                "seq": s.pending.seq,
+                "op": s.pending.op,
+                "input_sizes": [list(x) for x in s.pending.input_sizes],
+            }
+            for r, s in stuck.items()
+            if s.pending
+        },
+    }
     if extra:
         waiters = [r for r in sorted(stuck) if r not in extra]
         e = stuck[extra[0]].pending
@@ -293,24 +346,50 @@ def _divergence(inp: Inputs, stuck: dict[int, Stand], keys: dict[int, tuple[str,
         assert e is not None
         locs = [loc for r in extra for loc in _loc(r, user_frame(stuck[r].pending), "diverged")]
         locs += [loc for r in waiters for loc in _loc(r, user_frame(stuck[r].pending), "waiting")]
-        msg = (f"a collective is called on some ranks only: {ranks_phrase(extra)} made an extra {e.call()} on "
-               f"group {e.group} (#{e.seq}){_at(user_frame(e))} that {ranks_phrase(waiters)} never issued")
+        msg = (
+            f"a collective is called on some ranks only: {ranks_phrase(extra)} made an extra {e.call()} on "
+            f"group {e.group} (#{e.seq}){_at(user_frame(e))} that {ranks_phrase(waiters)} never issued"
+        )
         if w is not None:
-            msg += f"; {ranks_phrase(waiters)} wait{'s' if len(waiters) == 1 else ''} in {w.call()} " \
-                   f"(#{w.seq} of group {w.group}){_at(user_frame(w))}"
+            msg += (
+                f"; {ranks_phrase(waiters)} wait{'s' if len(waiters) == 1 else ''} in {w.call()} "
+                f"(#{w.seq} of group {w.group}){_at(user_frame(w))}"
+            )
         msg += f"; diverged: {ranks_phrase(extra)}"
         ev["fr_trace_would_blame"] = sorted(unmet.get(extra[0], ()))
-        return Finding("hang.rank-conditional-collective", "error", msg, HINTS["hang.rank-conditional-collective"],
-                       tuple(sorted(stuck)), tuple(locs), ev, culprits=tuple(extra))
+        return Finding(
+            "hang.rank-conditional-collective",
+            "error",
+            msg,
+            HINTS["hang.rank-conditional-collective"],
+            tuple(sorted(stuck)),
+            tuple(locs),
+            ev,
+            culprits=tuple(extra),
+        )
     counts = Counter(keys.values())
     odd = [r for r, k in keys.items() if counts[k] == min(counts.values())] if len(counts) > 1 else []
     culprits = tuple(sorted(odd)) if odd and len(odd) < len(keys) else ()
-    locs = [loc for r, s in sorted(stuck.items())
-            for loc in _loc(r, user_frame(s.pending), "diverged" if r in culprits else "waiting")]
-    parts = "; ".join(f"rank {r}: {s.pending.call()} (#{s.pending.seq} of group {s.pending.group})"
-                      f"{_at(user_frame(s.pending))}" for r, s in sorted(stuck.items()) if s.pending)
-    return Finding("hang.divergent-collective", "error", f"ranks wait in different collectives: {parts}",
-                   HINTS["hang.divergent-collective"], tuple(sorted(stuck)), tuple(locs), ev, culprits=culprits)
+    locs = [
+        loc
+        for r, s in sorted(stuck.items())
+        for loc in _loc(r, user_frame(s.pending), "diverged" if r in culprits else "waiting")
+    ]
+    parts = "; ".join(
+        f"rank {r}: {s.pending.call()} (#{s.pending.seq} of group {s.pending.group}){_at(user_frame(s.pending))}"
+        for r, s in sorted(stuck.items())
+        if s.pending
+    )
+    return Finding(
+        "hang.divergent-collective",
+        "error",
+        f"ranks wait in different collectives: {parts}",
+        HINTS["hang.divergent-collective"],
+        tuple(sorted(stuck)),
+        tuple(locs),
+        ev,
+        culprits=culprits,
+    )
 
 
 def _same_collective(stuck: dict[int, Stand]) -> Finding:
@@ -324,39 +403,76 @@ def _same_collective(stuck: dict[int, Stand]) -> Finding:
         same_op = len({k[0] for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
         parts = "; ".join(f"rank {r}: {e.call()}{_at(user_frame(e))}" for r, e in sorted(pend.items()))
-        locs = [loc for r, e in sorted(pend.items())
-                for loc in _loc(r, user_frame(e), "diverged" if r in odd else "waiting")]
-        return Finding(fid, "error", f"collective #{e0.seq} of group {e0.group} differs across ranks: {parts}",
-                       HINTS[fid], tuple(sorted(pend)), tuple(locs), ev,
-                       culprits=odd if len(odd) < len(pend) else ())
+        locs = [
+            loc
+            for r, e in sorted(pend.items())
+            for loc in _loc(r, user_frame(e), "diverged" if r in odd else "waiting")
+        ]
+        return Finding(
+            fid,
+            "error",
+            f"collective #{e0.seq} of group {e0.group} differs across ranks: {parts}",
+            HINTS[fid],
+            tuple(sorted(pend)),
+            tuple(locs),
+            ev,
+            culprits=odd if len(odd) < len(pend) else (),
+        )
     locs = [loc for r, e in sorted(pend.items()) for loc in _loc(r, user_frame(e), "waiting")]
-    return Finding("hang.transport-stall", "error",
-                   f"every rank issued {e0.call()} (#{e0.seq} of group {e0.group}){_at(user_frame(e0))} and "
-                   "none completed it: the code paths agree, the transport does not deliver",
-                   HINTS["hang.transport-stall"], tuple(sorted(pend)), tuple(locs), ev, culprits=())
+    return Finding(
+        "hang.transport-stall",
+        "error",
+        f"every rank issued {e0.call()} (#{e0.seq} of group {e0.group}){_at(user_frame(e0))} and "
+        "none completed it: the code paths agree, the transport does not deliver",
+        HINTS["hang.transport-stall"],
+        tuple(sorted(pend)),
+        tuple(locs),
+        ev,
+        culprits=(),
+    )
 
 
-def _no_dump(inp: Inputs, stands: dict[int, Stand], missing: list[int], waiting: dict[int, Stand],
-             severity: Severity, lost: dict[int, list[RankError]] | None = None) -> Finding:
+def _no_dump(
+    inp: Inputs,
+    stands: dict[int, Stand],
+    missing: list[int],
+    waiting: dict[int, Stand],
+    severity: Severity,
+    lost: dict[int, list[RankError]] | None = None,
+) -> Finding:
     locs = [loc for r, s in sorted(waiting.items()) for loc in _loc(r, user_frame(s.pending), "waiting")]
     lost = lost or {}
     for r, es in sorted(lost.items()):
         locs += _loc(r, next((f for e in es if e.victim and (f := e.user_frame())), None), "victim")
     msg = f"{ranks_phrase(missing)} left no flight-recorder dump"
     if waiting:
-        parts = "; ".join(f"rank {r} in {s.pending.call()} (#{s.pending.seq} of group {s.pending.group})"
-                          f"{_at(user_frame(s.pending))}" for r, s in sorted(waiting.items()) if s.pending)
-        msg += (f" while every rank that dumped waits for {'it' if len(missing) == 1 else 'them'} ({parts}): "
-                f"the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed")
+        parts = "; ".join(
+            f"rank {r} in {s.pending.call()} (#{s.pending.seq} of group {s.pending.group}){_at(user_frame(s.pending))}"
+            for r, s in sorted(waiting.items())
+            if s.pending
+        )
+        msg += (
+            f" while every rank that dumped waits for {'it' if len(missing) == 1 else 'them'} ({parts}): "
+            f"the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed"
+        )
     elif lost:
-        msg += (f" and {ranks_phrase(lost)} failed in a collective because a peer went away ('Connection closed "
-                f"by peer'): the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed")
+        msg += (
+            f" and {ranks_phrase(lost)} failed in a collective because a peer went away ('Connection closed "
+            f"by peer'): the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed"
+        )
     else:
         msg += ": a rank that crashed or was killed writes none; the others show no collective pending"
     ev = {"source": "flight recorder", "missing": missing, "dumped": sorted(inp.dumps), "waiting": bool(waiting)}
-    return Finding("postmortem.no-dump", severity, msg, NO_DUMP_HINT,
-                   tuple(sorted(set(missing) | set(waiting) | set(lost))),
-                   tuple(locs), ev, culprits=tuple(missing))
+    return Finding(
+        "postmortem.no-dump",
+        severity,
+        msg,
+        NO_DUMP_HINT,
+        tuple(sorted(set(missing) | set(waiting) | set(lost))),
+        tuple(locs),
+        ev,
+        culprits=tuple(missing),
+    )
 
 
 def _mixed(inp: Inputs) -> list[Finding]:
@@ -380,11 +496,19 @@ def _mixed(inp: Inputs) -> list[Finding]:
         return []
     pairs = sorted(apart)
     ranks = sorted({x for p in pairs for x in p})
-    return [Finding("postmortem.mixed-dumps", "warning",
-                    f"the dumps of {ranks_phrase(ranks)} come from different attempts or jobs: the same "
-                    f"collectives were created further apart than their timeout (e.g. ranks {pairs[0][0]} and "
-                    f"{pairs[0][1]}); the findings compare records that never met",
-                    MIXED_HINT, tuple(ranks), (), {"pairs": [list(p) for p in pairs]})]
+    return [
+        Finding(
+            "postmortem.mixed-dumps",
+            "warning",
+            f"the dumps of {ranks_phrase(ranks)} come from different attempts or jobs: the same "
+            f"collectives were created further apart than their timeout (e.g. ranks {pairs[0][0]} and "
+            f"{pairs[0][1]}); the findings compare records that never met",
+            MIXED_HINT,
+            tuple(ranks),
+            (),
+            {"pairs": [list(p) for p in pairs]},
+        )
+    ]
 
 
 def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
@@ -392,46 +516,63 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
     dumps = list(inp.dumps.values())
     same = sorted(r for r, _keep, _drop, ok in inp.duplicates if ok)
     if same:
-        notes.append(f"{ranks_phrase(same)}: a pickle and a JSON dump of the same records; read the pickle "
-                     "(it has the stacks)")
+        notes.append(
+            f"{ranks_phrase(same)}: a pickle and a JSON dump of the same records; read the pickle (it has the stacks)"
+        )
     for r, keep, drop, ok in inp.duplicates:
         if not ok:
-            notes.append(f"rank {r}: two dumps that differ ({keep}, {drop}): from different attempts or jobs? "
-                         f"read {keep}")
+            notes.append(
+                f"rank {r}: two dumps that differ ({keep}, {drop}): from different attempts or jobs? read {keep}"
+            )
     if dumps:
-        notes.append("from torch's flight recorder: " + ", ".join(
-            f"rank {d.rank} ({d.fmt} v{d.version}, {len(d.entries)} entries)" for d in dumps[:8])
-            + (f", and {len(dumps) - 8} more" if len(dumps) > 8 else ""))
+        notes.append(
+            "from torch's flight recorder: "
+            + ", ".join(f"rank {d.rank} ({d.fmt} v{d.version}, {len(d.entries)} entries)" for d in dumps[:8])
+            + (f", and {len(dumps) - 8} more" if len(dumps) > 8 else "")
+        )
     if not known and dumps:
-        notes.append(f"the dumps do not say how many ranks the job had (gloo's pg_config is empty): ranks above "
-                     f"{max(inp.dumps)} that left no dump cannot be seen; give torchrun's log folder or the job's "
-                     "log too")
+        notes.append(
+            f"the dumps do not say how many ranks the job had (gloo's pg_config is empty): ranks above "
+            f"{max(inp.dumps)} that left no dump cannot be seen; give torchrun's log folder or the job's "
+            "log too"
+        )
     nostack = sorted(d.rank for d in dumps if not d.stacks and d.entries)
     if nostack:
-        notes.append(f"{ranks_phrase(nostack)}: the dump holds no Python stacks (JSON dumps never do; pickle "
-                     "dumps with includeStackTraces=False neither): no user lines for these ranks")
+        notes.append(
+            f"{ranks_phrase(nostack)}: the dump holds no Python stacks (JSON dumps never do; pickle "
+            "dumps with includeStackTraces=False neither): no user lines for these ranks"
+        )
     for d in dumps:
         if d.entries and d.entries[0].record_id > 0:
-            notes.append(f"rank {d.rank}: the ring dropped {d.entries[0].record_id} older entries "
-                         f"(TORCH_FR_BUFFER_SIZE is {len(d.entries)} or so): a divergence before record "
-                         f"{d.entries[0].record_id} cannot be seen")
+            notes.append(
+                f"rank {d.rank}: the ring dropped {d.entries[0].record_id} older entries "
+                f"(TORCH_FR_BUFFER_SIZE is {len(d.entries)} or so): a divergence before record "
+                f"{d.entries[0].record_id} cannot be seen"
+            )
     versions = {d.version for d in dumps}
     if len(versions) > 1:
-        notes.append(f"the dumps have different format versions ({', '.join(sorted(versions))}): different torch "
-                     "builds, maybe different jobs")
+        notes.append(
+            f"the dumps have different format versions ({', '.join(sorted(versions))}): different torch "
+            "builds, maybe different jobs"
+        )
     attempts = {e.attempt for e in inp.errors if e.attempt is not None} | set(inp.local_ranks)
     if len(attempts) > 1:
-        notes.append(f"torchrun's log folder has {len(attempts)} attempts ({', '.join(map(str, sorted(attempts)))}): "
-                     "the error files of the last one are the ones that match the dumps")
+        notes.append(
+            f"torchrun's log folder has {len(attempts)} attempts ({', '.join(map(str, sorted(attempts)))}): "
+            "the error files of the last one are the ones that match the dumps"
+        )
     if dumps:
-        notes.append("what the dumps cannot tell: what a rank did after its last collective (compute, I/O, a "
-                     "Python loop), whether a failed collective failed or completed (gloo marks both completed), "
-                     "and where a rank without a dump was")
+        notes.append(
+            "what the dumps cannot tell: what a rank did after its last collective (compute, I/O, a "
+            "Python loop), whether a failed collective failed or completed (gloo marks both completed), "
+            "and where a rank without a dump was"
+        )
     return notes
 
 
-def _rank_lines(inp: Inputs, stands: dict[int, Stand], world: set[int],
-                fails: dict[int, list[RankError]]) -> list[RankLine]:
+def _rank_lines(
+    inp: Inputs, stands: dict[int, Stand], world: set[int], fails: dict[int, list[RankError]]
+) -> list[RankLine]:
     out = []
     for r in sorted(world | set(stands) | set(fails)):
         s = stands.get(r)
@@ -440,17 +581,32 @@ def _rank_lines(inp: Inputs, stands: dict[int, Stand], world: set[int],
             e = own[0]
             sig = _signal_name(e.exitcode) if not e.frames else ""
             uf = e.user_frame()
-            out.append(RankLine(r, "killed" if sig else "crashed", f"killed by {sig}" if sig else e.message[:120],
-                                Location(r, uf[0], uf[1], uf[2]) if uf else None))
+            out.append(
+                RankLine(
+                    r,
+                    "killed" if sig else "crashed",
+                    f"killed by {sig}" if sig else e.message[:120],
+                    Location(r, uf[0], uf[1], uf[2]) if uf else None,
+                )
+            )
         elif s is not None and s.pending is not None:
             p = s.pending
             uf = user_frame(p)
-            out.append(RankLine(r, "waiting", f"waiting in {p.call()} (#{p.seq} of group {p.group})",
-                                Location(r, uf[0], uf[1], uf[2]) if uf else None))
+            out.append(
+                RankLine(
+                    r,
+                    "waiting",
+                    f"waiting in {p.call()} (#{p.seq} of group {p.group})",
+                    Location(r, uf[0], uf[1], uf[2]) if uf else None,
+                )
+            )
         elif s is not None:
             last = s.last
-            detail = (f"no collective pending; last {last.call()} (#{last.seq} of group {last.group})"
-                      if last else "no collective recorded")
+            detail = (
+                f"no collective pending; last {last.call()} (#{last.seq} of group {last.group})"
+                if last
+                else "no collective recorded"
+            )
             if any(e.victim for e in fails.get(r, ())):
                 detail += "; its collective failed when a peer went away"
             uf = user_frame(last)

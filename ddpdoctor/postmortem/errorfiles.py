@@ -21,8 +21,15 @@ MAX_BYTES = 64 << 20
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _ATTEMPT = re.compile(r"attempt_(\d+)$")
 # words of a collective that failed because a peer went away: the rank that wrote it is a victim
-VICTIM_WORDS = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer",
-                "NCCL communicator was aborted", "Broken pipe", "ECONNRESET", "peer closed")
+VICTIM_WORDS = (
+    "Connection closed by peer",
+    "remote worker crashing",
+    "Connection reset by peer",
+    "NCCL communicator was aborted",
+    "Broken pipe",
+    "ECONNRESET",
+    "peer closed",
+)
 
 
 class ErrorFileError(ValueError):
@@ -33,11 +40,11 @@ class ErrorFileError(ValueError):
 class RankError:
     """One rank's failure: from its error file, a failure summary, or both."""
 
-    rank: int | None         # global rank where known (summary), else the local rank of the folder
+    rank: int | None  # global rank where known (summary), else the local rank of the folder
     local_rank: int | None
     attempt: int | None
-    message: str             # "RuntimeError: loss is nan at step 3", or "Signal 9 (SIGKILL) ..."
-    frames: tuple[tuple[str, int, str], ...]   # (file, line, function) of the traceback, outermost first
+    message: str  # "RuntimeError: loss is nan at step 3", or "Signal 9 (SIGKILL) ..."
+    frames: tuple[tuple[str, int, str], ...]  # (file, line, function) of the traceback, outermost first
     timestamp: float | None
     exitcode: int | None = None
     path: str = ""
@@ -99,7 +106,7 @@ def load(path: str) -> RankError:
         raise ErrorFileError(f"{path}: truncated or broken JSON ({e})") from None
     msg = data.get("message") if isinstance(data, dict) else None
     extra: dict = {}
-    if isinstance(msg, str):   # the "new message format": a bare string
+    if isinstance(msg, str):  # the "new message format": a bare string
         text = msg
     elif isinstance(msg, dict):
         text, extra = str(msg.get("message", "")), msg.get("extraInfo") or {}
@@ -109,9 +116,16 @@ def load(path: str) -> RankError:
     ts = extra.get("timestamp") if isinstance(extra, dict) else None
     attempt, local = _layout(path)
     code = msg.get("errorCode") if isinstance(msg, dict) else None
-    return RankError(local, local, attempt, text, frames_of(stack),
-                     float(ts) if isinstance(ts, (str, int, float)) and str(ts).isdigit() else None,
-                     int(code) if isinstance(code, int) else None, path)
+    return RankError(
+        local,
+        local,
+        attempt,
+        text,
+        frames_of(stack),
+        float(ts) if isinstance(ts, (str, int, float)) and str(ts).isdigit() else None,
+        int(code) if isinstance(code, int) else None,
+        path,
+    )
 
 
 # -- torchrun's failure summary in a log ------------------------------------------------------------
@@ -158,6 +172,14 @@ def _summary(block: dict[str, str], tb: list[str], root: bool) -> RankError:
     lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
     message = lines[-1] if lines else ""
     ef = block.get("error_file", "")
-    return RankError(int(m.group(1)) if m else None, int(m.group(2)) if m else None, None, message,
-                     frames_of(body), None, int(e.group(1)) if e else None,
-                     "" if ef in ("", "<N/A>") else ef, root)
+    return RankError(
+        int(m.group(1)) if m else None,
+        int(m.group(2)) if m else None,
+        None,
+        message,
+        frames_of(body),
+        None,
+        int(e.group(1)) if e else None,
+        "" if ef in ("", "<N/A>") else ef,
+        root,
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 from ddpdoctor.postmortem import safepickle
 
-MAX_BYTES = 1 << 30      # a 20000-entry ring with stacks is ~50 MB; anything far larger is not a dump
+MAX_BYTES = 1 << 30  # a 20000-entry ring with stacks is ~50 MB; anything far larger is not a dump
 SUPPORTED_MAJOR = "2"
 _RANK = re.compile(r"(\d+)$")
 
@@ -39,20 +39,20 @@ class Entry:
 
     record_id: int
     pg_id: str
-    group: str            # process_group[0]: the group's name, the same on every rank
+    group: str  # process_group[0]: the group's name, the same on every rank
     group_desc: str
-    seq: int              # collective_seq_id (p2p_seq_id for a p2p op)
+    seq: int  # collective_seq_id (p2p_seq_id for a p2p op)
     is_p2p: bool
-    op: str               # profiling_name without the backend: "all_reduce"
-    backend: str          # "gloo", "nccl"
+    op: str  # profiling_name without the backend: "all_reduce"
+    backend: str  # "gloo", "nccl"
     input_sizes: tuple[tuple[int, ...], ...]
     output_sizes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
-    state: str            # scheduled | started | completed (gloo leaves "scheduled")
+    state: str  # scheduled | started | completed (gloo leaves "scheduled")
     retired: bool
     time_created_ns: int
     timeout_ms: int
-    frames: tuple[Frame, ...]   # innermost first, as torch records them
+    frames: tuple[Frame, ...]  # innermost first, as torch records them
 
     def call(self) -> str:
         """``all_reduce([8])``: the op and its input shapes, as the report shows it."""
@@ -73,12 +73,12 @@ class Dump:
 
     rank: int
     path: str
-    fmt: str                          # pickle | json
+    fmt: str  # pickle | json
     version: str
     entries: tuple[Entry, ...]
-    pg_status: dict[str, PgStatus]    # by pg_id
-    pg_ranks: dict[str, tuple[int, ...]]   # group name -> member ranks, where pg_config names them (NCCL)
-    stacks: bool                      # whether entries carry Python frames (JSON dumps carry none)
+    pg_status: dict[str, PgStatus]  # by pg_id
+    pg_ranks: dict[str, tuple[int, ...]]  # group name -> member ranks, where pg_config names them (NCCL)
+    stacks: bool  # whether entries carry Python frames (JSON dumps carry none)
 
     def group_of(self, pg_id: str) -> str:
         """The group name of a pg_id (gloo and NCCL name groups by their pg_id unless named)."""
@@ -121,10 +121,19 @@ def _decode(path: str, data: bytes) -> tuple[dict, str]:
         try:
             raw = safepickle.loads(data)
         except safepickle.UnsafePickle as e:
-            raise DumpError(f"{path}: refused: this pickle is not a flight-recorder dump: {e}; "
-                            "nothing in it was run") from None
-        except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError,
-                MemoryError, RecursionError) as e:
+            raise DumpError(
+                f"{path}: refused: this pickle is not a flight-recorder dump: {e}; nothing in it was run"
+            ) from None
+        except (
+            pickle.UnpicklingError,
+            EOFError,
+            ValueError,
+            IndexError,
+            KeyError,
+            TypeError,
+            MemoryError,
+            RecursionError,
+        ) as e:
             raise DumpError(f"{path}: truncated or broken pickle ({type(e).__name__}: {e})") from None
         fmt = "pickle"
     elif data.lstrip()[:1] == b"{":
@@ -156,8 +165,11 @@ def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
 def _frames(v: Any) -> tuple[Frame, ...]:
     if not isinstance(v, (list, tuple)):
         return ()
-    return tuple(Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", "")))
-                 for f in v if isinstance(f, dict))
+    return tuple(
+        Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", "")))
+        for f in v
+        if isinstance(f, dict)
+    )
 
 
 def _entry(path: str, i: int, e: Any) -> Entry:
@@ -169,14 +181,23 @@ def _entry(path: str, i: int, e: Any) -> Entry:
     backend, _, op = prof.rpartition(":")
     p2p = bool(e.get("is_p2p"))
     return Entry(
-        record_id=_int(e.get("record_id"), i), pg_id=str(e.get("pg_id", pg[0])), group=str(pg[0]),
-        group_desc=str(pg[1]), seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")), is_p2p=p2p,
-        op=op or prof, backend=backend, input_sizes=_sizes(e.get("input_sizes")),
+        record_id=_int(e.get("record_id"), i),
+        pg_id=str(e.get("pg_id", pg[0])),
+        group=str(pg[0]),
+        group_desc=str(pg[1]),
+        seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")),
+        is_p2p=p2p,
+        op=op or prof,
+        backend=backend,
+        input_sizes=_sizes(e.get("input_sizes")),
         output_sizes=_sizes(e.get("output_sizes")),
         dtypes=tuple(str(d) for d in e.get("input_dtypes") or () if isinstance(d, str)),
-        state=str(e.get("state") or ""), retired=bool(e.get("retired")),
-        time_created_ns=_int(e.get("time_created_ns"), 0), timeout_ms=_int(e.get("timeout_ms"), 0),
-        frames=_frames(e.get("frames")))
+        state=str(e.get("state") or ""),
+        retired=bool(e.get("retired")),
+        time_created_ns=_int(e.get("time_created_ns"), 0),
+        timeout_ms=_int(e.get("timeout_ms"), 0),
+        frames=_frames(e.get("frames")),
+    )
 
 
 def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
@@ -189,14 +210,16 @@ def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
     parsed = tuple(sorted((_entry(path, i, e) for i, e in enumerate(entries)), key=lambda x: x.record_id))
     status: dict[str, PgStatus] = {}
     for pg_id, st in (raw.get("pg_status") or {}).items():
-        if isinstance(st, dict):   # JSON dumps write the numbers as strings
-            status[str(pg_id)] = PgStatus(_int(st.get("last_enqueued_collective")),
-                                          _int(st.get("last_started_collective")),
-                                          _int(st.get("last_completed_collective")))
+        if isinstance(st, dict):  # JSON dumps write the numbers as strings
+            status[str(pg_id)] = PgStatus(
+                _int(st.get("last_enqueued_collective")),
+                _int(st.get("last_started_collective")),
+                _int(st.get("last_completed_collective")),
+            )
     pg_ranks: dict[str, tuple[int, ...]] = {}
     for name, cfg in (raw.get("pg_config") or {}).items():
         ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
-        if isinstance(ranks, str):   # "[0, 1]": torch writes the list as text
+        if isinstance(ranks, str):  # "[0, 1]": torch writes the list as text
             ranks = [int(t) for t in re.findall(r"-?\d+", ranks)]
         if name and isinstance(ranks, list) and ranks:
             pg_ranks[str(name)] = tuple(_int(r) for r in ranks)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from ddpdoctor.postmortem import errorfiles, flight
 
-MAX_FILES = 20000            # files looked at under one folder
-LOG_BYTES = 16 << 20         # the tail of a log that is read (torchrun's summary is at the end)
+MAX_FILES = 20000  # files looked at under one folder
+LOG_BYTES = 16 << 20  # the tail of a log that is read (torchrun's summary is at the end)
 LOG_NAMES = (".log", ".txt", ".out", ".err")
 _ATTEMPT = re.compile(r"^attempt_(\d+)$")
 
@@ -25,10 +25,10 @@ class InputError(ValueError):
 class Inputs:
     """Everything read from the paths, before any judgement."""
 
-    dumps: dict[int, flight.Dump] = field(default_factory=dict)          # by rank
-    errors: list[errorfiles.RankError] = field(default_factory=list)     # error files
+    dumps: dict[int, flight.Dump] = field(default_factory=dict)  # by rank
+    errors: list[errorfiles.RankError] = field(default_factory=list)  # error files
     summaries: list[errorfiles.RankError] = field(default_factory=list)  # torchrun's failure summaries
-    local_ranks: dict[int, set[int]] = field(default_factory=dict)       # attempt -> local ranks in the log folder
+    local_ranks: dict[int, set[int]] = field(default_factory=dict)  # attempt -> local ranks in the log folder
     run_dirs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     duplicates: list[tuple[int, str, str, bool]] = field(default_factory=list)  # rank, kept, dropped, same records
@@ -58,17 +58,26 @@ def load(paths: list[str]) -> Inputs:
             before = _count(inp)
             _walk(p, inp)
             if _count(inp) == before:
-                raise InputError(f"{p}: not a ddpdoctor run directory (no manifest.json), and no flight-recorder "
-                                 "dump, torchrun error file or torchrun log in it")
+                raise InputError(
+                    f"{p}: not a ddpdoctor run directory (no manifest.json), and no flight-recorder "
+                    "dump, torchrun error file or torchrun log in it"
+                )
         elif not _file(p, inp, explicit=True):
-            raise InputError(f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
-                             "failure summary, or a ddpdoctor run directory")
+            raise InputError(
+                f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
+                "failure summary, or a ddpdoctor run directory"
+            )
     return inp
 
 
 def _count(inp: Inputs) -> int:
-    return len(inp.dumps) + len(inp.errors) + len(inp.summaries) + len(inp.run_dirs) + sum(
-        map(len, inp.local_ranks.values()))
+    return (
+        len(inp.dumps)
+        + len(inp.errors)
+        + len(inp.summaries)
+        + len(inp.run_dirs)
+        + sum(map(len, inp.local_ranks.values()))
+    )
 
 
 def _walk(top: str, inp: Inputs) -> None:
@@ -93,7 +102,7 @@ def _walk(top: str, inp: Inputs) -> None:
 def _file(path: str, inp: Inputs, explicit: bool) -> bool:
     name = os.path.basename(path)
     if name.endswith(".tmp"):
-        return False   # a dump still being written (or abandoned mid-write)
+        return False  # a dump still being written (or abandoned mid-write)
     if name.endswith(".json"):
         if errorfiles.is_error_file(path):
             try:
@@ -136,6 +145,7 @@ def _add_dump(inp: Inputs, d: flight.Dump) -> None:
     # the same rank twice: the pickle has stacks; else the larger ring
     keep, drop = (d, old) if (d.stacks, len(d.entries)) > (old.stacks, len(old.entries)) else (old, d)
     same = {(e.record_id, e.time_created_ns) for e in keep.entries} >= {
-        (e.record_id, e.time_created_ns) for e in drop.entries}
+        (e.record_id, e.time_created_ns) for e in drop.entries
+    }
     inp.dumps[d.rank] = keep
     inp.duplicates.append((d.rank, keep.path, drop.path, same))

@@ -12,14 +12,13 @@ from ddpdoctor.postmortem import detect
 from ddpdoctor.postmortem.inputs import Inputs
 
 
-
 def verdict_of(findings: list[Finding], fail_on: str) -> tuple[Verdict, int]:
     """(verdict, exit code) as ``diagnose`` picks them: hang before crash before other errors."""
     errors = [f for f in findings if f.severity == "error"]
     fam = {f.id.split(".", 1)[0] for f in errors}
     nodump = [f for f in errors if f.id == "postmortem.no-dump"]
     if "hang" in fam or any(f.evidence.get("waiting") for f in nodump):
-        return "hang", ExitCode.HANG   # the others wait for the rank that left no dump
+        return "hang", ExitCode.HANG  # the others wait for the rank that left no dump
     if "crash" in fam or nodump:
         return "crash", ExitCode.FINDINGS
     if errors:
@@ -35,9 +34,16 @@ def build(inp: Inputs, config: Config) -> Report:
     found.sort(key=lambda f: severity_rank(f.severity))
     verdict, code = verdict_of(found, config.fail_on)
     where = ", ".join(inp.paths)
-    return Report(command="analyze", verdict=verdict, exit_code=code, run_dir=where, findings=tuple(found),
-                  ranks=tuple(ranks), summary=found[0].message if found else "healthy: no findings",
-                  notes=tuple(notes))
+    return Report(
+        command="analyze",
+        verdict=verdict,
+        exit_code=code,
+        run_dir=where,
+        findings=tuple(found),
+        ranks=tuple(ranks),
+        summary=found[0].message if found else "healthy: no findings",
+        notes=tuple(notes),
+    )
 
 
 def merge(a: Report, b: Report) -> Report:
@@ -45,7 +51,13 @@ def merge(a: Report, b: Report) -> Report:
     order = {"hang": 0, "crash": 1, "error": 1, "findings": 2, "ok": 3}
     verdict = min(a.verdict, b.verdict, key=lambda v: order.get(v, 2))
     code = ExitCode.HANG if ExitCode.HANG in (a.exit_code, b.exit_code) else max(a.exit_code, b.exit_code)
-    return dataclasses.replace(a, verdict=verdict, exit_code=code, findings=a.findings + b.findings,
-                               ranks=a.ranks + tuple(r for r in b.ranks if r.rank not in {x.rank for x in a.ranks}),
-                               notes=a.notes + b.notes, run_dir=f"{a.run_dir}, {b.run_dir}",
-                               summary=a.summary if a.findings else b.summary)
+    return dataclasses.replace(
+        a,
+        verdict=verdict,
+        exit_code=code,
+        findings=a.findings + b.findings,
+        ranks=a.ranks + tuple(r for r in b.ranks if r.rank not in {x.rank for x in a.ranks}),
+        notes=a.notes + b.notes,
+        run_dir=f"{a.run_dir}, {b.run_dir}",
+        summary=a.summary if a.findings else b.summary,
+    )

@@ -7,4 +7,4 @@ from __future__ import annotations
 
 from typing import Any
 
-probe: Any = None   # ddpdoctor.rank.probe.Probe, set by wrappers.install
+probe: Any = None  # ddpdoctor.rank.probe.Probe, set by wrappers.install

@@ -13,15 +13,29 @@ import types
 from types import TracebackType
 from typing import Any
 
+from ddpdoctor.rank.rankfiles import enable_faulthandler, error_record, read_manifest
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, write_json_atomic
-from ddpdoctor.rank.rankfiles import enable_faulthandler, error_record, read_manifest
 
 # What torchrun adds to a worker's environment; removed again when the script starts its own ranks.
 TORCHRUN_ENV_PREFIXES = ("TORCHELASTIC_",)
-TORCHRUN_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "CUDA_MODULE_LOADING"}
+TORCHRUN_ENV = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMP_NUM_THREADS",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_ASYNC_ERROR_HANDLING",
+    "CUDA_MODULE_LOADING",
+}
 
 
 def scrub_torchrun_env(user_keys: list[str]) -> None:
@@ -48,8 +62,13 @@ def _exec_as_main(abs_script: str) -> None:
         source = f.read()
     code = compile(source, abs_script, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=abs_script, __builtins__=builtins, __cached__=None, __spec__=None,
-                         __loader__=SourceFileLoader("__main__", abs_script))
+    main.__dict__.update(
+        __file__=abs_script,
+        __builtins__=builtins,
+        __cached__=None,
+        __spec__=None,
+        __loader__=SourceFileLoader("__main__", abs_script),
+    )
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
 
@@ -90,8 +109,13 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     p = probe.Probe(run_dir, rank, manifest)
     enable_faulthandler(p.dir)
-    p.start(local_rank=int(os.environ.get("LOCAL_RANK", "0")), host=socket.gethostname(), script=script,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")), node_rank=int(os.environ.get("GROUP_RANK") or 0))
+    p.start(
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        host=socket.gethostname(),
+        script=script,
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        node_rank=int(os.environ.get("GROUP_RANK") or 0),
+    )
     wrappers.install(p, manifest)
 
     def on_exit(code: Any, exc: BaseException | None) -> None:

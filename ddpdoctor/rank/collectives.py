@@ -23,11 +23,11 @@ from ddpdoctor.record.writer import line
 SHAPED, P2P, OTHER = schema.SHAPED, schema.P2P, schema.OTHER
 WRAPPED = sorted(SHAPED | P2P | OTHER)
 
-_Tensor: Any = None        # torch.Tensor, set by install()
+_Tensor: Any = None  # torch.Tensor, set by install()
 _ProcessGroup: Any = None  # torch.distributed.ProcessGroup
-_default_pg: Any = None    # cached once init_process_group has run
+_default_pg: Any = None  # cached once init_process_group has run
 _json_cache: dict[Any, str] = {}
-_op_hashes: dict[tuple, int] = {}   # (op, shapes text, file, line) -> its hash in the running digest
+_op_hashes: dict[tuple, int] = {}  # (op, shapes text, file, line) -> its hash in the running digest
 
 
 def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -95,8 +95,6 @@ def _is_nccl(pg: Any) -> bool:
     return out
 
 
-
-
 def ring_turned(p: Any) -> None:
     """The ledger started a new segment: the digests at the start of the oldest segment on disk move on.
     Called before the collective whose line started it is counted (a segment always starts with a
@@ -115,20 +113,20 @@ _PLAIN_KW = frozenset({"group", "op", "async_op", "src", "dst", "tag", "group_sr
 class _Call(NamedTuple):
     """What one call line with one group and one tensor signature always writes and counts."""
 
-    gname: str        # the process group's name
-    pg: Any           # the process group (None: not found)
+    gname: str  # the process group's name
+    pg: Any  # the process group (None: not found)
     shapes: list
     dtypes: list
-    site: Any         # the user's [file, line, function], or None
-    mid: str          # the issued line from "op" to the open sequence range
-    tail: str         # ... and after it, to the end of the line
-    h: int | None     # its hash in the running digest (None: a point-to-point op, counted out)
-    nccl: bool        # NCCL and an op that takes async_op: issued asynchronously and waited for here
-    code: Any         # the caller's code object (its id is in the cache key: checked on each hit)
-    head: str         # the issued line up to its time
-    end_head: str     # the end line up to its time
-    end_mid: str      # ... from after its time to the first sequence number
-    gjs: str          # the group's name as JSON text
+    site: Any  # the user's [file, line, function], or None
+    mid: str  # the issued line from "op" to the open sequence range
+    tail: str  # ... and after it, to the end of the line
+    h: int | None  # its hash in the running digest (None: a point-to-point op, counted out)
+    nccl: bool  # NCCL and an op that takes async_op: issued asynchronously and waited for here
+    code: Any  # the caller's code object (its id is in the cache key: checked on each hit)
+    head: str  # the issued line up to its time
+    end_head: str  # the end line up to its time
+    end_mid: str  # ... from after its time to the first sequence number
+    gjs: str  # the group's name as JSON text
     op: str
 
 
@@ -141,10 +139,19 @@ def _track(p: Any, out: Any, call: _Call, s0: int, ns: str, args: tuple, kwargs:
     if peer is None and call.op in P2P and len(args) > 1 and isinstance(args[1], int):
         peer = args[1]
     t0 = int(ns) / 1e9
-    for w in (out if isinstance(out, list) else (out,)):
+    for w in out if isinstance(out, list) else (out,):
         if hasattr(w, "is_completed"):
-            works.add(w, call.op, call.gname, s0 + 1, call.shapes, call.dtypes, call.site, t0,
-                      peer if isinstance(peer, int) else None)
+            works.add(
+                w,
+                call.op,
+                call.gname,
+                s0 + 1,
+                call.shapes,
+                call.dtypes,
+                call.site,
+                t0,
+                peer if isinstance(peer, int) else None,
+            )
 
 
 _calls: dict[tuple, _Call] = {}
@@ -168,7 +175,7 @@ def _site_key(op: str, args: tuple, kwargs: dict, f: Any) -> tuple | None:
             pg = a
         elif isinstance(a, (_Tensor, list, tuple)):
             return None
-    return (op, id(f.f_code), f.f_lasti, pg, a0.shape, a0.dtype)   # id: a code object hashes its contents
+    return (op, id(f.f_code), f.f_lasti, pg, a0.shape, a0.dtype)  # id: a code object hashes its contents
 
 
 def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
@@ -187,19 +194,36 @@ def _prepare(p: Any, op: str, args: tuple, kwargs: dict, f: Any) -> _Call:
         h = _op_hashes.get(key)
         if h is None:
             h = op_hash(op, shp, site)
-            if len(_op_hashes) < 4096:   # bounded: a script whose shapes change every call
+            if len(_op_hashes) < 4096:  # bounded: a script whose shapes change every call
                 _op_hashes[key] = h
-    return _Call(gname, pg, shapes, dtypes, site, mid, tail, h, op in ASYNCABLE and _is_nccl(pg), f.f_code,
-                 f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL}","rank":{p.rank},"t":',
-                 f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL_END}","rank":{p.rank},"t":',
-                 f',"group":{_js(gname)},"s0":', _js(gname), op)
+    return _Call(
+        gname,
+        pg,
+        shapes,
+        dtypes,
+        site,
+        mid,
+        tail,
+        h,
+        op in ASYNCABLE and _is_nccl(pg),
+        f.f_code,
+        f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL}","rank":{p.rank},"t":',
+        f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_COLL_END}","rank":{p.rank},"t":',
+        f',"group":{_js(gname)},"s0":',
+        _js(gname),
+        op,
+    )
 
 
 def _probe_error(p: Any, op: str, e: BaseException) -> None:
     """The wrapper's own bookkeeping failed: said once per op, so a report never trusts a ledger that is
     missing calls without knowing it."""
-    failures.report(p, f"collective wrapper ({op})", "those calls ran but are not in the ledger, so a hang among "
-                    "them is found by timeout, not by proof", e)
+    failures.report(
+        p,
+        f"collective wrapper ({op})",
+        "those calls ran but are not in the ledger, so a hang among them is found by timeout, not by proof",
+        e,
+    )
 
 
 def forget_groups() -> None:
@@ -213,7 +237,7 @@ def forget_groups() -> None:
 def _wrap(op: str, orig: Callable) -> Callable:
     get_ident = threading.get_ident
     getframe = sys._getframe
-    now_ns = time.time_ns   # the ledger's times as decimal text of integer ns: float repr costs 3x more
+    now_ns = time.time_ns  # the ledger's times as decimal text of integer ns: float repr costs 3x more
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -222,35 +246,35 @@ def _wrap(op: str, orig: Callable) -> Callable:
             return orig(*args, **kwargs)
         try:
             f = getframe(1)
-            if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:   # dist.all_reduce(t), the most common
+            if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:  # dist.all_reduce(t), the most common
                 a0 = args[0]
                 key: tuple | None = (op, id(f.f_code), f.f_lasti, None, a0.shape, a0.dtype)
             else:
                 key = _site_key(op, args, kwargs, f)
             call = _calls.get(key) if key is not None else None
-            if call is None or call.code is not f.f_code:   # (a freed code object's id reused)
+            if call is None or call.code is not f.f_code:  # (a freed code object's id reused)
                 call = _prepare(p, op, args, kwargs, f)
                 # a call whose caller is not the user's own line depends on the frames above: not cached
                 if key is not None and len(_calls) < _CALLS_MAX and sites.is_user_file(f.f_code.co_filename):
                     _calls[key] = call
             pg = call.pg
             s0 = pg._get_sequence_number_for_group() if pg is not None else 0
-        except Exception as e:   # never the user's problem: the call goes through, unrecorded, and it is said
+        except Exception as e:  # never the user's problem: the call goes through, unrecorded, and it is said
             _probe_error(p, op, e)
             return orig(*args, **kwargs)
         ns = str(now_ns())
         # on the ledger before it runs: a collective that aborts the rank or never returns is still there.
         # Formatted by hand from the prepared call (json.dumps costs more than the collective's own Python);
         # its position is predicted (s0 + 1), its issue time is "t"
-        p.ledger.write_bytes(f'{call.head}{ns[:-9]}.{ns[-9:]},{call.mid}{s0 + 1},{s0 + 1}{call.tail}'.encode())
+        p.ledger.write_bytes(f"{call.head}{ns[:-9]}.{ns[-9:]},{call.mid}{s0 + 1},{s0 + 1}{call.tail}".encode())
         # the running count and digest of this group's Python-level calls (record/digest.py)
         if p.ledger.rotations != p.dig_rot:
             ring_turned(p)
         h = call.h
         if h is not None:
             c, d = p.digests.get(call.gname, (0, 0))
-            p.digests[call.gname] = (c + 1, (d * MUL ^ h) & MASK)   # one tuple: the heartbeat reads it whole
-        p.pending = (call, s0, ns)   # the heartbeat's view of the call in progress
+            p.digests[call.gname] = (c + 1, (d * MUL ^ h) & MASK)  # one tuple: the heartbeat reads it whole
+        p.pending = (call, s0, ns)  # the heartbeat's view of the call in progress
         if call.nccl or p.timeline is not None:
             return _run_traced(p, orig, call, s0, ns, args, kwargs)
         p.depth = 1
@@ -265,7 +289,7 @@ def _wrap(op: str, orig: Callable) -> Callable:
         p.depth = 0
         p.pending = None
         p.ncoll += 1
-        if out is None and pg is not None:   # the routine return, inline: one position, nothing to wait for
+        if out is None and pg is not None:  # the routine return, inline: one position, nothing to wait for
             try:
                 s1 = pg._get_sequence_number_for_group()
             except Exception:
@@ -280,15 +304,32 @@ def _wrap(op: str, orig: Callable) -> Callable:
     return wrapper
 
 
-def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs: dict,
-           error: BaseException | None = None, waited: bool = False) -> None:
+def _ended(
+    p: Any,
+    call: _Call,
+    s0: int,
+    ns: str,
+    out: Any,
+    args: tuple,
+    kwargs: dict,
+    error: BaseException | None = None,
+    waited: bool = False,
+) -> None:
     """After the call: an end line where its return says more than "returned as predicted" (an error,
     asynchronous, a range other than one position: an *_object call, coalesced ops); else only the
     counters (a routine call's return is implied by the next ledger line, and by the counters for the
     last one). ``waited``: ddpdoctor waited for an NCCL call's Work itself (done, not asynchronous)."""
     if error is not None:
-        p.ledger.append_bytes(line(schema.K_COLL_END, p.rank, group=call.gname, s0=s0 + 1, s1=None,
-                                   err=f"{type(error).__name__}: {str(error)[:300]}"))
+        p.ledger.append_bytes(
+            line(
+                schema.K_COLL_END,
+                p.rank,
+                group=call.gname,
+                s0=s0 + 1,
+                s1=None,
+                err=f"{type(error).__name__}: {str(error)[:300]}",
+            )
+        )
         return
     pg = call.pg
     try:
@@ -299,10 +340,12 @@ def _ended(p: Any, call: _Call, s0: int, ns: str, out: Any, args: tuple, kwargs:
     is_async = not waited and out is not None and (hasattr(out, "is_completed") or isinstance(out, list))
     if is_async or s1 != s0 + 1:
         t1 = str(time.time_ns())
-        p.ledger.append_bytes(f'{call.end_head}{t1[:-9]}.{t1[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
-                              f'"async":{"true" if is_async else "false"}}}\n'.encode())
+        p.ledger.append_bytes(
+            f'{call.end_head}{t1[:-9]}.{t1[-9:]}{call.end_mid}{s0 + 1},"s1":{"null" if s1 is None else s1},'
+            f'"async":{"true" if is_async else "false"}}}\n'.encode()
+        )
         if is_async:
-            _track(p, out, call, s0, ns, args, kwargs)   # awaited since it was issued (ns)
+            _track(p, out, call, s0, ns, args, kwargs)  # awaited since it was issued (ns)
     else:
         p.counters.set_ended(call.gjs, s0 + 1)
 

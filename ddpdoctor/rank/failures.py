@@ -23,9 +23,10 @@ def report(p: Any, where: str, missing: str, exc: BaseException) -> None:
         return
     _said.add(where)
     try:
-        p.events.write(schema.K_PROBE_ERROR, p.rank, where=where, missing=missing,
-                       error=f"{type(exc).__name__}: {str(exc)[:300]}")
-    except Exception:   # the events file itself failed: there is nowhere left to say it
+        p.events.write(
+            schema.K_PROBE_ERROR, p.rank, where=where, missing=missing, error=f"{type(exc).__name__}: {str(exc)[:300]}"
+        )
+    except Exception:  # the events file itself failed: there is nowhere left to say it
         pass
 
 
@@ -35,4 +36,3 @@ def hook_failed(p: Any, hook: Any, exc: BaseException) -> None:
     family = getattr(probe, "family", None) or type(probe).__name__
     name = getattr(hook, "__name__", "hook")
     report(p, f"{family} probe ({name})", getattr(probe, "records", "") or f"the {family} records", exc)
-

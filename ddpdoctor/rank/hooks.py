@@ -26,7 +26,7 @@ from typing import Any
 
 # family (the manifest key the command's settings write) -> package (installed in this order; after_* hooks run in the reverse order)
 REGISTRY: dict[str, str] = {
-    "check": "ddpdoctor.rank.probes.check",      # ddpdoctor check: samplers, loaders, seeds, DDP state, saves
+    "check": "ddpdoctor.rank.probes.check",  # ddpdoctor check: samplers, loaders, seeds, DDP state, saves
     "memleak": "ddpdoctor.rank.probes.memleak",  # ddpdoctor memleak: per-step memory, censuses
     "profile": "ddpdoctor.rank.probes.profile",  # ddpdoctor profile: ranges, line samples, NVTX
 }
@@ -80,7 +80,11 @@ def install_all(probe: Any, manifest: dict[str, Any]) -> list[RankProbe]:
         if settings:
             try:
                 out.append(importlib.import_module(module).install(probe, settings))
-            except Exception as e:   # the script still runs, with the other probes; the report says what is missing
-                failures.report(probe, f"{key} probe (install)", f"everything the {key} probe records (its "
-                                "findings cannot be judged)", e)
+            except Exception as e:  # the script still runs, with the other probes; the report says what is missing
+                failures.report(
+                    probe,
+                    f"{key} probe (install)",
+                    f"everything the {key} probe records (its findings cannot be judged)",
+                    e,
+                )
     return out

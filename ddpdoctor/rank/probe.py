@@ -16,10 +16,9 @@ import threading
 import time
 from typing import Any
 
+from ddpdoctor.rank import failures, hooks, sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter
-from ddpdoctor.rank import failures, hooks, sites
-
 
 
 def _ring_size(env: str, configured: Any, default: int) -> int:
@@ -44,26 +43,29 @@ class Probe:
         # bounded files (issue 10): the last LEDGER_RING..2x collectives (a segment counts collectives: a routine
         # one is one line, an end line rides uncounted in its collective's segment), HB_RING..2x beats
         ring = _ring_size("DDPDOCTOR_LEDGER_RING", manifest.get("ledger_ring"), schema.LEDGER_RING)
-        self.hb = RingWriter(os.path.join(d, schema.HEARTBEAT),
-                             _ring_size("DDPDOCTOR_HB_RING", manifest.get("hb_ring"), schema.HB_RING), shared=True)
+        self.hb = RingWriter(
+            os.path.join(d, schema.HEARTBEAT),
+            _ring_size("DDPDOCTOR_HB_RING", manifest.get("hb_ring"), schema.HB_RING),
+            shared=True,
+        )
         self.ledger = MappedRingWriter(os.path.join(d, schema.LEDGER), ring)
         self.stacks = JsonlWriter(os.path.join(d, schema.STACKS))
         from ddpdoctor.rank.works import WorkTracker
 
-        self.works = WorkTracker()   # Works of async collectives until they complete (heartbeat polls)
+        self.works = WorkTracker()  # Works of async collectives until they complete (heartbeat polls)
         self.interval = float(manifest.get("heartbeat_s", 0.25))
         self.monitor_pid = manifest.get("monitor_pid")
         self.monitor_ctime = manifest.get("monitor_create_time")
         self.control = os.path.join(run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
         self.main_ident = threading.get_ident()
-        self.pending: tuple | None = None   # (the collective's prepared call, s0, issue time ns) while in one
+        self.pending: tuple | None = None  # (the collective's prepared call, s0, issue time ns) while in one
         self.ncoll = 0
         self.ddp_fwd = 0
         self.counters = Counters(os.path.join(d, schema.COUNTERS))
         self.in_ddp_fwd = False
         import weakref
 
-        self.ddp_models: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.ddp_models: weakref.WeakSet[Any] = weakref.WeakSet()
         self.groups: dict[str, Any] = {}
         # per group (count, digest) of the Python-level collectives (record/digest.py): now, at the start of
         # the ledger's current segment, at the start of the oldest segment on disk (None: nothing rotated away)
@@ -72,14 +74,14 @@ class Probe:
         self.dig_ring: dict[str, tuple[int, int]] | None = None
         self.dig_rot = 0
         self.depth = 0
-        self.timeline: Any = None     # ddpdoctor.rank.probes.profile.timeline.Timeline when the run is profiled
+        self.timeline: Any = None  # ddpdoctor.rank.probes.profile.timeline.Timeline when the run is profiled
         # the rank probes the manifest asked for (rank/hooks.py), and their hooks as tuples of bound methods
         self.probes: list[hooks.RankProbe] = []
         self.fwd_before: tuple = ()
         self.fwd_after: tuple = ()
         self.opt_before: tuple = ()
         self.opt_after: tuple = ()
-        self.tick_hooks: tuple = ()   # on_tick (heartbeat thread, after each beat): the profile drains its ranges
+        self.tick_hooks: tuple = ()  # on_tick (heartbeat thread, after each beat): the profile drains its ranges
         self.dump_id = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -94,12 +96,20 @@ class Probe:
         for fin in hooks.bound(self.probes, "finish"):
             try:
                 fin()
-            except Exception as e:   # the other probes' and the rank's own end records still get written
+            except Exception as e:  # the other probes' and the rank's own end records still get written
                 failures.hook_failed(self, fin, e)
         self.tick(final=True)
-        self.ledger.close()   # trimmed (a collective made later, at interpreter exit, opens it again)
-        self.events.write(schema.K_FINISH, self.rank, code=code, ddp_fwd=self.ddp_fwd, ncoll=self.ncoll,
-                          seq=self.seqs(), **self.digest_fields(), **fields)
+        self.ledger.close()  # trimmed (a collective made later, at interpreter exit, opens it again)
+        self.events.write(
+            schema.K_FINISH,
+            self.rank,
+            code=code,
+            ddp_fwd=self.ddp_fwd,
+            ncoll=self.ncoll,
+            seq=self.seqs(),
+            **self.digest_fields(),
+            **fields,
+        )
 
     # -- the heartbeat thread -----------------------------------------------------------------
     def _run(self) -> None:
@@ -114,8 +124,7 @@ class Probe:
                     try:
                         tl.sample()
                     except Exception as e:  # a sampling bug must not stop the heartbeats
-                        failures.report(self, "profile line sampler", "line samples (where each phase's time "
-                                        "goes)", e)
+                        failures.report(self, "profile line sampler", "line samples (where each phase's time goes)", e)
                     if now - last_tick < self.interval - tl.period / 2:
                         continue
                 last_tick = now
@@ -124,22 +133,26 @@ class Probe:
                     last_check = now
                     self._check_monitor()
             except Exception as e:  # never let a probe bug reach the user's job
-                failures.report(self, "heartbeat thread", "heartbeats after this one (the live view and "
-                                "the hang verdicts see this rank less often)", e)
+                failures.report(
+                    self,
+                    "heartbeat thread",
+                    "heartbeats after this one (the live view and the hang verdicts see this rank less often)",
+                    e,
+                )
 
     def seqs(self) -> dict[str, int]:
         out = {}
         for name, pg in list(self.groups.items()):
             try:
                 out[name] = int(pg._get_sequence_number_for_group())
-            except Exception:   # a group destroyed by the script, or a backend without sequence numbers
+            except Exception:  # a group destroyed by the script, or a backend without sequence numbers
                 pass
         return out
 
     def digest_fields(self) -> dict[str, Any]:
         """``digest``: {group: [count, digest]} now; ``digest0``: the same at the start of the oldest ledger
         segment on disk (absent while nothing was rotated away: the ledger holds every call)."""
-        for _ in range(3):   # the training thread may add a group while this copies
+        for _ in range(3):  # the training thread may add a group while this copies
             try:
                 now, ring = dict(self.digests), self.dig_ring
                 break
@@ -158,19 +171,36 @@ class Probe:
         seq = self.seqs()
         pending = None
         if pend is not None:
-            call, _s0, ns = pend   # rank/collectives.py: the prepared call, its sequence number, issue time
-            pending = {"op": call.op, "group": call.gname, "seq": seq.get(call.gname), "shapes": call.shapes,
-                       "dtypes": call.dtypes, "site": call.site, "since": int(ns) / 1e9}
+            call, _s0, ns = pend  # rank/collectives.py: the prepared call, its sequence number, issue time
+            pending = {
+                "op": call.op,
+                "group": call.gname,
+                "seq": seq.get(call.gname),
+                "shapes": call.shapes,
+                "dtypes": call.dtypes,
+                "site": call.site,
+                "since": int(ns) / 1e9,
+            }
         try:
             awaiting = self.works.poll()
         except Exception:
             awaiting = None
-        self.hb.write(schema.K_HB, self.rank, step=self.ddp_fwd, ncoll=self.ncoll, seq=seq, pending=pending,
-                      awaiting=awaiting,
-                      where=sites.user_site(frame), in_backward=sites.in_backward(frame) if frame else False,
-                      in_ddp_forward=self.in_ddp_fwd, final=final or None, cpu=round(time.process_time(), 3),
-                      **self.digest_fields())
-        for h in self.tick_hooks:   # the rank probes' on_tick (rank/hooks.py); a bug never stops the beats
+        self.hb.write(
+            schema.K_HB,
+            self.rank,
+            step=self.ddp_fwd,
+            ncoll=self.ncoll,
+            seq=seq,
+            pending=pending,
+            awaiting=awaiting,
+            where=sites.user_site(frame),
+            in_backward=sites.in_backward(frame) if frame else False,
+            in_ddp_forward=self.in_ddp_fwd,
+            final=final or None,
+            cpu=round(time.process_time(), 3),
+            **self.digest_fields(),
+        )
+        for h in self.tick_hooks:  # the rank probes' on_tick (rank/hooks.py); a bug never stops the beats
             try:
                 h()
             except Exception as e:
@@ -191,9 +221,16 @@ class Probe:
     def dump(self, req: int) -> None:
         frames = sys._current_frames()
         names = {t.ident: t.name for t in threading.enumerate()}
-        threads = [{"ident": ident, "name": names.get(ident, "?"), "main": ident == self.main_ident,
-                    "stack": sites.stack_of(f)} for ident, f in frames.items()
-                   if names.get(ident) != "ddpdoctor-heartbeat"]
+        threads = [
+            {
+                "ident": ident,
+                "name": names.get(ident, "?"),
+                "main": ident == self.main_ident,
+                "stack": sites.stack_of(f),
+            }
+            for ident, f in frames.items()
+            if names.get(ident) != "ddpdoctor-heartbeat"
+        ]
         self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads, fr=_flight_recorder_tail())
 
     def _check_monitor(self) -> None:
@@ -224,9 +261,17 @@ def _flight_recorder_tail(n: int = 64) -> list[dict[str, Any]] | None:
         return None
     out = []
     for e in data.get("entries", [])[-n:]:
-        out.append({"op": str(e.get("profiling_name", "")).split(":")[-1], "pg": (e.get("process_group") or [""])[-1],
-                    "seq": e.get("collective_seq_id"), "p2p": e.get("is_p2p"), "sizes": e.get("input_sizes"),
-                    "dtypes": e.get("input_dtypes"), "state": e.get("state")})
+        out.append(
+            {
+                "op": str(e.get("profiling_name", "")).split(":")[-1],
+                "pg": (e.get("process_group") or [""])[-1],
+                "seq": e.get("collective_seq_id"),
+                "p2p": e.get("is_p2p"),
+                "sizes": e.get("input_sizes"),
+                "dtypes": e.get("input_dtypes"),
+                "state": e.get("state"),
+            }
+        )
     return out
 
 
@@ -237,7 +282,7 @@ class Counters:
     # "ended": [group, position] of the last routine collective that returned: the reader knows the ledger's
     # last "issued" line returned when they are its own (no end line is written for a routine call). The
     # group (its JSON text, padded) is rewritten only when it changes; the position is 12 digits in place.
-    _TEMPLATE = (b'{"v":1,"kind":"%s","ddp_fwd":%%12d,"ended":[%%-48s,%%12d]}\n' % schema.K_COUNTERS.encode())
+    _TEMPLATE = b'{"v":1,"kind":"%s","ddp_fwd":%%12d,"ended":[%%-48s,%%12d]}\n' % schema.K_COUNTERS.encode()
 
     def __init__(self, path: str) -> None:
         import mmap
@@ -258,7 +303,7 @@ class Counters:
 
     def set_ddp_fwd(self, n: int) -> None:
         if self.mm is not None:
-            self.mm[self._fwd_at:self._fwd_at + 12] = b"%12d" % n
+            self.mm[self._fwd_at : self._fwd_at + 12] = b"%12d" % n
 
     def set_ended(self, gjs: str, pos: int) -> None:
         """The routine collective that just returned: its group (JSON text) and position."""
@@ -267,6 +312,6 @@ class Counters:
             return
         if gjs is not self._gjs:
             g = gjs.encode()
-            mm[self._grp_at:self._grp_at + 48] = (g if len(g) <= 48 else b"null").ljust(48)
+            mm[self._grp_at : self._grp_at + 48] = (g if len(g) <= 48 else b"null").ljust(48)
             self._gjs = gjs
-        mm[self._pos_at:self._pos_at + 12] = b"%12d" % pos
+        mm[self._pos_at : self._pos_at + 12] = b"%12d" % pos

@@ -23,8 +23,14 @@ def error_record(exc: BaseException) -> dict[str, Any]:
 
     frames = [[fs.filename, fs.lineno, fs.name] for fs in traceback.extract_tb(exc.__traceback__)]
     user = [f for f in frames if sites.is_user_file(f[0])]
-    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)[:4000],
-            "frames": frames[-40:], "user_frame": user[-1] if user else None, "pid": os.getpid()}
+    return {
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": str(exc)[:4000],
+        "frames": frames[-40:],
+        "user_frame": user[-1] if user else None,
+        "pid": os.getpid(),
+    }
 
 
 def enable_faulthandler(rank_dir: str) -> None:
@@ -38,8 +44,9 @@ def enable_faulthandler(rank_dir: str) -> None:
         # where the rank was when something ended it (torchrun, ddpdoctor): dumped at C level, so it works
         # while the main thread sits in a collective; chain=True keeps SIGTERM's effect and the script
         # still sees SIG_DFL from signal.getsignal
-        t = os.fdopen(os.open(os.path.join(rank_dir, schema.TERMINATED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                              0o600), "w")
+        t = os.fdopen(
+            os.open(os.path.join(rank_dir, schema.TERMINATED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+        )
         faulthandler.register(signal.SIGTERM, file=t, all_threads=True, chain=True)
     except (OSError, AttributeError, RuntimeError):
         pass

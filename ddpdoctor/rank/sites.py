@@ -13,7 +13,7 @@ from types import FrameType
 from ddpdoctor.record.paths import is_user_path
 
 _LIB_PREFIXES: tuple[str, ...] = ()
-_USER_PREFIXES: tuple[str, ...] = ()   # ddpdoctor's own probes are user scripts
+_USER_PREFIXES: tuple[str, ...] = ()  # ddpdoctor's own probes are user scripts
 _cache: dict[str, bool] = {}
 
 

@@ -12,9 +12,9 @@ import socket
 import sys
 from typing import Any, Callable
 
+from ddpdoctor.rank import rankfiles
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import write_json_atomic
-from ddpdoctor.rank import rankfiles
 
 
 class ProbedEntry:

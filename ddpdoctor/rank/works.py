@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-LIMIT = 4096      # Works kept at most; beyond it new ones are not tracked (counted in "untracked")
+LIMIT = 4096  # Works kept at most; beyond it new ones are not tracked (counted in "untracked")
 SENDS = ("send", "isend")
 RECVS = ("recv", "irecv")
 
@@ -26,8 +26,18 @@ class WorkTracker:
         self.untracked = 0
         self.completed = 0
 
-    def add(self, work: Any, op: str, group: str, seq: int, shapes: list, dtypes: list, site: Any, t0: float,
-            peer: int | None = None) -> None:
+    def add(
+        self,
+        work: Any,
+        op: str,
+        group: str,
+        seq: int,
+        shapes: list,
+        dtypes: list,
+        site: Any,
+        t0: float,
+        peer: int | None = None,
+    ) -> None:
         """Keep the Work of a collective issued at sequence position ``seq`` (training thread; cheap)."""
         if len(self.q) >= LIMIT:
             self.untracked += 1
@@ -39,16 +49,16 @@ class WorkTracker:
         incomplete ones and of incomplete sends (heartbeat thread)."""
         oldest: list[Any] | None = None
         pending = sends = 0
-        for item in list(self.q):   # a C-level copy: safe while the training thread appends
+        for item in list(self.q):  # a C-level copy: safe while the training thread appends
             work = item[0]
             if work is None:
                 continue
             try:
                 done = bool(work.is_completed())
             except Exception:
-                done = True   # a Work that failed or cannot say: the call's own error tells the rest
+                done = True  # a Work that failed or cannot say: the call's own error tells the rest
             if done:
-                item[0] = None   # the user's tensors are not kept alive by us
+                item[0] = None  # the user's tensors are not kept alive by us
                 self.completed += 1
                 continue
             pending += 1
@@ -61,8 +71,17 @@ class WorkTracker:
         if oldest is None:
             return None
         _w, op, group, seq, shapes, dtypes, site, t0, peer = oldest
-        out = {"op": op, "group": group, "seq": seq, "shapes": shapes, "dtypes": dtypes, "site": site, "since": t0,
-               "n": pending, "sends": sends}
+        out = {
+            "op": op,
+            "group": group,
+            "seq": seq,
+            "shapes": shapes,
+            "dtypes": dtypes,
+            "site": site,
+            "since": t0,
+            "n": pending,
+            "sends": sends,
+        }
         if peer is not None:
             out["peer"] = peer
         return out

@@ -13,8 +13,8 @@ import threading
 import types
 from typing import Any
 
-from ddpdoctor.record import schema
 from ddpdoctor.rank import active, failures, hooks, sites
+from ddpdoctor.record import schema
 
 # training frameworks whose layers a diagnosis names (imported by the time they init the process group)
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers", "deepspeed")
@@ -67,18 +67,28 @@ def _init_process_group(init: Any, dist: Any) -> Any:
         out = init(*args, **kwargs)
         from ddpdoctor.rank import collectives
 
-        collectives.forget_groups()   # a script that destroys and re-creates its process group
+        collectives.forget_groups()  # a script that destroys and re-creates its process group
         p = active.probe
         if p is not None:
             try:
                 pg = dist.distributed_c10d._get_default_group()
                 p.groups[getattr(pg, "group_name", None) or "default"] = pg
-                p.events.write(schema.K_INIT, p.rank, global_rank=dist.get_rank(), world_size=dist.get_world_size(),
-                               backend=str(dist.get_backend()), site=sites.user_site(sys._getframe(1)),
-                               frameworks=[m for m in FRAMEWORKS if m in sys.modules])
+                p.events.write(
+                    schema.K_INIT,
+                    p.rank,
+                    global_rank=dist.get_rank(),
+                    world_size=dist.get_world_size(),
+                    backend=str(dist.get_backend()),
+                    site=sites.user_site(sys._getframe(1)),
+                    frameworks=[m for m in FRAMEWORKS if m in sys.modules],
+                )
             except Exception as e:
-                failures.report(p, "init_process_group wrapper", "the init record (backend, world size, "
-                                "frameworks, the init line)", e)
+                failures.report(
+                    p,
+                    "init_process_group wrapper",
+                    "the init record (backend, world size, frameworks, the init line)",
+                    e,
+                )
         return out
 
     return init_process_group
@@ -99,7 +109,7 @@ def _ddp_forward(fwd: Any) -> Any:
         if p is None:
             return fwd(self, *args, **kwargs)
         p.ddp_fwd += 1
-        if p.ddp_fwd <= 4:   # the user's modules inside DDP: roots of memleak's holder search
+        if p.ddp_fwd <= 4:  # the user's modules inside DDP: roots of memleak's holder search
             p.ddp_models.add(self)
         p.counters.set_ddp_fwd(p.ddp_fwd)
         if p.fwd_before:
@@ -137,8 +147,13 @@ def _dataloader_iter(it: Any) -> Any:
             if sampler is None:
                 sampler = getattr(self, "sampler", None)
             inner = getattr(sampler, "sampler", sampler)  # BatchSampler(sampler) -> the sampler
-            p.events.write(schema.K_DATALOADER, p.rank, len=n, site=sites.user_site(sys._getframe(1)),
-                           sampler=type(inner).__name__ if inner is not None else None)
+            p.events.write(
+                schema.K_DATALOADER,
+                p.rank,
+                len=n,
+                site=sites.user_site(sys._getframe(1)),
+                sampler=type(inner).__name__ if inner is not None else None,
+            )
         return it(self)
 
     return __iter__
@@ -182,12 +197,13 @@ def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:
     for fn in list(vars(dist).values()):
         # plain functions only: touching other attributes (the deprecated ``reduce_op``) would print a
         # FutureWarning into the user's stderr
-        if type(fn) is types.FunctionType:   # not isinstance: that asks the object for __class__
+        if type(fn) is types.FunctionType:  # not isinstance: that asks the object for __class__
             orig = fn.__dict__.get("__ddpdoctor_wrapped__")
             if orig is not None:
                 wrapped[id(orig)] = fn
-    spaces = [vars(m) for m in list(sys.modules.values())
-              if getattr(m, "__file__", None) and sites.is_user_file(m.__file__)] + list(namespaces)
+    spaces = [
+        vars(m) for m in list(sys.modules.values()) if getattr(m, "__file__", None) and sites.is_user_file(m.__file__)
+    ] + list(namespaces)
     for ns in spaces:
         for name, val in list(ns.items()):
             w = wrapped.get(id(val))

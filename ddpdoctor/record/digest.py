@@ -22,10 +22,10 @@ from typing import Any
 
 from ddpdoctor.record.schema import P2P, SHAPED
 
-COUNTED_OUT = P2P   # ops outside the digest
+COUNTED_OUT = P2P  # ops outside the digest
 
 MUL = 1000003
-MASK = (1 << 53) - 1   # exact in any JSON reader
+MASK = (1 << 53) - 1  # exact in any JSON reader
 
 
 def shapes_text(shapes: Any) -> str:

@@ -17,7 +17,7 @@ from .writer import prev_path
 _COLL_HEAD = b'{"v":1,"kind":"%s","rank":' % schema.K_COLL.encode()
 _CEND_HEAD = b'{"v":1,"kind":"%s","rank":' % schema.K_COLL_END.encode()
 _ISSUED = b',"st":"%s"}' % schema.ST_ISSUED.encode()
-assert len(_COLL_HEAD) == len(_CEND_HEAD) == 28   # the offsets below
+assert len(_COLL_HEAD) == len(_CEND_HEAD) == 28  # the offsets below
 _coll_parts: dict[bytes, dict[str, Any]] = {}
 _cend_parts: dict[bytes, dict[str, Any]] = {}
 
@@ -30,17 +30,17 @@ def fast_ledger(raw: bytes) -> dict[str, Any] | None:
             j = raw.index(b',"op":', i)
             k = raw.index(b',"seq":[', j)
             m = raw.index(b"]", k)
-            n = raw.find(b',"t0":', m)   # older runs repeat the time as "t0"
+            n = raw.find(b',"t0":', m)  # older runs repeat the time as "t0"
             if n < 0:
                 n = len(raw) - len(_ISSUED)
-            key = raw[j:k] + raw[m + 1:n]
+            key = raw[j:k] + raw[m + 1 : n]
             parts = _coll_parts.get(key)
             if parts is None:
                 parts = json.loads(b"{" + key[1:] + b"}")
                 if len(_coll_parts) < 100000:
                     _coll_parts[key] = parts
-            a, b = raw[k + 8:m].split(b",")
-            t = float(raw[i + 5:j])
+            a, b = raw[k + 8 : m].split(b",")
+            t = float(raw[i + 5 : j])
             e = {"v": 1, "kind": schema.K_COLL, "rank": int(raw[28:i]), "t": t}
             e.update(parts)
             e["seq"] = [int(a), int(b)]
@@ -59,9 +59,15 @@ def fast_ledger(raw: bytes) -> dict[str, Any] | None:
                 parts = json.loads(b"{" + key[1:])
                 if len(_cend_parts) < 100000:
                     _cend_parts[key] = parts
-            s1 = raw[m + 6:n]
-            e = {"v": 1, "kind": schema.K_COLL_END, "rank": int(raw[28:i]), "t": float(raw[i + 5:j]), "s0": int(raw[k + 6:m]),
-                 "s1": None if s1 == b"null" else int(s1)}
+            s1 = raw[m + 6 : n]
+            e = {
+                "v": 1,
+                "kind": schema.K_COLL_END,
+                "rank": int(raw[28:i]),
+                "t": float(raw[i + 5 : j]),
+                "s0": int(raw[k + 6 : m]),
+                "s1": None if s1 == b"null" else int(s1),
+            }
             e.update(parts)
             return e
     except ValueError:
@@ -69,11 +75,12 @@ def fast_ledger(raw: bytes) -> dict[str, Any] | None:
     return None
 
 
-_LAST = ("", -1)   # open_'s key of the newest issued entry
+_LAST = ("", -1)  # open_'s key of the newest issued entry
 
 
-def fold_ledger(ledger: list[dict[str, Any]], lines: list[dict[str, Any]],
-                 open_: dict[tuple, dict[str, Any]] | None = None) -> None:
+def fold_ledger(
+    ledger: list[dict[str, Any]], lines: list[dict[str, Any]], open_: dict[tuple, dict[str, Any]] | None = None
+) -> None:
     """A collective is written when issued ("st": "issued", its position predicted). A ``cend`` line
     follows where the return says more (asynchronous, another range, the error it raised; every call in
     runs before stop 11). Ledger lines come from the training thread alone, so the next ``coll`` line
@@ -135,15 +142,15 @@ def read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> t
         try:
             with open(p, "rb") as f:
                 chunk = f.read()
-            z = chunk.find(b"\0")   # a memory-mapped segment's unwritten rest (writer.MappedRingWriter)
+            z = chunk.find(b"\0")  # a memory-mapped segment's unwritten rest (writer.MappedRingWriter)
             chunks.append(chunk if z < 0 else chunk[:z])
             if p != path:
-                trimmed = True   # rotated at least once: older collectives may be gone
+                trimmed = True  # rotated at least once: older collectives may be gone
         except OSError:
             pass
     data = b"".join(chunks)
     cut = data.rfind(b"\n") + 1
-    data = data[:cut]   # a line cut by a kill stays out (as the incremental reader skips it)
+    data = data[:cut]  # a line cut by a kill stays out (as the incremental reader skips it)
     stripped = _VOLATILE.sub(b"", data)
     key = (len(stripped), hash(stripped), trimmed)
     got = share.get(key)

@@ -26,27 +26,48 @@ from . import schema
 from .reader import RankRecord
 
 NODE_VERSION = 1
-S_NODE = "ddpdoctor.node"          # live summary of one node
-S_FINAL = "ddpdoctor.node-final"   # one node's records after its run ended
+S_NODE = "ddpdoctor.node"  # live summary of one node
+S_FINAL = "ddpdoctor.node-final"  # one node's records after its run ended
 S_VERDICT = "ddpdoctor.job-verdict"  # the judging node's verdict (and the job's nodes)
-S_DONE = "ddpdoctor.job-done"      # the judging node gathered every final it will get
+S_DONE = "ddpdoctor.job-done"  # the judging node gathered every final it will get
 
-MIRRORS_DIR = "nodes"   # RUN_DIR/nodes/<node>/: the other nodes' records, as run directories
+MIRRORS_DIR = "nodes"  # RUN_DIR/nodes/<node>/: the other nodes' records, as run directories
 LIVE_ONLY = "live.json"  # RUN_DIR/nodes/<node>/live.json: a lost node's last live summary
 
-_HB_KEYS = ("t", "step", "ncoll", "seq", "pending", "awaiting", "where", "in_backward", "in_ddp_forward", "final",
-            "cpu")
+_HB_KEYS = (
+    "t",
+    "step",
+    "ncoll",
+    "seq",
+    "pending",
+    "awaiting",
+    "where",
+    "in_backward",
+    "in_ddp_forward",
+    "final",
+    "cpu",
+)
 _EVENT_KINDS = (schema.K_START, schema.K_INIT, schema.K_FINISH, schema.K_JOIN, schema.K_ORPHANED)
 _LEDGER_KEYS = ("kind", "t", "op", "group", "seq", "shapes", "dtypes", "site", "st", "peer", "err")
-LIVE_LEDGER = 6    # the newest ledger entries a live summary carries (the deadlock proof looks near the end)
-TEXT_CAP = 4096    # faulthandler dumps and messages in a live summary
+LIVE_LEDGER = 6  # the newest ledger entries a live summary carries (the deadlock proof looks near the end)
+TEXT_CAP = 4096  # faulthandler dumps and messages in a live summary
 
 # the tails of a rank's files a final bundle carries (bytes; a truncated file starts at a whole line)
-_FILE_CAPS = {schema.EVENTS: 256 << 10, schema.HEARTBEAT: 32 << 10, schema.LEDGER: 512 << 10,
-              "ledger.prev.jsonl": 256 << 10, schema.STACKS: 512 << 10, schema.CHECKS: 512 << 10,
-              schema.TIMELINE: 2 << 20, schema.MEMORY: 512 << 10, schema.FINGERPRINTS: 128 << 10,
-              schema.COUNTERS: 16 << 10, schema.ERROR: 64 << 10, schema.FATAL: 64 << 10,
-              schema.TERMINATED: 64 << 10}
+_FILE_CAPS = {
+    schema.EVENTS: 256 << 10,
+    schema.HEARTBEAT: 32 << 10,
+    schema.LEDGER: 512 << 10,
+    "ledger.prev.jsonl": 256 << 10,
+    schema.STACKS: 512 << 10,
+    schema.CHECKS: 512 << 10,
+    schema.TIMELINE: 2 << 20,
+    schema.MEMORY: 512 << 10,
+    schema.FINGERPRINTS: 128 << 10,
+    schema.COUNTERS: 16 << 10,
+    schema.ERROR: 64 << 10,
+    schema.FATAL: 64 << 10,
+    schema.TERMINATED: 64 << 10,
+}
 _RUN_FILES = {schema.MANIFEST: 64 << 10, schema.MONITOR: 256 << 10}
 STDERR_CAP = 16 << 10
 
@@ -86,9 +107,19 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
         err = {k: rec.error.get(k) for k in ("type", "user_frame", "op", "fatal") if k in rec.error}
         err["message"] = _cut(str(rec.error.get("message", "")), 600)
     ledger = [{k: e[k] for k in _LEDGER_KEYS if k in e} for e in rec.ledger[-LIVE_LEDGER:]]
-    return {"r": rec.rank, "hb": hb, "n_hb": rec.n_hb, "sct": rec.seq_changed_t, "pt": rec.progress_t,
-            "ev": events, "err": err, "ctr": {k: rec.counters[k] for k in ("ddp_fwd", "ended") if k in rec.counters},
-            "led": ledger, "fatal": _cut(rec.fatal), "term": _cut(rec.terminated)}
+    return {
+        "r": rec.rank,
+        "hb": hb,
+        "n_hb": rec.n_hb,
+        "sct": rec.seq_changed_t,
+        "pt": rec.progress_t,
+        "ev": events,
+        "err": err,
+        "ctr": {k: rec.counters[k] for k in ("ddp_fwd", "ended") if k in rec.counters},
+        "led": ledger,
+        "fatal": _cut(rec.fatal),
+        "term": _cut(rec.terminated),
+    }
 
 
 def rank_from_summary(d: dict[str, Any]) -> RankRecord | None:
@@ -101,11 +132,20 @@ def rank_from_summary(d: dict[str, Any]) -> RankRecord | None:
     ev = [e for e in d.get("ev") or () if isinstance(e, dict)]
     led = [dict(e, rank=rank) for e in d.get("led") or () if isinstance(e, dict)]
     ctr = d.get("ctr")
-    return RankRecord(rank=rank, events=ev, last_hb=dict(hb, rank=rank, kind=schema.K_HB) if hb else None,
-                      n_hb=int(d.get("n_hb") or 0), seq_changed_t=d.get("sct"), progress_t=d.get("pt"), ledger=led,
-                      ledger_trimmed=bool(led), error=d.get("err") if isinstance(d.get("err"), dict) else None,
-                      counters=ctr if isinstance(ctr, dict) else {},
-                      fatal=str(d.get("fatal") or ""), terminated=str(d.get("term") or ""))
+    return RankRecord(
+        rank=rank,
+        events=ev,
+        last_hb=dict(hb, rank=rank, kind=schema.K_HB) if hb else None,
+        n_hb=int(d.get("n_hb") or 0),
+        seq_changed_t=d.get("sct"),
+        progress_t=d.get("pt"),
+        ledger=led,
+        ledger_trimmed=bool(led),
+        error=d.get("err") if isinstance(d.get("err"), dict) else None,
+        counters=ctr if isinstance(ctr, dict) else {},
+        fatal=str(d.get("fatal") or ""),
+        terminated=str(d.get("term") or ""),
+    )
 
 
 def _tail_bytes(path: str, cap: int) -> bytes | None:
@@ -117,10 +157,10 @@ def _tail_bytes(path: str, cap: int) -> bytes | None:
             data = f.read(cap)
     except OSError:
         return None
-    data = data.rstrip(b"\0")   # the memory-mapped ledger's unwritten rest
+    data = data.rstrip(b"\0")  # the memory-mapped ledger's unwritten rest
     if size > cap:
         nl = data.find(b"\n")
-        data = data[nl + 1:] if nl >= 0 else b""
+        data = data[nl + 1 :] if nl >= 0 else b""
     return data
 
 

@@ -9,13 +9,14 @@ import os
 LIB_MARKERS = ("site-packages", "/lib/python3", f"{os.sep}ddpdoctor{os.sep}")
 
 
-def is_user_path(path: str, user_dirs: tuple[str, ...] = (), lib_dirs: tuple[str, ...] = (),
-                 lib_markers: tuple[str, ...] = ()) -> bool:
+def is_user_path(
+    path: str, user_dirs: tuple[str, ...] = (), lib_dirs: tuple[str, ...] = (), lib_markers: tuple[str, ...] = ()
+) -> bool:
     """The user's code: a file under one of ``user_dirs`` (the script's folder: always the user's), else
     anything but ``<frozen ...>``/``<string>``, files under ``lib_dirs`` and paths containing a
     ``lib_markers`` entry. Directories end with ``os.sep``."""
     if path.startswith("<"):
-        return False   # first: abspath("<frozen runpy>") lies under the cwd, often the script's folder
+        return False  # first: abspath("<frozen runpy>") lies under the cwd, often the script's folder
     if user_dirs and os.path.abspath(path).startswith(user_dirs):
         return True
     if lib_dirs and os.path.abspath(path).startswith(lib_dirs):

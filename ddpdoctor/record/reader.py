@@ -19,7 +19,7 @@ from .ledger import fast_ledger, fold_ledger, read_ledger_shared, settle_last
 from .streams import APPEND, FOLD, LATEST, STREAMS, WHOLE, progressed, read_whole
 from .tails import Tail
 
-_Tail = Tail   # the name the tests use
+_Tail = Tail  # the name the tests use
 
 
 class RunDirError(Exception):
@@ -34,10 +34,10 @@ class RankRecord:
     events: list[dict[str, Any]] = field(default_factory=list)
     last_hb: dict[str, Any] | None = None
     n_hb: int = 0
-    seq_changed_t: float | None = None   # when this rank's collective sequence numbers last moved
-    progress_t: float | None = None   # when it last showed progress: a step, a collective, a new line, CPU time
-    ledger: list[dict[str, Any]] = field(default_factory=list)   # the latest collectives (bounded)
-    ledger_trimmed: bool = False   # older collectives were rotated away (ring) or dropped from memory
+    seq_changed_t: float | None = None  # when this rank's collective sequence numbers last moved
+    progress_t: float | None = None  # when it last showed progress: a step, a collective, a new line, CPU time
+    ledger: list[dict[str, Any]] = field(default_factory=list)  # the latest collectives (bounded)
+    ledger_trimmed: bool = False  # older collectives were rotated away (ring) or dropped from memory
     stacks: dict[str, Any] | None = None  # the latest dump
     checks: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
@@ -46,8 +46,8 @@ class RankRecord:
     error: dict[str, Any] | None = None
     stderr_tail: str = ""
     counters: dict[str, Any] = field(default_factory=dict)
-    terminated: str = ""   # faulthandler's dump when the rank was sent SIGTERM (where it was)
-    fatal: str = ""   # faulthandler's dump when the rank died of a fatal signal (SIGABRT, SIGSEGV)
+    terminated: str = ""  # faulthandler's dump when the rank was sent SIGTERM (where it was)
+    fatal: str = ""  # faulthandler's dump when the rank died of a fatal signal (SIGABRT, SIGSEGV)
 
     def event(self, kind: str) -> dict[str, Any] | None:
         """The latest event of this kind (events.jsonl), or None."""
@@ -83,8 +83,11 @@ class RunRecord:
     @property
     def world_size(self) -> int | None:
         """The largest world size a rank reported at init (None before any init)."""
-        sizes = [int(e["world_size"]) for r in self.ranks.values()
-                 if (e := r.event(schema.K_INIT)) and e.get("world_size") is not None]
+        sizes = [
+            int(e["world_size"])
+            for r in self.ranks.values()
+            if (e := r.event(schema.K_INIT)) and e.get("world_size") is not None
+        ]
         return max(sizes) if sizes else None
 
     def latest_t(self) -> float:
@@ -119,8 +122,6 @@ def read_manifest(run_dir: str) -> dict[str, Any]:
     return manifest
 
 
-
-
 class RunReader:
     """Reads a run directory incrementally: call :meth:`refresh` as often as you like."""
 
@@ -136,8 +137,8 @@ class RunReader:
         # the ledger kept in memory: twice the ring on disk (the rank's ring size may come from its env)
         ring = self.manifest.get("ledger_ring")
         self.ledger_cap = 2 * max(schema.LEDGER_RING, int(ring) if isinstance(ring, int) else 0)
-        self._open: dict[int, dict[tuple, dict[str, Any]]] = {}   # rank -> issued collectives awaiting cend
-        self._paths: dict[int, tuple[str, ...]] = {}   # rank -> the paths of STREAMS + WHOLE
+        self._open: dict[int, dict[tuple, dict[str, Any]]] = {}  # rank -> issued collectives awaiting cend
+        self._paths: dict[int, tuple[str, ...]] = {}  # rank -> the paths of STREAMS + WHOLE
         self._folders = {"last_hb": self._fold_beats, "ledger": self._fold_ledger}
 
     def _tail(self, path: str, ring: bool = False) -> Tail:
@@ -176,15 +177,16 @@ class RunReader:
                     getattr(rec, s.field).extend(lines)
                 elif lines:
                     setattr(rec, s.field, lines[-1])
-            for w, path in zip(WHOLE, paths[len(STREAMS):]):
+            for w, path in zip(WHOLE, paths[len(STREAMS) :]):
                 if (full or w.poll) and (w.how == LATEST or getattr(rec, w.field) in (None, "")):
                     got, value = read_whole(w, path)
                     if got:
                         setattr(rec, w.field, value)
             if full:
                 settle_last(rec.ledger, rec.counters)
-        return RunRecord(self.run_dir, self.manifest, dict(sorted(self._ranks.items())), list(self._monitor),
-                         list(self._launcher))
+        return RunRecord(
+            self.run_dir, self.manifest, dict(sorted(self._ranks.items())), list(self._monitor), list(self._launcher)
+        )
 
     def _fold_beats(self, rec: RankRecord, path: str) -> None:
         for hb in self._tail(path, ring=True).new_records():
@@ -206,7 +208,7 @@ class RunReader:
             fold_ledger(rec.ledger, lt.new_records(), self._open.setdefault(rec.rank, {}))
             rec.ledger_trimmed = rec.ledger_trimmed or lt.skipped
         if len(rec.ledger) > self.ledger_cap:
-            del rec.ledger[:len(rec.ledger) - self.ledger_cap // 2]
+            del rec.ledger[: len(rec.ledger) - self.ledger_cap // 2]
             rec.ledger_trimmed = True
 
     def attach_logs(self, record: RunRecord) -> None:
@@ -229,7 +231,6 @@ class RunReader:
                     pass
 
 
-
 def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:
     for r in record.ranks.values():
         e = r.event(schema.K_START)
@@ -249,7 +250,7 @@ def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = Non
 def load_runs(run_dirs: list[str]) -> RunRecord:
     """Load the run directories of one job's nodes (each node's ddpdoctor keeps its own ranks) as one
     record: ranks are global, so they merge; the first directory's manifest speaks for the job."""
-    from .mirror import with_mirrors   # the other nodes' records a node took from the job store
+    from .mirror import with_mirrors  # the other nodes' records a node took from the job store
 
     share: dict[tuple, list[dict[str, Any]]] = {}
     records = [load_run(d, share) for d in run_dirs]
@@ -260,9 +261,19 @@ def load_runs(run_dirs: list[str]) -> RunRecord:
     for rec in records:
         for r, rr in rec.ranks.items():
             if r in ranks:
-                raise RunDirError(f"rank {r} appears in {rec.run_dir} and in another run directory: "
-                                  "give each node's run directory of one job once")
+                raise RunDirError(
+                    f"rank {r} appears in {rec.run_dir} and in another run directory: "
+                    "give each node's run directory of one job once"
+                )
             ranks[r] = rr
     monitor = sorted((e for rec in records for e in rec.monitor), key=lambda e: e.get("t", 0.0))
-    return with_mirrors(RunRecord(first.run_dir, first.manifest, dict(sorted(ranks.items())), monitor,
-                                  [e for rec in records for e in rec.launcher]), run_dirs)
+    return with_mirrors(
+        RunRecord(
+            first.run_dir,
+            first.manifest,
+            dict(sorted(ranks.items())),
+            monitor,
+            [e for rec in records for e in rec.launcher],
+        ),
+        run_dirs,
+    )

@@ -41,96 +41,117 @@ SCHEMA = "ddpdoctor.run"
 # bytes (memory-mapped, writer.MappedRingWriter). Version 1 (every collective a coll + cend pair) is read too.
 VERSION = 2
 READABLE = (1, 2)
-LINE_VERSION = 1   # each line's "v": the layout of one line (unchanged by version 2)
+LINE_VERSION = 1  # each line's "v": the layout of one line (unchanged by version 2)
 
 MANIFEST = "manifest.json"
 MONITOR = "monitor.jsonl"
-LAUNCHER = "launcher.jsonl"          # the parent process of mp.spawn-style scripts
+LAUNCHER = "launcher.jsonl"  # the parent process of mp.spawn-style scripts
 RANKS_DIR = "ranks"
 CONTROL_DIR = "control"
 DUMP_REQUEST = "dump"
 LOGS_DIR = "logs"
-TORCHRUN_LOG = "torchrun.log"       # torchrun's own agent output (not the workers')
+TORCHRUN_LOG = "torchrun.log"  # torchrun's own agent output (not the workers')
 
 EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
-LEDGER_RING = 4096   # collectives kept at least (DDPDOCTOR_LEDGER_RING or manifest "ledger_ring")
-HB_RING = 512        # heartbeats kept at least (DDPDOCTOR_HB_RING or manifest "hb_ring")
+LEDGER_RING = 4096  # collectives kept at least (DDPDOCTOR_LEDGER_RING or manifest "ledger_ring")
+HB_RING = 512  # heartbeats kept at least (DDPDOCTOR_HB_RING or manifest "hb_ring")
 STACKS = "stacks.jsonl"
-CHECKS = "checks.jsonl"          # check probes: samplers, loaders, seeds, DDP flags, saves, steps
-TIMELINE = "timeline.jsonl"      # profile: ranges (step, forward, backward, optimizer, comm, data)
-MEMORY = "memory.jsonl"          # memleak: per-step memory and censuses
+CHECKS = "checks.jsonl"  # check probes: samplers, loaders, seeds, DDP flags, saves, steps
+TIMELINE = "timeline.jsonl"  # profile: ranges (step, forward, backward, optimizer, comm, data)
+MEMORY = "memory.jsonl"  # memleak: per-step memory and censuses
 FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
-COUNTERS = "counters.json"    # live counters (memory-mapped, one JSON object)
+COUNTERS = "counters.json"  # live counters (memory-mapped, one JSON object)
 TERMINATED = "terminated.txt"  # faulthandler's stacks when the rank was sent SIGTERM
-FATAL = "fatal.txt"          # faulthandler output on a fatal signal
+FATAL = "fatal.txt"  # faulthandler output on a fatal signal
 
 # kinds of lines
-K_START = "start"          # bootstrap started (pid, argv, host)
-K_INIT = "init"            # init_process_group returned (rank, world_size, backend)
-K_FINISH = "finish"        # the script returned or called sys.exit (code)
-K_HB = "hb"                # heartbeat
-K_COLL = "coll"            # a collective (ledger), written when it is issued ("st": "issued")
-K_COLL_END = "cend"        # the collective returned: its real sequence range (s0..s1), or its error
-K_GPU = "gpu"              # NVML utilisation sample
-K_RANGE = "range"          # one timeline range
-K_MEM = "mem"              # memory figures of one step
-K_CENSUS = "census"        # live tensors / autograd graph census
-K_FP = "fp"                # parameter/buffer fingerprints
-K_STACKS = "stacks"        # a stack/ledger dump
-K_VERDICT = "verdict"      # monitor: a verdict reached while running
-K_EXIT = "exit"            # monitor: torchrun ended (returncode)
-K_KILL = "kill"            # monitor: the process tree was ended (reason)
-K_SPAWNED = "spawned"      # monitor: torchrun started (pid)
-K_JOIN = "join"            # rank: the script entered DDP's join() context (uneven inputs by design)
-K_ORPHANED = "orphaned"    # rank: the monitor is gone; the rank ends itself (events.jsonl)
-K_PROBE_ERROR = "probe_error"   # rank: one of ddpdoctor's own wrappers failed and let the call through unrecorded
+K_START = "start"  # bootstrap started (pid, argv, host)
+K_INIT = "init"  # init_process_group returned (rank, world_size, backend)
+K_FINISH = "finish"  # the script returned or called sys.exit (code)
+K_HB = "hb"  # heartbeat
+K_COLL = "coll"  # a collective (ledger), written when it is issued ("st": "issued")
+K_COLL_END = "cend"  # the collective returned: its real sequence range (s0..s1), or its error
+K_GPU = "gpu"  # NVML utilisation sample
+K_RANGE = "range"  # one timeline range
+K_MEM = "mem"  # memory figures of one step
+K_CENSUS = "census"  # live tensors / autograd graph census
+K_FP = "fp"  # parameter/buffer fingerprints
+K_STACKS = "stacks"  # a stack/ledger dump
+K_VERDICT = "verdict"  # monitor: a verdict reached while running
+K_EXIT = "exit"  # monitor: torchrun ended (returncode)
+K_KILL = "kill"  # monitor: the process tree was ended (reason)
+K_SPAWNED = "spawned"  # monitor: torchrun started (pid)
+K_JOIN = "join"  # rank: the script entered DDP's join() context (uneven inputs by design)
+K_ORPHANED = "orphaned"  # rank: the monitor is gone; the rank ends itself (events.jsonl)
+K_PROBE_ERROR = "probe_error"  # rank: one of ddpdoctor's own wrappers failed and let the call through unrecorded
 K_DATALOADER = "dataloader"  # rank: a DataLoader iteration began (len, sampler, site) (events.jsonl)
 
 # check probes (checks.jsonl)
-K_SAMPLER_INIT = "sampler_init"    # a DistributedSampler was built
-K_SAMPLER = "sampler"              # one pass of a DistributedSampler: its indices (or their digest)
-K_SAMPLER_END = "sampler_end"      # ... its window closed (consumed, exhausted, steps inside)
+K_SAMPLER_INIT = "sampler_init"  # a DistributedSampler was built
+K_SAMPLER = "sampler"  # one pass of a DistributedSampler: its indices (or their digest)
+K_SAMPLER_END = "sampler_end"  # ... its window closed (consumed, exhausted, steps inside)
 K_SAMPLER_TRAIN = "sampler_train"  # ... a step or a forward with grad ran inside it
-K_SET_EPOCH = "set_epoch"          # sampler.set_epoch(e)
-K_LOADER = "loader"                # a DataLoader was built (sampler chain, data set, shard layer)
-K_LOADER_PASS = "loader_pass"      # what one pass of a DataLoader iterator fetched
-K_LOADER_TRAIN = "loader_train"    # a loader fed training (once per loader and cause)
-K_OPTSTEP = "optstep"              # an optimizer step (the first OPTSTEP_DETAIL of them)
+K_SET_EPOCH = "set_epoch"  # sampler.set_epoch(e)
+K_LOADER = "loader"  # a DataLoader was built (sampler chain, data set, shard layer)
+K_LOADER_PASS = "loader_pass"  # what one pass of a DataLoader iterator fetched
+K_LOADER_TRAIN = "loader_train"  # a loader fed training (once per loader and cause)
+K_OPTSTEP = "optstep"  # an optimizer step (the first OPTSTEP_DETAIL of them)
 K_ACCUM_SUMMARY = "accum_summary"  # synced/unsynced forwards per optimizer step, as a histogram
-K_SEED = "seed"                    # torch.manual_seed(s)
-K_DDP = "ddp"                      # a DDP model was built (flags, batchnorm, RNG digests)
+K_SEED = "seed"  # torch.manual_seed(s)
+K_DDP = "ddp"  # a DDP model was built (flags, batchnorm, RNG digests)
 K_RNG_FIRST_STEP = "rng_first_step"  # RNG digests at the first training forward
-K_SAVE = "save"                    # torch.save (path, step)
-K_COUNTERS = "counters"            # counters.json's one object
+K_SAVE = "save"  # torch.save (path, step)
+K_COUNTERS = "counters"  # counters.json's one object
 
 # memory probes (memory.jsonl)
-K_MEM_OVERHEAD = "mem_overhead"    # what the scans and censuses cost
+K_MEM_OVERHEAD = "mem_overhead"  # what the scans and censuses cost
 CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/peak/last, per rank
 
 # profile (timeline.jsonl)
-K_SAMPLES = "samples"              # main-thread line samples per phase (deltas)
-K_PROFILE_INFO = "profile_info"    # steps, buckets, AMP, sampling period
+K_SAMPLES = "samples"  # main-thread line samples per phase (deltas)
+K_PROFILE_INFO = "profile_info"  # steps, buckets, AMP, sampling period
 
 # files the tool writes into the run directory after the run
-TRACE_JSON = "trace.json"          # Perfetto/Chrome trace of every rank's ranges
-MEMORY_SVG = "memory.svg"          # RSS / CUDA / census curves
-NSYS_DIR = "nsys"                  # Nsight Systems reports, one per rank (profile --nsys)
-REPORT_HTML = "report.html"        # the report with its pictures, for a browser
+TRACE_JSON = "trace.json"  # Perfetto/Chrome trace of every rank's ranges
+MEMORY_SVG = "memory.svg"  # RSS / CUDA / census curves
+NSYS_DIR = "nsys"  # Nsight Systems reports, one per rank (profile --nsys)
+REPORT_HTML = "report.html"  # the report with its pictures, for a browser
 
 # collectives: the vocabulary both sides use
-SHAPED = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                    "reduce_scatter_tensor", "all_to_all_single"})  # tensor shapes must agree across ranks
+SHAPED = frozenset(
+    {
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all_single",
+    }
+)  # tensor shapes must agree across ranks
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
-OTHER = frozenset({"gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "all_gather_object",
-                   "broadcast_object_list", "gather_object", "scatter_object_list"})  # only the op is compared
+OTHER = frozenset(
+    {
+        "gather",
+        "scatter",
+        "all_to_all",
+        "barrier",
+        "monitored_barrier",
+        "all_gather_object",
+        "broadcast_object_list",
+        "gather_object",
+        "scatter_object_list",
+    }
+)  # only the op is compared
 # `ddpdoctor attach` (a job started without ddpdoctor; stacks read from outside with py-spy)
-CMD_ATTACH = "attach"      # manifest "command" of an attach run directory
-K_GONE = "gone"            # attach: a rank of this node had exited before ddpdoctor attached
+CMD_ATTACH = "attach"  # manifest "command" of an attach run directory
+K_GONE = "gone"  # attach: a rank of this node had exited before ddpdoctor attached
 # the states of a ledger entry ("st"): written "issued", folded by the reader from its cend line
-ST_ISSUED = "issued"       # issued, not returned yet (its sequence range predicted)
-ST_DONE = "done"           # returned (entries without "st", from older runs, are done too)
-ST_ASYNC = "async"         # returned a Work (async_op=True); its wait is the rank's own
-ST_ERROR = "error"         # raised (the cend line's "err")
+ST_ISSUED = "issued"  # issued, not returned yet (its sequence range predicted)
+ST_DONE = "done"  # returned (entries without "st", from older runs, are done too)
+ST_ASYNC = "async"  # returned a Work (async_op=True); its wait is the rank's own
+ST_ERROR = "error"  # raised (the cend line's "err")

@@ -20,8 +20,8 @@ class Stream:
     name: str
     field: str
     how: str
-    ring: bool = False   # rotated by a RingWriter (``<name>.prev.jsonl``)
-    poll: bool = True    # read by the monitor's cheap poll (``refresh(full=False)``) too
+    ring: bool = False  # rotated by a RingWriter (``<name>.prev.jsonl``)
+    poll: bool = True  # read by the monitor's cheap poll (``refresh(full=False)``) too
 
 
 @dataclass(frozen=True)

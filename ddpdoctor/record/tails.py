@@ -20,8 +20,9 @@ class Tail:
     the previous segment then the current file; a later read that finds a new file finishes the old one
     (now the previous segment, recognised by its inode) first. A segment rotated away unread is skipped."""
 
-    def __init__(self, path: str, ring: bool = False, fast: Callable[[bytes], dict[str, Any] | None] | None = None
-                 ) -> None:
+    def __init__(
+        self, path: str, ring: bool = False, fast: Callable[[bytes], dict[str, Any] | None] | None = None
+    ) -> None:
         self.path = path
         # a parser of the rank side's own layouts (ledger lines, :func:`~ddpdoctor.record.ledger.fast_ledger`):
         # a line it returns None for goes to json.loads
@@ -30,8 +31,8 @@ class Tail:
         self.partial = b""
         self.ring = ring
         self.ino: int | None = None
-        self.head = b""   # the first bytes of the file being read (ring)
-        self.skipped = False   # lines were rotated away before this reader saw them
+        self.head = b""  # the first bytes of the file being read (ring)
+        self.skipped = False  # lines were rotated away before this reader saw them
 
     def new_records(self) -> list[dict[str, Any]]:
         """The whole lines appended since the last call (a cut last line waits for its end)."""
@@ -52,7 +53,7 @@ class Tail:
                 try:
                     with open(prev_path(self.path), "rb") as pf:
                         if self.ino is None:
-                            self.skipped = True   # rotated at least once before this reader's first look
+                            self.skipped = True  # rotated at least once before this reader's first look
                             chunks.append(self._read(pf))
                         elif self._same(pf):
                             chunks.append(self._read(pf))
@@ -79,7 +80,7 @@ class Tail:
             return b""
         z = data.find(b"\0")
         if z >= 0:
-            data = data[:z]   # the bytes after it are not written yet: read them from here next time
+            data = data[:z]  # the bytes after it are not written yet: read them from here next time
         if self.offset == 0 and data:
             self.head = data[:64]
         self.offset += len(data)

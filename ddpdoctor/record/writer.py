@@ -72,7 +72,7 @@ class RingWriter(JsonlWriter):
         self.rotations = 0
         self._lock = threading.Lock() if shared else None
         if not shared:
-            self.write_bytes = self._write   # type: ignore[method-assign]  # one call less per line
+            self.write_bytes = self._write  # type: ignore[method-assign]  # one call less per line
 
     def write_bytes(self, data: bytes) -> None:
         """Append ``data``, rotating the file first when the segment is full."""
@@ -97,15 +97,15 @@ class RingWriter(JsonlWriter):
                 os.replace(self.path, prev_path(self.path))
             except OSError:
                 pass
-            self.close()   # the next write opens a fresh file
+            self.close()  # the next write opens a fresh file
             self._n = 0
             self.rotations += 1
         self._n += 1
         fd = self._fd
         if fd is None:
-            JsonlWriter.write_bytes(self, data)   # opens the file
+            JsonlWriter.write_bytes(self, data)  # opens the file
             return
-        try:   # the training thread's path (the ledger): one call, not three
+        try:  # the training thread's path (the ledger): one call, not three
             os.write(fd, data)
         except OSError:
             pass
@@ -129,10 +129,10 @@ def _in_forked_child() -> None:
     them, nor trim the file at exit. Its lines are not the rank's: they are dropped."""
     for w in list(_mapped_writers):
         w._mm, w._fd, w._mapped = None, None, False
-        w.write_bytes = w.append_bytes = w.write = w.close = _discard   # type: ignore[method-assign,assignment]
+        w.write_bytes = w.append_bytes = w.write = w.close = _discard  # type: ignore[method-assign,assignment]
 
 
-_mapped_writers: "weakref.WeakSet[MappedRingWriter]" = weakref.WeakSet()
+_mapped_writers: weakref.WeakSet[MappedRingWriter] = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_in_forked_child)
 
@@ -155,10 +155,10 @@ class MappedRingWriter(RingWriter):
         self.chunk = max(mmap.PAGESIZE, chunk - chunk % mmap.PAGESIZE)
         self._page = mmap.PAGESIZE
         self._mm: Any = None
-        self._base = 0     # the file offset of the mapped chunk
-        self._pos = 0      # the write position within it
+        self._base = 0  # the file offset of the mapped chunk
+        self._pos = 0  # the write position within it
         self._mapped = True
-        self.write_bytes = self._write   # type: ignore[method-assign]
+        self.write_bytes = self._write  # type: ignore[method-assign]
         _mapped_writers.add(self)
 
     def _open(self) -> None:
@@ -177,7 +177,7 @@ class MappedRingWriter(RingWriter):
                 end += z
                 break
             end += len(block)
-        self._base, self._pos = end - end % self._page, end % self._page   # the data's end, mapped or not
+        self._base, self._pos = end - end % self._page, end % self._page  # the data's end, mapped or not
         self._map(self._base, self._pos)
 
     def _map(self, base: int, pos: int = 0) -> None:
@@ -262,10 +262,10 @@ class MappedRingWriter(RingWriter):
         pos, n = self._pos, len(data)
         if n <= self.chunk - pos:
             try:
-                self._mm[pos:pos + n] = data
-            except (ValueError, TypeError, IndexError):   # never into the training thread
+                self._mm[pos : pos + n] = data
+            except (ValueError, TypeError, IndexError):  # never into the training thread
                 self._fall_back()
-                JsonlWriter.write_bytes(self, data)   # counted above already
+                JsonlWriter.write_bytes(self, data)  # counted above already
                 return
             self._pos = pos + n
             return
@@ -287,7 +287,7 @@ class MappedRingWriter(RingWriter):
             except OSError:
                 pass
             return
-        self._mm[:len(rest)] = rest
+        self._mm[: len(rest)] = rest
         self._pos = len(rest)
 
     def close(self) -> None:

@@ -18,14 +18,30 @@ def to_dict(report: Report) -> dict:
         "run_dir": report.run_dir,
         "summary": report.summary,
         "findings": [
-            {"id": f.id, "severity": f.severity, "ranks": list(f.ranks), "culprits": list(f.culprits),
-             "locations": [{"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
-                           for l in f.locations],
-             "message": f.message, "hint": f.hint, "evidence": f.evidence}
+            {
+                "id": f.id,
+                "severity": f.severity,
+                "ranks": list(f.ranks),
+                "culprits": list(f.culprits),
+                "locations": [
+                    {"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
+                    for l in f.locations
+                ],
+                "message": f.message,
+                "hint": f.hint,
+                "evidence": f.evidence,
+            }
             for f in report.findings
         ],
-        "ranks": [{"rank": r.rank, "state": r.state, "detail": r.detail,
-                   "location": asdict(r.location) if r.location else None} for r in report.ranks],
+        "ranks": [
+            {
+                "rank": r.rank,
+                "state": r.state,
+                "detail": r.detail,
+                "location": asdict(r.location) if r.location else None,
+            }
+            for r in report.ranks
+        ],
         "notes": list(report.notes),
         "figures": report.figures,
     }

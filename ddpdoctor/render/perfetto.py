@@ -23,9 +23,15 @@ def trace(record: RunRecord) -> dict[str, Any]:
             name = "main" if tid == info.get("main_tid") else f"thread {tid}"
             events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": tid, "args": {"name": name}})
     for r, e in ranges:
-        ev = {"name": e["name"] if e.get("payload") is None or e["name"] != "step" else f"step {e['payload']}",
-              "cat": e.get("cat") or "step", "ph": "X", "pid": r, "tid": e["tid"],
-              "ts": (e["t0"] - base) / 1000.0, "dur": max(0.0, (e["t1"] - e["t0"]) / 1000.0)}
+        ev = {
+            "name": e["name"] if e.get("payload") is None or e["name"] != "step" else f"step {e['payload']}",
+            "cat": e.get("cat") or "step",
+            "ph": "X",
+            "pid": r,
+            "tid": e["tid"],
+            "ts": (e["t0"] - base) / 1000.0,
+            "dur": max(0.0, (e["t1"] - e["t0"]) / 1000.0),
+        }
         events.append(ev)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"tool": "ddpdoctor"}}
 

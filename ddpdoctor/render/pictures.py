@@ -19,8 +19,8 @@ class Picture:
     applies: Callable[[RunRecord], bool]
     render: Callable[[RunRecord], str]
     note: str
-    remark: Callable[[RunRecord], str | None] = lambda _rec: None   # a second note, when it has something to say
-    with_report: Callable[[Report, RunRecord], str] | None = None     # renders from the report too (html)
+    remark: Callable[[RunRecord], str | None] = lambda _rec: None  # a second note, when it has something to say
+    with_report: Callable[[Report, RunRecord], str] | None = None  # renders from the report too (html)
 
     def make(self, record: RunRecord, report: Report) -> str:
         return self.with_report(report, record) if self.with_report else self.render(record)
@@ -51,11 +51,21 @@ def _html(report: Report, record: RunRecord) -> str:
 
 
 PICTURES: dict[str, Picture] = {
-    "memory": Picture(schema.MEMORY_SVG, lambda rec: any(r.memory for r in rec.ranks.values()), _memory_svg,
-                      "memory per rank per step", _no_cuda),
-    "trace": Picture(schema.TRACE_JSON, lambda rec: any(r.timeline for r in rec.ranks.values()), _trace,
-                     "timeline (open in https://ui.perfetto.dev)"),
+    "memory": Picture(
+        schema.MEMORY_SVG,
+        lambda rec: any(r.memory for r in rec.ranks.values()),
+        _memory_svg,
+        "memory per rank per step",
+        _no_cuda,
+    ),
+    "trace": Picture(
+        schema.TRACE_JSON,
+        lambda rec: any(r.timeline for r in rec.ranks.values()),
+        _trace,
+        "timeline (open in https://ui.perfetto.dev)",
+    ),
     # last in every spec's list: it links the files the pictures before it wrote
-    "html": Picture(schema.REPORT_HTML, lambda _rec: True, lambda _rec: "", "report to open in a browser",
-                    with_report=_html),
+    "html": Picture(
+        schema.REPORT_HTML, lambda _rec: True, lambda _rec: "", "report to open in a browser", with_report=_html
+    ),
 }

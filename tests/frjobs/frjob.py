@@ -35,8 +35,10 @@ def dump(rank: int) -> None:
     with _lock:
         if _dumped.is_set():
             return
-        for prefix, data in ((os.environ["TORCH_FR_DUMP_TEMP_FILE"], _dump_fr_trace()),
-                             (os.environ["FRJOB_JSON_PREFIX"], _dump_fr_trace_json())):
+        for prefix, data in (
+            (os.environ["TORCH_FR_DUMP_TEMP_FILE"], _dump_fr_trace()),
+            (os.environ["FRJOB_JSON_PREFIX"], _dump_fr_trace_json()),
+        ):
             path = f"{prefix}{rank}"
             with open(path + ".tmp", "wb") as f:
                 f.write(data)

@@ -21,10 +21,25 @@ def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float |
     for sub in ("fr", "json", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
-    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="100", TORCH_FR_DUMP_TEMP_FILE=str(out / "fr" / "rank_"),
-               FRJOB_JSON_PREFIX=str(out / "json" / "rank_"), **{TOKEN_VAR: token})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-           "--log-dir", str(out / "logs"), "--redirects", "2"]
+    env = dict(
+        os.environ,
+        TORCH_FR_BUFFER_SIZE="100",
+        TORCH_FR_DUMP_TEMP_FILE=str(out / "fr" / "rank_"),
+        FRJOB_JSON_PREFIX=str(out / "json" / "rank_"),
+        **{TOKEN_VAR: token},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        "--log-dir",
+        str(out / "logs"),
+        "--redirects",
+        "2",
+    ]
     if monitor_interval:
         # the agent notices a dead rank only this late: the others' watchdogs dump first, as on
         # another node of a multi-node job, where no agent ends them at once

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests/helpers.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/helpers.py
 
 
 def pytest_collection_modifyitems(config, items):

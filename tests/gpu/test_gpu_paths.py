@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ddpdoctor, finding
+from helpers import ddpdoctor
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ONE = ["--nproc-per-node", "1"]
@@ -27,10 +27,10 @@ def test_nccl_run_is_healthy_and_its_collectives_are_tracked_to_completion(tmp_p
     init = _lines(rank0 / "events.jsonl", "init")
     assert init and init[0].get("backend") == "nccl"
     colls = [c for c in _lines(rank0 / "ledger.jsonl", "coll") if c.get("op") == "all_reduce"]
-    assert len(colls) >= 80                       # sync + async per step, each with its NCCL sequence number
+    assert len(colls) >= 80  # sync + async per step, each with its NCCL sequence number
     assert all(c["seq"][0] >= 1 for c in colls)
     hbs = _lines(rank0 / "heartbeat.jsonl", "hb")
-    assert hbs and not hbs[-1].get("awaiting")    # every Work completed (is_completed on the CUDA event)
+    assert hbs and not hbs[-1].get("awaiting")  # every Work completed (is_completed on the CUDA event)
 
 
 def test_cuda_leak_is_found_with_memory_summaries_and_nvml(tmp_path):

@@ -17,8 +17,17 @@ while NCCL has them; patching gloo's process-group methods keeps gloo's sequence
 import os
 import sys
 
-_OPS = ("allreduce", "broadcast", "allgather", "_allgather_base", "reduce_scatter", "_reduce_scatter_base",
-        "reduce", "alltoall_base", "allreduce_coalesced")
+_OPS = (
+    "allreduce",
+    "broadcast",
+    "allgather",
+    "_allgather_base",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce",
+    "alltoall_base",
+    "allreduce_coalesced",
+)
 
 
 def _from_user(depth: int = 2) -> bool:
@@ -26,15 +35,16 @@ def _from_user(depth: int = 2) -> bool:
     e.g. all_gather_object, which reads the result at once)?"""
     f = sys._getframe(depth)
     # skip the torch.distributed function itself, ddpdoctor's wrappers and functools
-    while f is not None and (f.f_code.co_filename.endswith("distributed_c10d.py") or
-                             "c10d_logger" in f.f_code.co_filename or
-                             f"{os.sep}ddpdoctor{os.sep}rank{os.sep}" in f.f_code.co_filename or
-                             f.f_code.co_filename.endswith("functools.py")):
+    while f is not None and (
+        f.f_code.co_filename.endswith("distributed_c10d.py")
+        or "c10d_logger" in f.f_code.co_filename
+        or f"{os.sep}ddpdoctor{os.sep}rank{os.sep}" in f.f_code.co_filename
+        or f.f_code.co_filename.endswith("functools.py")
+    ):
         if f.f_code.co_filename.endswith("distributed_c10d.py") and f.f_code.co_name.endswith("_object"):
             return False
         f = f.f_back
-    return f is not None and "site-packages" not in f.f_code.co_filename and "/lib/python3" not in \
-        f.f_code.co_filename
+    return f is not None and "site-packages" not in f.f_code.co_filename and "/lib/python3" not in f.f_code.co_filename
 
 
 class _EnqueuedWork:
@@ -69,7 +79,7 @@ class _EnqueuedWork:
         return getattr(self._work, name)
 
 
-_kept = []   # the real Works, so gloo keeps running them after the caller dropped ours
+_kept = []  # the real Works, so gloo keeps running them after the caller dropped ours
 
 
 def _patch(pg_cls, name):

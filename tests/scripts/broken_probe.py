@@ -16,11 +16,11 @@ def broken(*_args, **_kwargs):
 
 def break_probe(which):
     if which == "memleak" and "ddpdoctor.rank.probes.memleak.census" in sys.modules:
-        sys.modules["ddpdoctor.rank.probes.memleak.census"].census = broken      # every census fails
+        sys.modules["ddpdoctor.rank.probes.memleak.census"].census = broken  # every census fails
     if which == "profile" and "ddpdoctor.rank.probes.profile.timeline" in sys.modules:
-        sys.modules["ddpdoctor.rank.probes.profile.timeline"].Timeline.drain = broken   # its on_tick fails
+        sys.modules["ddpdoctor.rank.probes.profile.timeline"].Timeline.drain = broken  # its on_tick fails
     if which == "check" and "ddpdoctor.rank.probes.check.state" in sys.modules:
-        sys.modules["ddpdoctor.rank.probes.check.state"].Checks.on_opt_step = broken   # its optimizer hook fails
+        sys.modules["ddpdoctor.rank.probes.check.state"].Checks.on_opt_step = broken  # its optimizer hook fails
 
 
 def main():

@@ -1,5 +1,6 @@
 """Rank 1 is SIGKILLed right after its 20th all_reduce returned (no end line is written for a routine
 call: only the counters say it returned); rank 0 then waits in the barrier until it is ended."""
+
 import os
 import signal
 

@@ -18,7 +18,7 @@ def main():
         metric.fill_(step)
         dist.all_reduce(metric)  # REGULAR
         if step % 8 == 0:
-            time.sleep(0.002)   # a little time between calls, as a training step has
+            time.sleep(0.002)  # a little time between calls, as a training step has
         if rank == 0 and step == 2450:
             dist.all_reduce(metric)  # EXTRA: only rank 0 makes this call
     dist.barrier()  # END

@@ -16,5 +16,9 @@ def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the check family, in report order."""
     from ddpdoctor.analysis.check import checkpoint, data, drift, perf
 
-    return (data.detect(record, config) + drift.detect(record, config) + checkpoint.detect(record, config)
-            + perf.detect(record, config))
+    return (
+        data.detect(record, config)
+        + drift.detect(record, config)
+        + checkpoint.detect(record, config)
+        + perf.detect(record, config)
+    )

@@ -24,8 +24,17 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             continue
         ranks = tuple(sorted(by_rank))
         locs = tuple(l for r, e in sorted(by_rank.items()) if (l := loc(r, e.get("site"), "stores")))
-        out.append(Finding("checkpoint.multiple-writers", "error",
-                           f"{ranks_phrase(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
-                           "Save from one rank only (`if dist.get_rank() == 0: torch.save(...)`), then "
-                           "dist.barrier() before anyone reads it.", ranks, locs, {"path": path}, culprits=ranks))
+        out.append(
+            Finding(
+                "checkpoint.multiple-writers",
+                "error",
+                f"{ranks_phrase(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
+                "Save from one rank only (`if dist.get_rank() == 0: torch.save(...)`), then "
+                "dist.barrier() before anyone reads it.",
+                ranks,
+                locs,
+                {"path": path},
+                culprits=ranks,
+            )
+        )
     return out

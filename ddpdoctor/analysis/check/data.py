@@ -17,14 +17,23 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ddpdoctor.analysis.check.records import (
+    Pass,
+    RankData,
+    _epochs,
+    _framework_hint,
+    _grouped,
+    _minority,
+    _rank_data,
+    _short,
+    _trained_loaders,
+)
+from ddpdoctor.analysis.check.shards import _shards
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
-from ddpdoctor.analysis.check.records import (Pass, RankData, _epochs, _framework_hint, _grouped, _minority,
-                                             _rank_data, _short, _trained_loaders)
-from ddpdoctor.analysis.check.shards import _shards
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -61,8 +70,16 @@ def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = Non
             rep = _repeat(epochs)
             if rep:
                 a, b, same = rep
-                hits[r] = {"a": a, "b": b, "same": same, "epochs": len(epochs), "peeks": len(seq) - len(epochs),
-                           "init": d.inits.get(o), "set_epoch": d.set_epochs.get(o, []), "rebuilt": False}
+                hits[r] = {
+                    "a": a,
+                    "b": b,
+                    "same": same,
+                    "epochs": len(epochs),
+                    "peeks": len(seq) - len(epochs),
+                    "init": d.inits.get(o),
+                    "set_epoch": d.set_epochs.get(o, []),
+                    "rebuilt": False,
+                }
                 break
         if r in hits:
             continue
@@ -79,8 +96,16 @@ def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = Non
             rep = _repeat(merged)
             if rep:
                 a, b, same = rep
-                hits[r] = {"a": a, "b": b, "same": same, "epochs": len(merged), "peeks": 0,
-                           "init": d.inits.get(b.ordinal), "set_epoch": [], "rebuilt": True}
+                hits[r] = {
+                    "a": a,
+                    "b": b,
+                    "same": same,
+                    "epochs": len(merged),
+                    "peeks": 0,
+                    "init": d.inits.get(b.ordinal),
+                    "set_epoch": [],
+                    "rebuilt": True,
+                }
                 break
     if not hits:
         return []
@@ -91,20 +116,31 @@ def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = Non
     where = _short(init.get("site"))
     if h["rebuilt"]:
         why = "a new DistributedSampler is built for every epoch and its epoch is never set"
-        hint = ("Build the DistributedSampler (and DataLoader) once, before the epoch loop, and call "
-                "sampler.set_epoch(epoch) at the start of every epoch.")
+        hint = (
+            "Build the DistributedSampler (and DataLoader) once, before the epoch loop, and call "
+            "sampler.set_epoch(epoch) at the start of every epoch."
+        )
     elif not h["set_epoch"]:
         why = "set_epoch is never called"
-        hint = ("Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
-                "(a peek such as next(iter(loader)) before it is fine).")
+        hint = (
+            "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+            "(a peek such as next(iter(loader)) before it is fine)."
+        )
     else:
         values = sorted({s.get("epoch") for s in h["set_epoch"]}, key=repr)
-        why = (f"set_epoch is called, always with {values[0]}" if len(values) == 1 else
-               "set_epoch is not called before every epoch")
-        hint = ("Pass the current epoch number to sampler.set_epoch(epoch) at the start of every epoch, before "
-                "iterating the DataLoader.")
-    msg = (f"DistributedSampler{f' built at {where}' if where else ''} gives {h['same']} training epochs the same "
-           f"order: its epoch is {a.epoch} each time ({why}); on {ranks_phrase(culprits)}")
+        why = (
+            f"set_epoch is called, always with {values[0]}"
+            if len(values) == 1
+            else "set_epoch is not called before every epoch"
+        )
+        hint = (
+            "Pass the current epoch number to sampler.set_epoch(epoch) at the start of every epoch, before "
+            "iterating the DataLoader."
+        )
+    msg = (
+        f"DistributedSampler{f' built at {where}' if where else ''} gives {h['same']} training epochs the same "
+        f"order: its epoch is {a.epoch} each time ({why}); on {ranks_phrase(culprits)}"
+    )
     locs: list[Location] = []
     for r in culprits:
         hr = hits[r]
@@ -113,11 +149,26 @@ def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = Non
                 locs.append(l)
     if record is not None:
         hint += _framework_hint(record, "data.missing-set-epoch", {})
-    return [Finding("data.missing-set-epoch", "error", msg, hint, tuple(sorted(data)), tuple(locs),
-                    {"epoch_value": a.epoch, "training_epochs": h["epochs"], "same_order": h["same"],
-                     "epochs_seen": h["same"], "peeks": h["peeks"], "set_epoch_calls": len(h["set_epoch"]),
-                     "rebuilt_per_epoch": h["rebuilt"]},
-                    culprits=culprits)]
+    return [
+        Finding(
+            "data.missing-set-epoch",
+            "error",
+            msg,
+            hint,
+            tuple(sorted(data)),
+            tuple(locs),
+            {
+                "epoch_value": a.epoch,
+                "training_epochs": h["epochs"],
+                "same_order": h["same"],
+                "epochs_seen": h["same"],
+                "peeks": h["peeks"],
+                "set_epoch_calls": len(h["set_epoch"]),
+                "rebuilt_per_epoch": h["rebuilt"],
+            },
+            culprits=culprits,
+        )
+    ]
 
 
 def _first_passes(data: dict[int, RankData]) -> dict[int, Pass]:
@@ -136,18 +187,28 @@ def _sampler_seeds(data: dict[int, RankData]) -> list[Finding]:
     if len(set(seeds.values())) < 2:
         return []
     culprits = _minority(seeds)
-    locs = tuple(l for r, p in sorted(first.items())
-                 if (l := loc(r, (data[r].inits.get(p.ordinal) or {}).get("site") or p.e.get("site"),
-                              f"seed {p.e.get('seed')}")))
+    locs = tuple(
+        l
+        for r, p in sorted(first.items())
+        if (l := loc(r, (data[r].inits.get(p.ordinal) or {}).get("site") or p.e.get("site"), f"seed {p.e.get('seed')}"))
+    )
     groups: dict[Any, list[int]] = defaultdict(list)
     for r, s in seeds.items():
         groups[s].append(r)
     shown = "; ".join(f"seed {s} on {ranks_phrase(rs)}" for s, rs in sorted(groups.items(), key=lambda kv: min(kv[1])))
-    return [Finding("data.sampler-seed-mismatch", "error",
-                    f"DistributedSampler seeds differ across ranks ({shown}): each rank shuffles differently, so "
-                    "shards overlap and leave gaps",
-                    "Pass the same seed to DistributedSampler on every rank (the default is 0); vary set_epoch, not "
-                    "the seed.", tuple(sorted(seeds)), locs, {"seeds": seeds}, culprits=culprits)]
+    return [
+        Finding(
+            "data.sampler-seed-mismatch",
+            "error",
+            f"DistributedSampler seeds differ across ranks ({shown}): each rank shuffles differently, so "
+            "shards overlap and leave gaps",
+            "Pass the same seed to DistributedSampler on every rank (the default is 0); vary set_epoch, not the seed.",
+            tuple(sorted(seeds)),
+            locs,
+            {"seeds": seeds},
+            culprits=culprits,
+        )
+    ]
 
 
 def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
@@ -160,9 +221,11 @@ def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
     if all(loaders[r] and loaders[r][0].get("batches") is not None for r in ranks):
         firsts = {r: loaders[r][0] for r in ranks}
         batches: dict[int, Any] = {r: l.get("batches") for r, l in firsts.items()}
-    else:   # older records: the first DataLoader each rank iterated
-        dl_lens = {r: [e.get("len") for e in rec.events if e.get("kind") == schema.K_DATALOADER]
-                   for r, rec in record.ranks.items()}
+    else:  # older records: the first DataLoader each rank iterated
+        dl_lens = {
+            r: [e.get("len") for e in rec.events if e.get("kind") == schema.K_DATALOADER]
+            for r, rec in record.ranks.items()
+        }
         batches = {r: v[0] for r, v in dl_lens.items() if v}
         firsts = {}
         if len(batches) < len(ranks):
@@ -189,10 +252,22 @@ def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
         hint = f"Pass drop_last=True to the DistributedSampler and the DataLoader, {join}."
     else:
         cause = "the data is split by hand into shards of different sizes"
-        hint = (f"Give every rank the same number of samples (DistributedSampler(dataset, drop_last=True), or trim "
-                f"each shard to the shortest), {join}.")
+        hint = (
+            f"Give every rank the same number of samples (DistributedSampler(dataset, drop_last=True), or trim "
+            f"each shard to the shortest), {join}."
+        )
     locs = tuple(l for r in culprits if r in firsts and (l := loc(r, firsts[r].get("site"), "DataLoader")))
-    return [Finding("data.uneven-batches", "warning",
-                    f"ranks have different numbers of batches per epoch ({_grouped(batches)}): {cause}; "
-                    f"{ranks_phrase(culprits)} run(s) extra DDP steps whose all-reduce the others never join "
-                    "(see hang.uneven-batches)", hint, tuple(ranks), locs, ev, culprits=culprits)]
+    return [
+        Finding(
+            "data.uneven-batches",
+            "warning",
+            f"ranks have different numbers of batches per epoch ({_grouped(batches)}): {cause}; "
+            f"{ranks_phrase(culprits)} run(s) extra DDP steps whose all-reduce the others never join "
+            "(see hang.uneven-batches)",
+            hint,
+            tuple(ranks),
+            locs,
+            ev,
+            culprits=culprits,
+        )
+    ]

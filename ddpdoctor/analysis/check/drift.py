@@ -26,14 +26,15 @@ def _ddp(record: RunRecord, model: int = 0) -> dict[int, dict[str, Any]]:
 
 
 def _models(record: RunRecord) -> list[int]:
-    return sorted({int(e.get("model", 0)) for rec in record.ranks.values() for e in rec.checks
-                   if e.get("kind") == schema.K_DDP})
+    return sorted(
+        {int(e.get("model", 0)) for rec in record.ranks.values() for e in rec.checks if e.get("kind") == schema.K_DDP}
+    )
 
 
 def _first_diff(record: RunRecord, part: str, model: int = 0) -> tuple[int, str, list[str], dict[int, Any]] | None:
     """(step, where, differing tensor names, per-rank fingerprints) at the first step they differ."""
     by_step: dict[tuple, dict[int, dict]] = defaultdict(dict)
-    fwd: dict[tuple, int] = {}   # the forward number to show for a key
+    fwd: dict[tuple, int] = {}  # the forward number to show for a key
     for r, rec in record.ranks.items():
         for e in rec.fingerprints:
             if int(e.get("model", 0)) == model:
@@ -81,7 +82,9 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
     out: list[Finding] = []
     ranks = tuple(sorted(ddp))
     site = {r: loc(r, e.get("site"), "DDP constructed") for r, e in ddp.items()}
-    which = "" if len(_models(record)) < 2 else f" of the DDP model built at {_short(next(iter(ddp.values())).get('site'))}"
+    which = (
+        "" if len(_models(record)) < 2 else f" of the DDP model built at {_short(next(iter(ddp.values())).get('site'))}"
+    )
     pdiff = _first_diff(record, "params", model)
     if pdiff:
         step, where, names, fps = pdiff
@@ -90,52 +93,97 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
         shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
         if where == "ddp-init":
             seeds = _seed_sites(record)
-            why = ("init_sync=False, so DDP did not broadcast rank 0's initial weights" if init_sync_off else
-                   "parameters differ right after DDP construction")
+            why = (
+                "init_sync=False, so DDP did not broadcast rank 0's initial weights"
+                if init_sync_off
+                else "parameters differ right after DDP construction"
+            )
             locs = tuple(l for l in site.values() if l) + tuple(l for l in seeds.values() if l)
-            out.append(Finding("drift.init-mismatch", "error",
-                               f"model initialisation{which} differs across ranks ({why}): {shown}",
-                               "Seed every rank the same before building the model, or keep init_sync=True (the "
-                               "default) so DDP broadcasts rank 0's weights.", ranks, locs,
-                               {"tensors": names, "init_sync": not init_sync_off}, culprits=ranks))
+            out.append(
+                Finding(
+                    "drift.init-mismatch",
+                    "error",
+                    f"model initialisation{which} differs across ranks ({why}): {shown}",
+                    "Seed every rank the same before building the model, or keep init_sync=True (the "
+                    "default) so DDP broadcasts rank 0's weights.",
+                    ranks,
+                    locs,
+                    {"tensors": names, "init_sync": not init_sync_off},
+                    culprits=ranks,
+                )
+            )
         else:
-            out.append(Finding("drift.parameters", "error",
-                               f"parameters{which} diverged across ranks by DDP forward {step} ({ranks_phrase(odd)} "
-                               f"differ{'s' if len(odd) == 1 else ''} from the rest): {shown}",
-                               "A parameter was changed on some ranks only (an in-place edit under `if rank == 0`, "
-                               "a rank-local update outside DDP, or a backward run inside no_sync() and never "
-                               "synced): change parameters only through the optimizer, identically on every rank.",
-                               ranks, tuple(l for l in site.values() if l), {"tensors": names, "since_forward": step},
-                               culprits=odd))
+            out.append(
+                Finding(
+                    "drift.parameters",
+                    "error",
+                    f"parameters{which} diverged across ranks by DDP forward {step} ({ranks_phrase(odd)} "
+                    f"differ{'s' if len(odd) == 1 else ''} from the rest): {shown}",
+                    "A parameter was changed on some ranks only (an in-place edit under `if rank == 0`, "
+                    "a rank-local update outside DDP, or a backward run inside no_sync() and never "
+                    "synced): change parameters only through the optimizer, identically on every rank.",
+                    ranks,
+                    tuple(l for l in site.values() if l),
+                    {"tensors": names, "since_forward": step},
+                    culprits=odd,
+                )
+            )
     bdiff = _first_diff(record, "buffers", model)
     if bdiff:
         step, where, names, fps = bdiff
         no_sync = [r for r, e in ddp.items() if not e.get("forward_sync_buffers", True)]
         bn = any(e.get("batchnorm") for e in ddp.values())
-        cause = ("forward_sync_buffers/broadcast_buffers is off" + (" and the model has BatchNorm running stats"
-                                                                     if bn else "")) if no_sync else \
-            "buffers changed on some ranks only"
+        cause = (
+            (
+                "forward_sync_buffers/broadcast_buffers is off"
+                + (" and the model has BatchNorm running stats" if bn else "")
+            )
+            if no_sync
+            else "buffers changed on some ranks only"
+        )
         shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
         culprits = ranks if no_sync else _odd_ranks(fps, names)
-        out.append(Finding("drift.buffers", "error",
-                           f"buffers{which} differ across ranks by DDP forward {step} ({cause}): {shown}",
-                           "Keep broadcast_buffers / forward_sync_buffers on, or convert BatchNorm with "
-                           "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model); evaluation then uses the same "
-                           "statistics on every rank.", ranks, tuple(l for l in site.values() if l),
-                           {"tensors": names, "since_forward": step, "forward_sync_buffers": not no_sync,
-                            "batchnorm": bn}, culprits=culprits))
-    first = {r: next((e.get("rng") for e in rec.checks if e.get("kind") == schema.K_RNG_FIRST_STEP), None) or
-             ddp[r].get("rng") or {} for r, rec in record.ranks.items() if r in ddp}
-    same = [k for k in ("torch", "random", "numpy", "cuda")
-            if all(k in g for g in first.values()) and len({g[k] for g in first.values()}) == 1]
+        out.append(
+            Finding(
+                "drift.buffers",
+                "error",
+                f"buffers{which} differ across ranks by DDP forward {step} ({cause}): {shown}",
+                "Keep broadcast_buffers / forward_sync_buffers on, or convert BatchNorm with "
+                "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model); evaluation then uses the same "
+                "statistics on every rank.",
+                ranks,
+                tuple(l for l in site.values() if l),
+                {"tensors": names, "since_forward": step, "forward_sync_buffers": not no_sync, "batchnorm": bn},
+                culprits=culprits,
+            )
+        )
+    first = {
+        r: next((e.get("rng") for e in rec.checks if e.get("kind") == schema.K_RNG_FIRST_STEP), None)
+        or ddp[r].get("rng")
+        or {}
+        for r, rec in record.ranks.items()
+        if r in ddp
+    }
+    same = [
+        k
+        for k in ("torch", "random", "numpy", "cuda")
+        if all(k in g for g in first.values()) and len({g[k] for g in first.values()}) == 1
+    ]
     if not pdiff and same and model == 0:
-        out.append(Finding("seed.identical-streams", "note",
-                           f"every rank has the same {', '.join(same)} RNG state at its first DDP step: dropout and "
-                           "random augmentation draw identical streams on all ranks",
-                           "Usual and harmless; to decorrelate augmentation, seed each rank with seed + rank after "
-                           "building the model.", ranks, (), {"identical": same,
-                                                              "rng_first_step": {str(r): g for r, g in first.items()}},
-                           culprits=ranks))
+        out.append(
+            Finding(
+                "seed.identical-streams",
+                "note",
+                f"every rank has the same {', '.join(same)} RNG state at its first DDP step: dropout and "
+                "random augmentation draw identical streams on all ranks",
+                "Usual and harmless; to decorrelate augmentation, seed each rank with seed + rank after "
+                "building the model.",
+                ranks,
+                (),
+                {"identical": same, "rng_first_step": {str(r): g for r, g in first.items()}},
+                culprits=ranks,
+            )
+        )
     return out
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ddpdoctor.analysis.check.records import RankData, _framework_hint
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
-from ddpdoctor.analysis.check.records import RankData, _framework_hint
 
-FETCH_KEYS = 16   # matched training passes compared per run (the rank side keeps indices for 8 passes a loader)
+FETCH_KEYS = 16  # matched training passes compared per run (the rank side keeps indices for 8 passes a loader)
 
 
 def _lp_trained(d: RankData, lp: dict[str, Any]) -> bool:
@@ -42,7 +42,9 @@ def _complete(l: dict[str, Any], lp: dict[str, Any]) -> bool:
     every index."""
     if lp.get("truncated"):
         return False
-    return bool(lp.get("exhausted")) or (l.get("batches") is not None and int(lp.get("batches") or 0) >= int(l["batches"]))
+    return bool(lp.get("exhausted")) or (
+        l.get("batches") is not None and int(lp.get("batches") or 0) >= int(l["batches"])
+    )
 
 
 def _layer(l: dict[str, Any]) -> str:
@@ -51,8 +53,9 @@ def _layer(l: dict[str, Any]) -> str:
     return " over ".join(chain) if chain else str(l.get("sampler"))
 
 
-def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[int],
-                    skip_overlap: bool) -> list[Finding]:
+def _fetched_shards(
+    record: RunRecord, data: dict[int, RankData], ranks: list[int], skip_overlap: bool
+) -> list[Finding]:
     per = {r: _fetched_passes(data[r]) for r in ranks}
     common = [k for k in per[ranks[0]] if all(k in per[r] for r in ranks[1:])]
     world = len(ranks)
@@ -63,8 +66,12 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
         lps = {r: per[r][key][1] for r in ranks}
         if all(lp.get("index_kind") == "none" for lp in lps.values()):
             firsts = {r: lp.get("first_batch") for r, lp in lps.items()}
-            if not skip_overlap and None not in firsts.values() and "?" not in firsts.values() and \
-                    len(set(firsts.values())) == 1:
+            if (
+                not skip_overlap
+                and None not in firsts.values()
+                and "?" not in firsts.values()
+                and len(set(firsts.values())) == 1
+            ):
                 out.append(_stream_overlap(record, ranks, key, loaders, lps))
                 skip_overlap = True
             continue
@@ -75,7 +82,7 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
         fps = {r: l.get("data_fp") for r, l in loaders.items()}
         mapped = False
         if all(subsets.values()):
-            try:   # per-rank Subsets: compare the samples of the base data set
+            try:  # per-rank Subsets: compare the samples of the base data set
                 idx = {r: [subsets[r][i] for i in v] for r, v in idx.items()}  # type: ignore[index]
                 mapped = True
             except (IndexError, TypeError):
@@ -83,7 +90,7 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
         elif any(l.get("subset_digest") for l in loaders.values()):
             continue
         elif all(f is not None for f in fps.values()) and len(set(fps.values())) > 1:
-            continue   # each rank holds its own data (pre-sharded): the indices name different samples
+            continue  # each rank holds its own data (pre-sharded): the indices name different samples
         n = None if mapped else loaders[ranks[0]].get("dataset_len")
         seen: dict[int, int] = defaultdict(int)
         for v in idx.values():
@@ -100,83 +107,136 @@ def _fetched_shards(record: RunRecord, data: dict[int, RankData], ranks: list[in
         complete = all(_complete(loaders[r], lp) for r, lp in lps.items())
         skipping = any("SkipBatchSampler" in (l.get("chain") or []) for l in loaders.values())
         gaps = (n - len(seen)) if n else 0
-        if not gaps_done and not skip_overlap and not dup and complete and not skipping and n and \
-                gaps > max(world * maxb, n // 100):   # an overlap explains its own gaps
+        if (
+            not gaps_done
+            and not skip_overlap
+            and not dup
+            and complete
+            and not skipping
+            and n
+            and gaps > max(world * maxb, n // 100)
+        ):  # an overlap explains its own gaps
             gaps_done = True
             out.append(_fetched_gaps(record, data, ranks, key, loaders, lps, gaps, n))
     return out
 
 
-def _fetched_overlap(record: RunRecord, data: dict[int, RankData], ranks: list[int], key: tuple,
-                     loaders: dict[int, dict], lps: dict[int, dict], idx: dict[int, list[int]], dup: int,
-                     n: int | None, mapped: bool) -> Finding:
+def _fetched_overlap(
+    record: RunRecord,
+    data: dict[int, RankData],
+    ranks: list[int],
+    key: tuple,
+    loaders: dict[int, dict],
+    lps: dict[int, dict],
+    idx: dict[int, list[int]],
+    dup: int,
+    n: int | None,
+    mapped: bool,
+) -> Finding:
     k = key[-1]
     first = loaders[ranks[0]]
     sets = {r: set(v) for r, v in idx.items()}
     complete = all(_complete(loaders[r], lp) for r, lp in lps.items())
-    whole = bool(n) and complete and all(len(s) >= (n or 0) - int(lps[r].get("maxb") or 1) * len(ranks)
-                                         for r, s in sets.items())
+    whole = (
+        bool(n)
+        and complete
+        and all(len(s) >= (n or 0) - int(lps[r].get("maxb") or 1) * len(ranks) for r, s in sets.items())
+    )
     made = {l.get("made_by") for l in loaders.values()} - {None}
     by = f" ({', '.join(sorted(str(m) for m in made))} built it)" if made else ""
-    ev: dict[str, Any] = {"pass": k, "overlap_samples": dup, "dataset_len": n, "fetched": {r: len(v) for r, v in idx.items()},
-                          "layers": _layer(first), "made_by": sorted(made) or None}
+    ev: dict[str, Any] = {
+        "pass": k,
+        "overlap_samples": dup,
+        "dataset_len": n,
+        "fetched": {r: len(v) for r, v in idx.items()},
+        "layers": _layer(first),
+        "made_by": sorted(made) or None,
+    }
     if whole:
         culprits = tuple(ranks)
         shard = first.get("shard")
-        what = (f"{(shard or {}).get('by', '')} {shard.get('layer')}".strip() if shard else
-                f"DataLoader without DistributedSampler ({_layer(first)})")
-        msg = (f"{what}{by}: every rank iterated all {n} samples of the same data set in pass {k}, so each "
-               f"sample is seen {len(ranks)}x per epoch")
-        hint = ("Use DistributedSampler(dataset) as the DataLoader's sampler (and call set_epoch each epoch), or "
-                "give each rank its own shard of the data.")
+        what = (
+            f"{(shard or {}).get('by', '')} {shard.get('layer')}".strip()
+            if shard
+            else f"DataLoader without DistributedSampler ({_layer(first)})"
+        )
+        msg = (
+            f"{what}{by}: every rank iterated all {n} samples of the same data set in pass {k}, so each "
+            f"sample is seen {len(ranks)}x per epoch"
+        )
+        hint = (
+            "Use DistributedSampler(dataset) as the DataLoader's sampler (and call set_epoch each epoch), or "
+            "give each rank its own shard of the data."
+        )
         ev["overlap"] = 1.0
     else:
-        pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1:]]
+        pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1 :]]
         shared = [(a, b, m) for a, b, m in pairs if m]
         culprits = tuple(sorted({x for a, b, _m in shared for x in (a, b)})) or tuple(ranks)
         a, b, m = max(shared, key=lambda t: t[2]) if shared else (ranks[0], ranks[-1], 0)
         src = "their Subsets" if mapped else f"the DataLoader ({_layer(first)}){by}"
-        msg = (f"the ranks' shards overlap: in pass {k} ranks {a} and {b} fetched {m} of the same samples from "
-               f"{src} ({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})")
-        hint = ("Make the per-rank shards disjoint (DistributedSampler with the same data set and seed on every rank, "
-                "or indices[rank::world_size]).")
+        msg = (
+            f"the ranks' shards overlap: in pass {k} ranks {a} and {b} fetched {m} of the same samples from "
+            f"{src} ({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})"
+        )
+        hint = (
+            "Make the per-rank shards disjoint (DistributedSampler with the same data set and seed on every rank, "
+            "or indices[rank::world_size])."
+        )
         ev["pairs"] = len(shared)
     hint += _framework_hint(record, "data.shard-overlap", loaders)
     locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
     return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=culprits)
 
 
-def _stream_overlap(record: RunRecord, ranks: list[int], key: tuple, loaders: dict[int, dict],
-                    lps: dict[int, dict]) -> Finding:
+def _stream_overlap(
+    record: RunRecord, ranks: list[int], key: tuple, loaders: dict[int, dict], lps: dict[int, dict]
+) -> Finding:
     """An IterableDataset has no indices to compare: every rank's first batch of the pass was the same."""
     k = key[-1]
-    msg = (f"every rank read the same stream from its IterableDataset in pass {k} (the first batch is identical "
-           f"on {ranks_phrase(ranks)}): the data is not sharded by rank, so each sample is trained on "
-           f"{len(ranks)}x per epoch")
-    hint = ("An IterableDataset must shard itself: skip to this rank's part in __iter__ (e.g. "
-            "`itertools.islice(stream, rank, None, world_size)`, and by worker with get_worker_info()), or use "
-            "a map-style Dataset with DistributedSampler.")
+    msg = (
+        f"every rank read the same stream from its IterableDataset in pass {k} (the first batch is identical "
+        f"on {ranks_phrase(ranks)}): the data is not sharded by rank, so each sample is trained on "
+        f"{len(ranks)}x per epoch"
+    )
+    hint = (
+        "An IterableDataset must shard itself: skip to this rank's part in __iter__ (e.g. "
+        "`itertools.islice(stream, rank, None, world_size)`, and by worker with get_worker_info()), or use "
+        "a map-style Dataset with DistributedSampler."
+    )
     hint += _framework_hint(record, "data.shard-overlap", loaders)
     locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
     ev = {"pass": k, "first_batch": lps[ranks[0]].get("first_batch"), "iterable": True}
     return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=tuple(ranks))
 
 
-def _fetched_gaps(record: RunRecord, data: dict[int, RankData], ranks: list[int], key: tuple,
-                  loaders: dict[int, dict], lps: dict[int, dict], gaps: int, n: int) -> Finding:
+def _fetched_gaps(
+    record: RunRecord,
+    data: dict[int, RankData],
+    ranks: list[int],
+    key: tuple,
+    loaders: dict[int, dict],
+    lps: dict[int, dict],
+    gaps: int,
+    n: int,
+) -> Finding:
     k = key[-1]
     first = loaders[ranks[0]]
     chain = first.get("chain") or []
     shard = first.get("shard") or {}
     if shard and "DistributedSampler" in chain:
-        why = (f"{shard.get('by', 'the framework').capitalize()} shards the batches ({shard.get('layer')}) of a "
-               f"DataLoader whose DistributedSampler already gave each rank its shard, so each rank trains on "
-               f"1/{len(ranks)} of its shard")
+        why = (
+            f"{shard.get('by', 'the framework').capitalize()} shards the batches ({shard.get('layer')}) of a "
+            f"DataLoader whose DistributedSampler already gave each rank its shard, so each rank trains on "
+            f"1/{len(ranks)} of its shard"
+        )
         hint = "Shard once: drop the DistributedSampler (use shuffle=True) and let the framework shard the batches."
     else:
         why = f"the ranks' shards ({_layer(first)}) do not cover the data set"
-        hint = ("Give the ranks shards that together cover the data set: DistributedSampler(dataset) over the same "
-                "data set on every rank, with nothing else sharding it again.")
+        hint = (
+            "Give the ranks shards that together cover the data set: DistributedSampler(dataset) over the same "
+            "data set on every rank, with nothing else sharding it again."
+        )
     hint += _framework_hint(record, "data.shard-gaps", loaders)
     fetched = {r: int(lp.get("n") or 0) for r, lp in lps.items()}
     locs: list[Location] = []
@@ -186,8 +246,14 @@ def _fetched_gaps(record: RunRecord, data: dict[int, RankData], ranks: list[int]
         for site, role in ((loaders[r].get("site"), "DataLoader"), (init.get("site"), "sampler built")):
             if (l := loc(r, site, role)) and all((x.rank, x.file, x.line) != (l.rank, l.file, l.line) for x in locs):
                 locs.append(l)
-    return Finding("data.shard-gaps", "error",
-                   f"pass {k}: the ranks together fetched {n - gaps} of the {n} samples; {gaps} are never trained "
-                   f"on in an epoch: {why}", hint, tuple(ranks), tuple(locs),
-                   {"pass": k, "gaps": gaps, "dataset_len": n, "fetched": fetched, "layers": _layer(first)},
-                   culprits=tuple(ranks))
+    return Finding(
+        "data.shard-gaps",
+        "error",
+        f"pass {k}: the ranks together fetched {n - gaps} of the {n} samples; {gaps} are never trained "
+        f"on in an epoch: {why}",
+        hint,
+        tuple(ranks),
+        tuple(locs),
+        {"pass": k, "gaps": gaps, "dataset_len": n, "fetched": fetched, "layers": _layer(first)},
+        culprits=tuple(ranks),
+    )

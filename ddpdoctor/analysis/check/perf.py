@@ -25,14 +25,25 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     ranks = tuple(sorted(hits))
     micro, steps = hits[ranks[0]]
     models = set(next((e.get("models") for e in steps if e.get("micro", 0) > 1 and e.get("models")), None) or [0])
-    nbytes = sum(int(e.get("param_bytes") or 0) for e in record.ranks[ranks[0]].checks
-                 if e.get("kind") == schema.K_DDP and int(e.get("model", 0)) in models)
+    nbytes = sum(
+        int(e.get("param_bytes") or 0)
+        for e in record.ranks[ranks[0]].checks
+        if e.get("kind") == schema.K_DDP and int(e.get("model", 0)) in models
+    )
     wasted = (micro - 1) * nbytes
     locs = tuple(l for r in ranks if (l := loc(r, hits[r][1][0].get("site"), "optimizer step")))
-    return [Finding("perf.grad-accum-no-sync", "warning",
-                    f"gradient accumulation over {micro} micro-steps all-reduces gradients at every micro-step: "
-                    f"{micro - 1} of {micro} all-reduces per optimizer step are wasted "
-                    f"(~{wasted / 1e6:.2f} MB of gradients per step per rank)",
-                    "Run all micro-steps but the last inside `with model.no_sync():` so DDP all-reduces once per "
-                    "optimizer step.", ranks, locs, {"micro_steps": micro, "wasted_bytes_per_step": wasted},
-                    culprits=ranks)]
+    return [
+        Finding(
+            "perf.grad-accum-no-sync",
+            "warning",
+            f"gradient accumulation over {micro} micro-steps all-reduces gradients at every micro-step: "
+            f"{micro - 1} of {micro} all-reduces per optimizer step are wasted "
+            f"(~{wasted / 1e6:.2f} MB of gradients per step per rank)",
+            "Run all micro-steps but the last inside `with model.no_sync():` so DDP all-reduces once per "
+            "optimizer step.",
+            ranks,
+            locs,
+            {"micro_steps": micro, "wasted_bytes_per_step": wasted},
+            culprits=ranks,
+        )
+    ]

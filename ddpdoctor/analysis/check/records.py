@@ -10,7 +10,7 @@ from ddpdoctor.analysis.findings import ranks_phrase
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-PEEK_FALLBACK = 0.1   # without the loader's batch size, a pass that used at most this share is a peek
+PEEK_FALLBACK = 0.1  # without the loader's batch size, a pass that used at most this share is a peek
 
 
 @dataclass
@@ -28,14 +28,14 @@ class Pass:
 
 @dataclass
 class RankData:
-    passes: dict[int, list[Pass]]                 # sampler ordinal -> passes in order
-    inits: dict[int, dict[str, Any]]              # sampler ordinal -> sampler_init event
-    set_epochs: dict[int, list[dict[str, Any]]]   # sampler ordinal -> set_epoch events
-    loaders: list[dict[str, Any]]                 # loader events in order
-    trained_loaders: dict[int, set[str]]          # loader ordinal -> {"step", "fwd"}
+    passes: dict[int, list[Pass]]  # sampler ordinal -> passes in order
+    inits: dict[int, dict[str, Any]]  # sampler ordinal -> sampler_init event
+    set_epochs: dict[int, list[dict[str, Any]]]  # sampler ordinal -> set_epoch events
+    loaders: list[dict[str, Any]]  # loader events in order
+    trained_loaders: dict[int, set[str]]  # loader ordinal -> {"step", "fwd"}
     has_optimizer: bool
-    has_marks: bool                               # the rank recorded training marks (newer records)
-    lpasses: list[dict[str, Any]] = field(default_factory=list)   # loader_pass events (what was fetched)
+    has_marks: bool  # the rank recorded training marks (newer records)
+    lpasses: list[dict[str, Any]] = field(default_factory=list)  # loader_pass events (what was fetched)
 
 
 def _rank_data(checks: list[dict[str, Any]]) -> RankData:
@@ -57,7 +57,7 @@ def _rank_data(checks: list[dict[str, Any]]) -> RankData:
             inits[int(e.get("ordinal", len(inits)))] = e
         elif kind == schema.K_SAMPLER:
             o = e.get("ordinal")
-            if o is None:   # records without ordinals: one sampler per id
+            if o is None:  # records without ordinals: one sampler per id
                 o = sid_ordinal.setdefault(e.get("sid", 0), len(sid_ordinal))
             o = int(o)
             k = int(e.get("k", len(passes[o])))
@@ -92,7 +92,7 @@ def _rank_data(checks: list[dict[str, Any]]) -> RankData:
 
 def _trained(d: RankData, by: set[str]) -> bool:
     if not d.has_marks:
-        return True   # older records: every pass counts
+        return True  # older records: every pass counts
     return ("step" in by) if d.has_optimizer else ("fwd" in by or "step" in by)
 
 
@@ -116,8 +116,11 @@ def _is_peek(d: RankData, p: Pass, nxt: Pass | None) -> bool:
 
 def _epochs(d: RankData, seq: list[Pass]) -> list[Pass]:
     """The passes of one sampler (or one construction site) that were training epochs."""
-    return [p for i, p in enumerate(seq)
-            if _trained(d, p.by) and not _is_peek(d, p, seq[i + 1] if i + 1 < len(seq) else None)]
+    return [
+        p
+        for i, p in enumerate(seq)
+        if _trained(d, p.by) and not _is_peek(d, p, seq[i + 1] if i + 1 < len(seq) else None)
+    ]
 
 
 def _short(site: Any) -> str:
@@ -139,36 +142,49 @@ def _trained_loaders(d: RankData) -> list[dict[str, Any]]:
     if not d.has_marks:
         return d.loaders
     want = "step" if d.has_optimizer else None
-    return [l for l in d.loaders if (by := d.trained_loaders.get(int(l.get("ordinal", -1)), set()))
-            and (want is None or want in by)]
+    return [
+        l
+        for l in d.loaders
+        if (by := d.trained_loaders.get(int(l.get("ordinal", -1)), set())) and (want is None or want in by)
+    ]
 
 
 def _framework_hint(record: RunRecord, fid: str, loaders: dict[int, dict]) -> str:
     from ddpdoctor.analysis.hang.deadlock import frameworks
 
-    fws = set(frameworks(record)) | {l.get("made_by") for l in loaders.values() if l.get("made_by")} | \
-        {(l.get("shard") or {}).get("by") for l in loaders.values() if l.get("shard")}
+    fws = (
+        set(frameworks(record))
+        | {l.get("made_by") for l in loaders.values() if l.get("made_by")}
+        | {(l.get("shard") or {}).get("by") for l in loaders.values() if l.get("shard")}
+    )
     return "".join(DATA_FRAMEWORK_HINTS.get((fid, fw), "") for fw in ("lightning", "accelerate") if fw in fws)
+
 
 DATA_FRAMEWORK_HINTS = {
     ("data.shard-overlap", "lightning"): (
         " Lightning: leave Trainer(use_distributed_sampler=True) (the default), which replaces the sampler of the "
-        "loaders you return with a DistributedSampler; with use_distributed_sampler=False, shard the data yourself."),
+        "loaders you return with a DistributedSampler; with use_distributed_sampler=False, shard the data yourself."
+    ),
     ("data.shard-overlap", "accelerate"): (
         " Accelerate: pass the DataLoader to accelerator.prepare(...) and iterate the loader it returns (it shards "
-        "the batches per process); do not iterate the original loader."),
+        "the batches per process); do not iterate the original loader."
+    ),
     ("data.shard-gaps", "accelerate"): (
         " Accelerate: give accelerator.prepare(...) a DataLoader with a plain sampler (shuffle=True, no "
-        "DistributedSampler): it shards the batches itself."),
+        "DistributedSampler): it shards the batches itself."
+    ),
     ("data.shard-gaps", "lightning"): (
         " Lightning: return a plain DataLoader and let Lightning add the DistributedSampler "
-        "(use_distributed_sampler=True)."),
+        "(use_distributed_sampler=True)."
+    ),
     ("data.missing-set-epoch", "lightning"): (
-        " Lightning calls set_epoch on the samplers of the loaders it runs; a loop you run yourself must call it."),
+        " Lightning calls set_epoch on the samplers of the loaders it runs; a loop you run yourself must call it."
+    ),
     ("data.missing-set-epoch", "accelerate"): (
         " Accelerate: a DataLoader built with shuffle=True (no DistributedSampler) and passed through "
         "accelerator.prepare(...) is sharded and gets its epoch set on every pass; a loader you iterate without "
-        "prepare needs sampler.set_epoch(epoch)."),
+        "prepare needs sampler.set_epoch(epoch)."
+    ),
 }
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ddpdoctor.analysis.check.fetched import _fetched_shards
+from ddpdoctor.analysis.check.records import Pass, RankData, _grouped, _minority, _trained_loaders
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
-from ddpdoctor.analysis.check.fetched import _fetched_shards
-from ddpdoctor.analysis.check.records import Pass, RankData, _grouped, _minority, _trained_loaders
 
 
 def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
@@ -19,40 +19,65 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
         return out
     # 1. no DistributedSampler: the loader that trains iterates the whole data set on every rank, unless
     #    the ranks hold different data (per-rank Subsets, or pre-sharded data sets)
-    fetched = any(data[r].lpasses for r in ranks)   # newer records: judge what the iterators fetched (below)
+    fetched = any(data[r].lpasses for r in ranks)  # newer records: judge what the iterators fetched (below)
     train = {r: _trained_loaders(data[r]) for r in ranks}
-    plain = {r: [l for l in train[r] if not l.get("distributed") and not l.get("iterable") and not l.get("shard")]
-             for r in ranks}
-    if not fetched and all(plain.get(r) for r in ranks) and \
-            not any(any(l.get("distributed") for l in train[r]) for r in ranks):
+    plain = {
+        r: [l for l in train[r] if not l.get("distributed") and not l.get("iterable") and not l.get("shard")]
+        for r in ranks
+    }
+    if (
+        not fetched
+        and all(plain.get(r) for r in ranks)
+        and not any(any(l.get("distributed") for l in train[r]) for r in ranks)
+    ):
         firsts = {r: plain[r][0] for r in ranks}
         subsets = {r: l.get("subset_digest") for r, l in firsts.items()}
         fps = {r: l.get("data_fp") for r, l in firsts.items()}
         locs = tuple(l for r, e in firsts.items() if (l := loc(r, e.get("site"), "DataLoader")))
         if all(d is not None for d in subsets.values()) and len(set(subsets.values())) > 1:
             sets = {r: set(firsts[r].get("subset") or []) for r in ranks}
-            pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1:]]
+            pairs = [(a, b, len(sets[a] & sets[b])) for i, a in enumerate(ranks) for b in ranks[i + 1 :]]
             shared = [(a, b, n) for a, b, n in pairs if n]
             if shared:
                 culprits = tuple(sorted({x for a, b, _n in shared for x in (a, b)}))
                 a, b, n = max(shared, key=lambda t: t[2])
-                out.append(Finding("data.shard-overlap", "error",
-                                   f"hand-made shards overlap: ranks {a} and {b} share {n} samples of their Subsets "
-                                   f"({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})",
-                                   "Make the per-rank index ranges disjoint (e.g. indices[rank::world_size]), or use "
-                                   "DistributedSampler.", tuple(ranks), locs,
-                                   {"overlap_samples": n, "pairs": len(shared)}, culprits=culprits))
-        elif all(f is not None for f in fps.values()) and len(set(fps.values())) > 1 and \
-                all(d is None for d in subsets.values()):
-            pass   # each rank holds its own data: pre-sharded, nothing to compare
+                out.append(
+                    Finding(
+                        "data.shard-overlap",
+                        "error",
+                        f"hand-made shards overlap: ranks {a} and {b} share {n} samples of their Subsets "
+                        f"({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})",
+                        "Make the per-rank index ranges disjoint (e.g. indices[rank::world_size]), or use "
+                        "DistributedSampler.",
+                        tuple(ranks),
+                        locs,
+                        {"overlap_samples": n, "pairs": len(shared)},
+                        culprits=culprits,
+                    )
+                )
+        elif (
+            all(f is not None for f in fps.values())
+            and len(set(fps.values())) > 1
+            and all(d is None for d in subsets.values())
+        ):
+            pass  # each rank holds its own data: pre-sharded, nothing to compare
         else:
             size = firsts[ranks[0]].get("dataset_len")
-            out.append(Finding("data.shard-overlap", "error",
-                               f"DataLoader without DistributedSampler ({firsts[ranks[0]].get('sampler')}): every rank "
-                               f"iterates the same data set of {size} samples, so each sample is seen {len(ranks)}x per "
-                               "epoch", "Use DistributedSampler(dataset) as the DataLoader's sampler (and call "
-                               "set_epoch each epoch), or give each rank its own shard of the data.", tuple(ranks),
-                               locs, {"dataset_len": size, "overlap": 1.0}, culprits=tuple(ranks)))
+            out.append(
+                Finding(
+                    "data.shard-overlap",
+                    "error",
+                    f"DataLoader without DistributedSampler ({firsts[ranks[0]].get('sampler')}): every rank "
+                    f"iterates the same data set of {size} samples, so each sample is seen {len(ranks)}x per "
+                    "epoch",
+                    "Use DistributedSampler(dataset) as the DataLoader's sampler (and call "
+                    "set_epoch each epoch), or give each rank its own shard of the data.",
+                    tuple(ranks),
+                    locs,
+                    {"dataset_len": size, "overlap": 1.0},
+                    culprits=tuple(ranks),
+                )
+            )
     # 2. DistributedSampler: per pass, what the ranks actually drew
     by_pass: dict[tuple[int, int], dict[int, Pass]] = defaultdict(dict)
     for r in ranks:
@@ -79,19 +104,28 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
             reported_overlap = True
         elif padding and not padded:
             padded = True
-            out.append(Finding("data.padding-duplicates", "note",
-                               f"DistributedSampler pads {padding} duplicate sample(s) per epoch so that {n} samples "
-                               f"divide over {len(ranks)} ranks (drop_last=False)",
-                               "Fine for training; for exact evaluation metrics use drop_last=True or de-duplicate.",
-                               tuple(ranks), (), {"padding": padding, "dataset_len": n}, culprits=tuple(ranks)))
+            out.append(
+                Finding(
+                    "data.padding-duplicates",
+                    "note",
+                    f"DistributedSampler pads {padding} duplicate sample(s) per epoch so that {n} samples "
+                    f"divide over {len(ranks)} ranks (drop_last=False)",
+                    "Fine for training; for exact evaluation metrics use drop_last=True or de-duplicate.",
+                    tuple(ranks),
+                    (),
+                    {"padding": padding, "dataset_len": n},
+                    culprits=tuple(ranks),
+                )
+            )
     # 3. what the DataLoader iterators fetched, pass by pass, whoever built or wrapped the loader
     if fetched:
         out += _fetched_shards(record, data, ranks, skip_overlap=any(f.id == "data.shard-overlap" for f in out))
     return out
 
 
-def _overlap_finding(record: RunRecord, data: dict[int, RankData], ps: dict[int, Pass], k: int, overlap: int,
-                     gaps: int, n: int) -> Finding:
+def _overlap_finding(
+    record: RunRecord, data: dict[int, RankData], ps: dict[int, Pass], k: int, overlap: int, gaps: int, n: int
+) -> Finding:
     ranks = sorted(ps)
     world = record.world_size or len(record.ranks)
     lens = {r: p.e.get("dataset_len") for r, p in ps.items()}
@@ -103,24 +137,33 @@ def _overlap_finding(record: RunRecord, data: dict[int, RankData], ps: dict[int,
     if len(set(lens.values())) > 1:
         culprits = _minority(lens)
         why = f"the ranks built data sets of different lengths ({_grouped(lens)}), so their shards do not split one data set"
-        hint = ("Build the same data set (same files, filtering and order) on every rank before DistributedSampler; "
-                "to give each rank its own files instead, drop DistributedSampler and load only that rank's shard.")
+        hint = (
+            "Build the same data set (same files, filtering and order) on every rank before DistributedSampler; "
+            "to give each rank its own files instead, drop DistributedSampler and load only that rank's shard."
+        )
         ev["dataset_lens"] = lens
     elif len(set(seeds.values())) > 1:
         culprits = _minority(seeds)
         why = f"the samplers' seeds differ ({_grouped(seeds)})"
         hint = "Give every rank's DistributedSampler the same seed (the default 0); vary set_epoch, not the seed."
         ev["seeds"] = seeds
-    elif any(v != world for v in reps.values()) or len(set(srank.values())) < len(ranks) or \
-            any(srank[r] != r for r in ranks if isinstance(srank[r], int)):
+    elif (
+        any(v != world for v in reps.values())
+        or len(set(srank.values())) < len(ranks)
+        or any(srank[r] != r for r in ranks if isinstance(srank[r], int))
+    ):
         bad = {r for r in ranks if reps[r] != world}
         dup = Counter(srank.values())
         bad |= {r for r in ranks if dup[srank[r]] > 1 or srank[r] != r}
         culprits = tuple(sorted(bad)) or tuple(ranks)
-        why = (f"num_replicas/rank do not match the process group (world size {world}; num_replicas "
-               f"{_grouped(reps)}; rank {_grouped(srank)})")
-        hint = ("Let DistributedSampler take num_replicas and rank from the process group (pass neither), or pass "
-                "dist.get_world_size() and dist.get_rank().")
+        why = (
+            f"num_replicas/rank do not match the process group (world size {world}; num_replicas "
+            f"{_grouped(reps)}; rank {_grouped(srank)})"
+        )
+        hint = (
+            "Let DistributedSampler take num_replicas and rank from the process group (pass neither), or pass "
+            "dist.get_world_size() and dist.get_rank()."
+        )
         ev.update(num_replicas=reps, sampler_rank=srank)
     elif len(set(map(repr, epochs.values()))) > 1:
         culprits = _minority(epochs)
@@ -131,9 +174,19 @@ def _overlap_finding(record: RunRecord, data: dict[int, RankData], ps: dict[int,
         culprits = tuple(ranks)
         why = "the ranks' samplers disagree"
         hint = "Build every rank's DistributedSampler from the same data set with the same seed."
-    locs = tuple(l for r in ranks
-                 if (l := loc(r, (data[r].inits.get(ps[r].ordinal) or {}).get("site") or ps[r].e.get("site"),
-                              "sampler built")))
-    return Finding("data.shard-overlap", "error",
-                   f"pass {k} of the DistributedSampler: the ranks' shards overlap by {overlap} samples and miss {gaps} "
-                   f"of {n}: {why}", hint, tuple(ranks), locs, ev, culprits=culprits)
+    locs = tuple(
+        l
+        for r in ranks
+        if (l := loc(r, (data[r].inits.get(ps[r].ordinal) or {}).get("site") or ps[r].e.get("site"), "sampler built"))
+    )
+    return Finding(
+        "data.shard-overlap",
+        "error",
+        f"pass {k} of the DistributedSampler: the ranks' shards overlap by {overlap} samples and miss {gaps} "
+        f"of {n}: {why}",
+        hint,
+        tuple(ranks),
+        locs,
+        ev,
+        culprits=culprits,
+    )

@@ -20,7 +20,12 @@ def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the hang family, in report order."""
     from ddpdoctor.analysis.hang import attach, collective, crash, deadlock, digest, multinode, startup, teardown
 
-    return (startup.detect(record, config) + crash.detect(record, config)
-            + digest.annotate(deadlock.detect(record, config), record)
-            + collective.detect(record, config) + teardown.detect(record, config)
-            + attach.detect(record, config) + multinode.detect(record, config))   # a node the job store saw disappear
+    return (
+        startup.detect(record, config)
+        + crash.detect(record, config)
+        + digest.annotate(deadlock.detect(record, config), record)
+        + collective.detect(record, config)
+        + teardown.detect(record, config)
+        + attach.detect(record, config)
+        + multinode.detect(record, config)
+    )  # a node the job store saw disappear

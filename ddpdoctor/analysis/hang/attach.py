@@ -12,24 +12,47 @@ every finding says it rests on stacks only.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 C10D = "torch/distributed/distributed_c10d.py"
-COLLECTIVES = {"all_reduce", "barrier", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
-               "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all", "all_to_all_single",
-               "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "send",
-               "recv", "isend", "irecv", "monitored_barrier", "batch_isend_irecv"}
-STACKS_ONLY = ("Proven from stacks only (where each rank is now, not the collectives it made before); "
-               "`ddpdoctor hang` on a rerun proves it with the collective ledger.")
-_IDLE = 0.05   # CPU seconds per wall second under which a rank that did not move is blocked
+COLLECTIVES = {
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "monitored_barrier",
+    "batch_isend_irecv",
+}
+STACKS_ONLY = (
+    "Proven from stacks only (where each rank is now, not the collectives it made before); "
+    "`ddpdoctor hang` on a rerun proves it with the collective ledger."
+)
+_IDLE = 0.05  # CPU seconds per wall second under which a rank that did not move is blocked
 
 
 def collective_of(stack: list[list[Any]]) -> tuple[str | None, bool]:
@@ -41,8 +64,10 @@ def collective_of(stack: list[list[Any]]) -> tuple[str | None, bool]:
             op = str(f[2])
             break
     files = [str(f[0]).replace("\\", "/") for f in stack]
-    ddp = any(p.endswith(("torch/autograd/__init__.py", "torch/autograd/graph.py", "torch/nn/parallel/distributed.py"))
-              for p in files)
+    ddp = any(
+        p.endswith(("torch/autograd/__init__.py", "torch/autograd/graph.py", "torch/nn/parallel/distributed.py"))
+        for p in files
+    )
     return op, ddp
 
 
@@ -51,7 +76,7 @@ class View:
     """Where one rank's main thread is, read from its stacks: in a collective, DDP, a wait, elsewhere."""
 
     rank: int
-    kind: str            # collective | ddp | wait | elsewhere
+    kind: str  # collective | ddp | wait | elsewhere
     op: str | None
     site: Location | None
     moved: bool
@@ -78,7 +103,7 @@ def _code(where: Location | None) -> str:
 
     text = linecache.getline(where.file, where.line).strip() if where else ""
     if " #" in text:
-        text = text[:text.index(" #")].rstrip()
+        text = text[: text.index(" #")].rstrip()
     return f" (`{text[:60]}`)" if text else ""
 
 
@@ -94,8 +119,15 @@ def views(record: RunRecord) -> dict[int, View]:
         native = " ".join(main.get("native") or [])
         user = user_stack(record, r)
         site = Location(r, user[-1][0], user[-1][1], user[-1][2]) if user else None
-        kind = ("collective" if op else "ddp" if ddp else
-                "wait" if ("c10d" in native or "ProcessGroup" in native or "nccl" in native.lower()) else "elsewhere")
+        kind = (
+            "collective"
+            if op
+            else "ddp"
+            if ddp
+            else "wait"
+            if ("c10d" in native or "ProcessGroup" in native or "nccl" in native.lower())
+            else "elsewhere"
+        )
         cpu = st.get("cpu")
         out[r] = View(r, kind, op, site, bool(st.get("moved")), cpu is not None and float(cpu) < _IDLE)
     return out
@@ -134,8 +166,14 @@ def guard_ranks(path: str, line: int, world: int) -> set[int] | None:
                 return None
             op = e.ops[0]
             if isinstance(val, int):
-                tests = {ast.Eq: lambda r: r == val, ast.NotEq: lambda r: r != val, ast.Lt: lambda r: r < val,
-                         ast.LtE: lambda r: r <= val, ast.Gt: lambda r: r > val, ast.GtE: lambda r: r >= val}
+                tests = {
+                    ast.Eq: lambda r: r == val,
+                    ast.NotEq: lambda r: r != val,
+                    ast.Lt: lambda r: r < val,
+                    ast.LtE: lambda r: r <= val,
+                    ast.Gt: lambda r: r > val,
+                    ast.GtE: lambda r: r >= val,
+                }
                 fn = tests.get(type(op))
                 return {r for r in every if fn(r)} if fn else None
             if isinstance(val, (tuple, list, set)) and isinstance(op, (ast.In, ast.NotIn)):
@@ -152,18 +190,35 @@ def _guarded_calls(path: str, first: int, last: int) -> list[tuple[int, int]]:
     out = []
     for n in ast.walk(tree) if tree else ():
         if isinstance(n, ast.Call) and first <= n.lineno <= last:
-            name = n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id if isinstance(n.func, ast.Name) else ""
+            name = (
+                n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id if isinstance(n.func, ast.Name) else ""
+            )
             g = _guard_at(path, n.lineno) if name in COLLECTIVES else None
             if g is not None and first <= g:
                 out.append((n.lineno, g))
     return sorted(out)
 
 
-def _finding(fid: str, severity: Severity, msg: str, hint: str, vs: dict[int, View], locs: Sequence[Location | None],
-             culprits: list[int], ev: dict) -> Finding:
-    return Finding(fid, severity, f"{msg} [stacks only]", f"{hint} {STACKS_ONLY}", tuple(sorted(vs)),
-                   tuple(x for x in locs if x is not None), dict(ev, source="stacks (py-spy)"),
-                   culprits=tuple(sorted(culprits)))
+def _finding(
+    fid: str,
+    severity: Severity,
+    msg: str,
+    hint: str,
+    vs: dict[int, View],
+    locs: Sequence[Location | None],
+    culprits: list[int],
+    ev: dict,
+) -> Finding:
+    return Finding(
+        fid,
+        severity,
+        f"{msg} [stacks only]",
+        f"{hint} {STACKS_ONLY}",
+        tuple(sorted(vs)),
+        tuple(x for x in locs if x is not None),
+        dict(ev, source="stacks (py-spy)"),
+        culprits=tuple(sorted(culprits)),
+    )
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -172,13 +227,19 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return []
     vs = views(record)
     gone = sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_GONE))
-    world = max([record.world_size or 0] + [int(e.get("world_size") or 0) for r in gone
-                                              if (e := record.ranks[r].event(schema.K_GONE))])
+    world = max(
+        [record.world_size or 0]
+        + [int(e.get("world_size") or 0) for r in gone if (e := record.ranks[r].event(schema.K_GONE))]
+    )
     unseen = [r for r in range(world) if r not in vs and r not in gone]
     if not vs:
         return []
-    ev: dict[str, Any] = {"interval": (record.manifest.get("attach") or {}).get("interval"),
-                          "moved": sorted(r for r, v in vs.items() if v.moved), "gone": gone, "unseen": unseen}
+    ev: dict[str, Any] = {
+        "interval": (record.manifest.get("attach") or {}).get("interval"),
+        "moved": sorted(r for r, v in vs.items() if v.moved),
+        "gone": gone,
+        "unseen": unseen,
+    }
     stuck = {r: v for r, v in vs.items() if not v.moved}
     waiting = {r: v for r, v in stuck.items() if v.kind != "elsewhere"}
     desc = {r: v.text() for r, v in vs.items()}
@@ -191,17 +252,28 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             if g is None:
                 continue
             div = [q for q, w in waiting.items() if w.key() == v.key()]
-            locs = [_loc(vs[q], "diverged") for q in div] + [_loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere")
-                                                           for q, w in vs.items() if q not in div]
+            locs = [_loc(vs[q], "diverged") for q in div] + [
+                _loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere") for q, w in vs.items() if q not in div
+            ]
             gbase = g[0].rsplit("/", 1)[-1]
             verb = "waits" if len(div) == 1 else "wait"
             rest = group_values({q: desc[q] for q in vs if q not in div}) or "no other rank"
-            msg = (f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
-                   f"rank test at {gbase}:{g[1]}; {rest}"
-                   + (f"; {ranks_phrase(gone)} exited" if gone else ""))
-            return [_finding("hang.rank-conditional-collective", "error", msg,
-                             hint_for(record, "hang.rank-conditional-collective"), vs, locs, div,
-                             dict(ev, guard=list(g)))]
+            msg = (
+                f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
+                f"rank test at {gbase}:{g[1]}; {rest}" + (f"; {ranks_phrase(gone)} exited" if gone else "")
+            )
+            return [
+                _finding(
+                    "hang.rank-conditional-collective",
+                    "error",
+                    msg,
+                    hint_for(record, "hang.rank-conditional-collective"),
+                    vs,
+                    locs,
+                    div,
+                    dict(ev, guard=list(g)),
+                )
+            ]
 
     if gone and waiting:
         w = next(iter(waiting.values()))
@@ -211,23 +283,34 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         locs += [_loc(v, "waiting") for v in waiting.values()]
         base = w.site.file.rsplit("/", 1)[-1] if w.site else "?"
         left = ", ".join(f"{base}:{x}" for x in exits[:3])
-        msg = (f"{ranks_phrase(gone)} exited while the others still wait: {group_values({r: desc[r] for r in waiting})}"
-               + (f" (the loop is left at {left})" if exits else ""))
+        msg = (
+            f"{ranks_phrase(gone)} exited while the others still wait: {group_values({r: desc[r] for r in waiting})}"
+            + (f" (the loop is left at {left})" if exits else "")
+        )
         return [_finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), vs, locs, gone, ev)]
 
     if not stuck:
-        return [Finding("attach.running", "note",
-                        f"every rank moved between the two stack dumps {ev['interval']} s apart: no hang seen "
-                        f"({group_values(desc)})",
-                        "If the job still looks stuck, attach again later, or run it under `ddpdoctor hang`.",
-                        tuple(sorted(vs)), tuple(x for x in (_loc(v, "running") for v in vs.values()) if x), ev)]
+        return [
+            Finding(
+                "attach.running",
+                "note",
+                f"every rank moved between the two stack dumps {ev['interval']} s apart: no hang seen "
+                f"({group_values(desc)})",
+                "If the job still looks stuck, attach again later, or run it under `ddpdoctor hang`.",
+                tuple(sorted(vs)),
+                tuple(x for x in (_loc(v, "running") for v in vs.values()) if x),
+                ev,
+            )
+        ]
 
     elsewhere = {r: v for r, v in vs.items() if r not in waiting}
     if waiting and elsewhere:
         sev: Severity = "error" if not any(v.moved for v in elsewhere.values()) else "warning"
-        msg = (f"{group_values({r: desc[r] for r in elsewhere})}; while "
-               f"{group_values({r: desc[r] for r in waiting})}"
-               + ("" if sev == "error" else " (a running rank may yet arrive)"))
+        msg = (
+            f"{group_values({r: desc[r] for r in elsewhere})}; while "
+            f"{group_values({r: desc[r] for r in waiting})}"
+            + ("" if sev == "error" else " (a running rank may yet arrive)")
+        )
         locs = [_loc(v, "elsewhere") for v in elsewhere.values()] + [_loc(v, "waiting") for v in waiting.values()]
         return [_finding("hang.timeout", sev, msg, HINTS["hang.timeout"], vs, locs, list(elsewhere), ev)]
 
@@ -244,20 +327,38 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         v = next(iter(waiting.values()))
         if unseen:
             msg = f"every rank here waits in {v.text()}; {unseen_phrase(unseen)}"
-            hint = ("A rank on another node is probably elsewhere: run `ddpdoctor attach` on every node and "
-                    "merge the run directories with `ddpdoctor analyze DIR1 DIR2 ...`.")
-            return [_finding("hang.timeout", "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()],
-                             [], ev)]
+            hint = (
+                "A rank on another node is probably elsewhere: run `ddpdoctor attach` on every node and "
+                "merge the run directories with `ddpdoctor analyze DIR1 DIR2 ...`."
+            )
+            return [
+                _finding(
+                    "hang.timeout", "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev
+                )
+            ]
         idle = all(w.idle for w in waiting.values())
-        msg = (f"all ranks inside the same {v.text()}: not a code divergence (a slow peer, the network or the "
-               f"backend)" + ("" if idle else "; the ranks use CPU, it may still be moving"))
-        return [_finding("hang.transport-stall", "error" if idle else "warning", msg, HINTS["hang.transport-stall"],
-                         vs, [_loc(w, "waiting") for w in waiting.values()], [], ev)]
+        msg = (
+            f"all ranks inside the same {v.text()}: not a code divergence (a slow peer, the network or the "
+            f"backend)" + ("" if idle else "; the ranks use CPU, it may still be moving")
+        )
+        return [
+            _finding(
+                "hang.transport-stall",
+                "error" if idle else "warning",
+                msg,
+                HINTS["hang.transport-stall"],
+                vs,
+                [_loc(w, "waiting") for w in waiting.values()],
+                [],
+                ev,
+            )
+        ]
     return [_divergence(record, vs, groups, desc, ev)]
 
 
-def _divergence(record: RunRecord, vs: dict[int, View], groups: dict[tuple, list[int]], desc: dict[int, str],
-                ev: dict) -> Finding:
+def _divergence(
+    record: RunRecord, vs: dict[int, View], groups: dict[tuple, list[int]], desc: dict[int, str], ev: dict
+) -> Finding:
     """Ranks wait in different collectives or lines: an extra call under a rank test inside the loop the
     others left, an early exit (a group that left the loop the others are still in), or a divergence."""
     world = max(record.world_size or 0, max(vs) + 1)
@@ -277,24 +378,49 @@ def _divergence(record: RunRecord, vs: dict[int, View], groups: dict[tuple, list
             base = dep.file.rsplit("/", 1)[-1]
             locs: list[Location | None] = [Location(r, dep.file, line, dep.func, "diverged") for r in extra]
             locs += [_loc(vs[r], "waiting") for r in sorted(vs)]
-            msg = (f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
-                   f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
-                   f"{group_values(desc, first=extra)}")
-            return _finding("hang.rank-conditional-collective", "error", msg,
-                            hint_for(record, "hang.rank-conditional-collective"), vs, locs, extra,
-                            dict(ev, guard=[dep.file, g], extra_call=line))
+            msg = (
+                f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
+                f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
+                f"{group_values(desc, first=extra)}"
+            )
+            return _finding(
+                "hang.rank-conditional-collective",
+                "error",
+                msg,
+                hint_for(record, "hang.rank-conditional-collective"),
+                vs,
+                locs,
+                extra,
+                dict(ev, guard=[dep.file, g], extra_call=line),
+            )
         exits = dep.exits
-        locs = [Location(r, dep.exit_file, x, "", "left the loop here" if len(exits) == 1 else
-                         "may have left the loop here") for r in leavers for x in exits[:3]]
+        locs = [
+            Location(
+                r, dep.exit_file, x, "", "left the loop here" if len(exits) == 1 else "may have left the loop here"
+            )
+            for r in leavers
+            for x in exits[:3]
+        ]
         locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
         base = dep.file.rsplit("/", 1)[-1]
-        msg = (f"{ranks_phrase(leavers)} left the loop at {base}:{dep.line} early and wait in "
-               f"{vs[leavers[0]].text()}; {group_values({r: desc[r] for r in stay})}")
-        return _finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), vs, locs,
-                        leavers, dict(ev, departure={"file": dep.file, "line": dep.line}))
+        msg = (
+            f"{ranks_phrase(leavers)} left the loop at {base}:{dep.line} early and wait in "
+            f"{vs[leavers[0]].text()}; {group_values({r: desc[r] for r in stay})}"
+        )
+        return _finding(
+            "hang.early-exit",
+            "error",
+            msg,
+            hint_for(record, "hang.early-exit"),
+            vs,
+            locs,
+            leavers,
+            dict(ev, departure={"file": dep.file, "line": dep.line}),
+        )
     sizes = sorted(len(g) for g in members)
     culprits = [r for g in members if len(g) == sizes[0] for r in g] if sizes[0] < sizes[-1] else sorted(vs)
     locs = [_loc(vs[r], "diverged" if r in culprits and len(culprits) < len(vs) else "waiting") for r in sorted(vs)]
     msg = f"ranks wait in different collectives: {group_values(desc, first=culprits)}"
-    return _finding("hang.divergent-collective", "error", msg, HINTS["hang.divergent-collective"], vs, locs,
-                    culprits, ev)
+    return _finding(
+        "hang.divergent-collective", "error", msg, HINTS["hang.divergent-collective"], vs, locs, culprits, ev
+    )

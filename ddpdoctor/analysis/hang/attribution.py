@@ -24,13 +24,13 @@ import linecache
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
 from ddpdoctor.analysis.hang.paths import _guard_at, _tree, rank_guard
 from ddpdoctor.analysis.state import RankState
 from ddpdoctor.record.reader import RunRecord
 
-_MAX_TAIL = 16   # calls after the divergence compared per rank: an insertion shows in the first few
+_MAX_TAIL = 16  # calls after the divergence compared per rank: an insertion shows in the first few
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ class Attribution:
     """The ranks whose call at the divergence is the extra one, and why."""
 
     culprits: tuple[int, ...]
-    how: str                                   # "insertion" | "rank test" | "insertion, rank test"
-    guard: tuple[str, int] | None = None       # the rank test that led there (file, line)
-    entry: tuple[str, int] | None = None       # the call into the helper, under that test (file, line)
-    aligned: int = 0                           # calls after the extra one that align with the others'
+    how: str  # "insertion" | "rank test" | "insertion, rank test"
+    guard: tuple[str, int] | None = None  # the rank test that led there (file, line)
+    entry: tuple[str, int] | None = None  # the call into the helper, under that test (file, line)
+    aligned: int = 0  # calls after the extra one that align with the others'
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,16 +51,17 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
     out: dict[int, list[Slot]] = {}
     for r in div.slots:
         ledger = record.ranks[r].ledger
-        final = max([int((states[r].seq or {}).get(div.group, 0))] +
-                    [int(e["seq"][1]) for e in ledger[-8:] if e.get("group") == div.group and e.get("seq")])
+        final = max(
+            [int((states[r].seq or {}).get(div.group, 0))]
+            + [int(e["seq"][1]) for e in ledger[-8:] if e.get("group") == div.group and e.get("seq")]
+        )
         p = states[r].pending
         if p and p.get("group") == div.group and p.get("seq"):
             final = max(final, int(p["seq"]))
         final = min(final, div.seq + _MAX_TAIL - 1)
         seq = sequence(record, r, div.group, final, div.seq) if final >= div.seq else {}
         if p and p.get("group") == div.group and p.get("seq") and div.seq <= int(p["seq"]) <= final:
-            seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None,
-                                      p.get("shapes"))
+            seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
         out[r] = [seq.get(s, Slot(ABSENT)) for s in range(div.seq, final + 1)]
         out[r][0] = div.slots[r]
     return out
@@ -131,7 +132,7 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     tail = tails(record, states, div)
     guards: dict[tuple, Any] = {}
     for k, rs in classes.items():
-        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])   # the same line: the same test
+        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])  # the same line: the same test
     # ranks with the same calls from the divergence on are compared once (linear at any world size)
     sig = {r: _signature(t) for r, t in tail.items()}
     scored = []
@@ -142,11 +143,14 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
         theirs = {sig[o]: o for o in others}
         ins = [_inserted(tail[r], tail[o]) for r in mine.values() for o in theirs.values()]
         if any(x is None for x in ins):
-            continue   # its later calls contradict an insertion: not the extra one
+            continue  # its later calls contradict an insertion: not the extra one
         aligned = min(x for x in ins if x is not None) if ins else 0
         own_guard = guards[k] is not None and all(guards[j] is None for j in classes if j != k)
-        if own_guard and div.slots[rs[0]].site and any(
-                div.slots[rs[0]].site == div.slots[theirs[s]].site for s in theirs):
+        if (
+            own_guard
+            and div.slots[rs[0]].site
+            and any(div.slots[rs[0]].site == div.slots[theirs[s]].site for s in theirs)
+        ):
             own_guard = False
         if aligned or own_guard:
             scored.append((bool(aligned) + bool(own_guard), aligned, k, rs, own_guard))
@@ -154,14 +158,19 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
         return None
     scored.sort(key=lambda x: (-x[0], -x[1]))
     if len(scored) > 1 and scored[0][:2] == scored[1][:2]:
-        return None   # two groups explained equally well: suspects
+        return None  # two groups explained equally well: suspects
     _s, aligned, k, rs, own_guard = scored[0]
     if len(rs) >= len(div.slots):
         return None
     how = ", ".join(w for w, on in (("insertion", aligned), ("rank test", own_guard)) if on)
-    g = guards[k]   # named as the way there even where the other ranks' code has the same test
-    ev = {"culprits": list(rs), "how": how, "aligned_after": aligned,
-          "guard": list(g[0]) if g else None, "entry": list(g[1]) if g and g[1] else None}
+    g = guards[k]  # named as the way there even where the other ranks' code has the same test
+    ev = {
+        "culprits": list(rs),
+        "how": how,
+        "aligned_after": aligned,
+        "guard": list(g[0]) if g else None,
+        "entry": list(g[1]) if g and g[1] else None,
+    }
     return Attribution(tuple(rs), how, g[0] if g else None, g[1] if g else None, aligned, ev)
 
 
@@ -181,10 +190,11 @@ def explain(f: Finding, att: Attribution) -> Finding:
     if att.aligned:
         nxt = "call is the one" if att.aligned == 1 else f"{att.aligned} calls are the ones"
         parts.append(f"its next {nxt} the others made there (one call more than theirs)")
-    who = ranks_phrase(att.culprits) if len(att.culprits) <= 8 else "they"   # the list is in the message already
+    who = ranks_phrase(att.culprits) if len(att.culprits) <= 8 else "they"  # the list is in the message already
     msg = f"{f.message}; {who} made the extra call: {', '.join(parts)}"
-    return Finding(f.id, f.severity, msg, f.hint, f.ranks, tuple(locs), dict(f.evidence, attribution=att.evidence),
-                   f.culprits)
+    return Finding(
+        f.id, f.severity, msg, f.hint, f.ranks, tuple(locs), dict(f.evidence, attribution=att.evidence), f.culprits
+    )
 
 
 def as_suspects(f: Finding) -> Finding:
@@ -195,8 +205,10 @@ def as_suspects(f: Finding) -> Finding:
         return f
     head, sep, _tail = f.message.partition("; diverged: ")
     rest = _tail.partition(";")[2] if sep else ""
-    msg = (f"{head}; suspects: {ranks_phrase(suspects)} (neither the calls that followed nor a rank test "
-           f"tells which rank's call is the extra one){';' + rest if rest else ''}")
+    msg = (
+        f"{head}; suspects: {ranks_phrase(suspects)} (neither the calls that followed nor a rank test "
+        f"tells which rank's call is the extra one){';' + rest if rest else ''}"
+    )
     locs = tuple(dataclasses.replace(l, role="suspect") if l.role == "diverged" else l for l in f.locations)
     return Finding(f.id, f.severity, msg, f.hint, f.ranks, locs, dict(f.evidence, suspects=list(suspects)), ())
 
@@ -208,5 +220,5 @@ def _short(at: tuple[str, int]) -> str:
 def _code(at: tuple[str, int]) -> str:
     text = linecache.getline(at[0], at[1]).strip()
     if " #" in text:
-        text = text[:text.index(" #")].rstrip()
+        text = text[: text.index(" #")].rstrip()
     return f" (`{text[:60]}`)" if text else ""

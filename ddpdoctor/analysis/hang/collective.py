@@ -17,9 +17,11 @@ from ddpdoctor.record.reader import RunRecord
 # ops whose tensors must have the same shape and dtype on every rank
 MUST_AGREE = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor"})
 
-HINT = ("Every rank must pass tensors of the same shape and dtype to all_reduce, broadcast, reduce and "
-        "all_gather: pad to a common size (all_gather the sizes first), or use all_gather_object for "
-        "ragged data. On NCCL such a call does not fail: it corrupts the result or hangs later.")
+HINT = (
+    "Every rank must pass tensors of the same shape and dtype to all_reduce, broadcast, reduce and "
+    "all_gather: pad to a common size (all_gather the sizes first), or use all_gather_object for "
+    "ragged data. On NCCL such a call does not fail: it corrupts the result or hangs later."
+)
 
 
 def _positions(record: RunRecord, rank: int) -> dict[tuple[str, int], dict[str, Any]]:
@@ -34,7 +36,7 @@ def _positions(record: RunRecord, rank: int) -> dict[tuple[str, int], dict[str, 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """The first collective position where ranks passed different shapes, in a run that went on."""
     if record.monitor_event(schema.K_VERDICT) is not None or any(r.error for r in record.ranks.values()):
-        return []   # a hang or a crash: the hang detector explains the mismatch with its consequence
+        return []  # a hang or a crash: the hang detector explains the mismatch with its consequence
     ranks = sorted(record.ranks)
     if len(ranks) < 2:
         return []
@@ -43,17 +45,29 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     for key in sorted(common, key=lambda k: (k[1], k[0])):
         entries = {r: pos[r][key] for r in ranks}
         if len({e.get("op") for e in entries.values()}) != 1:
-            continue   # different calls at one position: not a shape question
+            continue  # different calls at one position: not a shape question
         sig = {r: (tuple(map(tuple, e.get("shapes") or ())), tuple(e.get("dtypes") or ())) for r, e in entries.items()}
         if len(set(sig.values())) == 1:
             continue
         op = next(iter(entries.values())).get("op")
-        text = group_values({r: f"{describe_op(op, e.get('shapes'))} {'/'.join(e.get('dtypes') or ())}".strip()
-                             for r, e in entries.items()})
+        text = group_values(
+            {
+                r: f"{describe_op(op, e.get('shapes'))} {'/'.join(e.get('dtypes') or ())}".strip()
+                for r, e in entries.items()
+            }
+        )
         locs: list[Location] = [l for r, e in entries.items() if (l := loc(r, e.get("site"), "mismatched"))]
-        return [Finding("collective.shape-mismatch", "error",
-                        f"ranks passed different shapes to {op} #{key[1]} of group {key[0]} and the run went on: "
-                        f"{text}; the result is wrong (NCCL does not check)", HINT, tuple(ranks), tuple(locs),
-                        {"group": key[0], "seq": key[1], "shapes": {str(r): entries[r].get("shapes") for r in ranks}},
-                        culprits=tuple(ranks))]
+        return [
+            Finding(
+                "collective.shape-mismatch",
+                "error",
+                f"ranks passed different shapes to {op} #{key[1]} of group {key[0]} and the run went on: "
+                f"{text}; the result is wrong (NCCL does not check)",
+                HINT,
+                tuple(ranks),
+                tuple(locs),
+                {"group": key[0], "seq": key[1], "shapes": {str(r): entries[r].get("shapes") for r in ranks}},
+                culprits=tuple(ranks),
+            )
+        ]
     return []

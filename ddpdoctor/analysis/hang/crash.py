@@ -18,8 +18,11 @@ _WORKER_HEAD = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """Findings for ranks that raised or died of a signal: the exception, its rank and the user's line."""
-    roots = [(float(rec.error.get("t") or 0.0), r, rec.error) for r, rec in record.ranks.items()
-             if rec.error and not is_transport_error(rec.error)]
+    roots = [
+        (float(rec.error.get("t") or 0.0), r, rec.error)
+        for r, rec in record.ranks.items()
+        if rec.error and not is_transport_error(rec.error)
+    ]
     if not roots:
         return []
     # order by when the rank finished (error.json has no clock of its own): the finish event's time
@@ -66,9 +69,21 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         headline += f"; {ranks_phrase(victims)} {'was' if len(victims) == 1 else 'were'} waiting on it"
     if others:
         headline += f"; {ranks_phrase(others)} raised too, later"
-    hint = ("Fix the exception on the rank that raised first; the other ranks' errors ('Connection closed by "
-            "peer', timeouts) are consequences.")
+    hint = (
+        "Fix the exception on the rank that raised first; the other ranks' errors ('Connection closed by "
+        "peer', timeouts) are consequences."
+    )
     if worker:
         hint = "The exception was raised in a DataLoader worker (Dataset.__getitem__ or collate_fn): " + hint
-    return [Finding("crash.exception", "error", headline, hint, tuple(sorted(record.ranks)), tuple(locs), evidence,
-                    culprits=(rank,))]
+    return [
+        Finding(
+            "crash.exception",
+            "error",
+            headline,
+            hint,
+            tuple(sorted(record.ranks)),
+            tuple(locs),
+            evidence,
+            culprits=(rank,),
+        )
+    ]

@@ -11,16 +11,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
+from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
 from ddpdoctor.analysis.hang.exits import rank_exits
-from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
-from ddpdoctor.analysis.hang.hints import (BLOCKED_HINT, FRAMEWORK_HINTS, HINTS, P2P_HINT, frameworks, hint_for,
-                                           uneven_hint)
-from ddpdoctor.analysis.hang.waits import (at, best_where, code, receive_cycle, slot_loc, slot_text, state_text,
-                                           timeout_finding)
+from ddpdoctor.analysis.hang.hints import (
+    BLOCKED_HINT,
+    FRAMEWORK_HINTS,
+    HINTS,
+    P2P_HINT,
+    frameworks,
+    hint_for,
+    uneven_hint,
+)
 from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.waits import (
+    at,
+    best_where,
+    code,
+    receive_cycle,
+    slot_loc,
+    slot_text,
+    state_text,
+    timeout_finding,
+)
 from ddpdoctor.analysis.state import SIZE_MISMATCH, RankState, all_states, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -40,17 +55,28 @@ def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, 
     return fwd, lens
 
 
-def _uneven_finding(record: RunRecord, states: dict[int, RankState], fwd: dict[int, int], lens: dict[int, Any],
-                    ev: dict) -> Finding:
+def _uneven_finding(
+    record: RunRecord, states: dict[int, RankState], fwd: dict[int, int], lens: dict[int, Any], ev: dict
+) -> Finding:
     more = [r for r, n in fwd.items() if n == max(fwd.values())]
     fewer = [r for r in fwd if r not in more]
     locs = [l for r in more if (l := best_where(record, states[r], "waiting (extra step)"))]
     locs += [l for r in fewer if (l := best_where(record, states[r], "ran out of batches"))]
     batch = f"; DataLoader lengths {group_values(lens)}" if lens else ""
-    msg = (f"uneven number of DDP steps: {ranks_phrase(more)} ran {max(fwd.values())} forward passes, "
-           f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}")
-    return Finding("hang.uneven-batches", "error", msg, uneven_hint(record), tuple(sorted(fwd)), tuple(locs),
-                   dict(ev, ddp_forwards=fwd, dataloader_len=lens), culprits=tuple(sorted(fewer)))
+    msg = (
+        f"uneven number of DDP steps: {ranks_phrase(more)} ran {max(fwd.values())} forward passes, "
+        f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}"
+    )
+    return Finding(
+        "hang.uneven-batches",
+        "error",
+        msg,
+        uneven_hint(record),
+        tuple(sorted(fwd)),
+        tuple(locs),
+        dict(ev, ddp_forwards=fwd, dataloader_len=lens),
+        culprits=tuple(sorted(fewer)),
+    )
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -78,8 +104,16 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         flipped = _guarded_waiters(record, div)
         if flipped is not None:
             # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
-            return [_from_div(record, "hang.rank-conditional-collective", flipped, states, ev,
-                              "a collective is called on some ranks only")]
+            return [
+                _from_div(
+                    record,
+                    "hang.rank-conditional-collective",
+                    flipped,
+                    states,
+                    ev,
+                    "a collective is called on some ranks only",
+                )
+            ]
     if div is not None and div.kind != "exited":
         left = _departed(record, div)
         if left is not None:
@@ -94,21 +128,46 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         # the alignment after the divergence or a rank test names the rank whose call is the extra one
         # (stronger than a majority: three ranks may all make the extra call and one meet it)
         div = dataclasses.replace(div, diverged=att.culprits, kind="extra-call", exclusive=True)
-        return [explain(_from_div(record, "hang.rank-conditional-collective", div, states, ev,
-                                  "a collective is called on some ranks only"), att)]
+        return [
+            explain(
+                _from_div(
+                    record,
+                    "hang.rank-conditional-collective",
+                    div,
+                    states,
+                    ev,
+                    "a collective is called on some ranks only",
+                ),
+                att,
+            )
+        ]
     if div is not None and div.exclusive:
-        return [_from_div(record, "hang.rank-conditional-collective", div, states, ev,
-                          "a collective is called on some ranks only")]
+        return [
+            _from_div(
+                record, "hang.rank-conditional-collective", div, states, ev, "a collective is called on some ranks only"
+            )
+        ]
     if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
-        return [_from_div(record, "hang.shape-mismatch", div, states, ev,
-                          "ranks passed different shapes/dtypes to the same collective")]
+        return [
+            _from_div(
+                record,
+                "hang.shape-mismatch",
+                div,
+                states,
+                ev,
+                "ranks passed different shapes/dtypes to the same collective",
+            )
+        ]
     if lens_differ:
         return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
     if div is not None and div.kind == "exited":
         return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
     if div is not None:
-        return [as_suspects(_from_div(record, "hang.divergent-collective", div, states, ev,
-                                      "ranks issued different collectives"))]
+        return [
+            as_suspects(
+                _from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")
+            )
+        ]
     if uneven and not uneven[1]:
         return [_uneven_finding(record, states, *uneven, ev)]
     ended = [s for s in states.values() if s.state == "finished"]
@@ -117,10 +176,18 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         locs = [l for s in ended if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in others if (l := best_where(record, s, "waiting"))]
         gone = [s.rank for s in ended]
-        return [Finding("hang.early-exit", "error",
-                        f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} "
-                        "still needed them", HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
-                        culprits=tuple(sorted(gone)))]
+        return [
+            Finding(
+                "hang.early-exit",
+                "error",
+                f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} still needed them",
+                HINTS["hang.early-exit"],
+                tuple(sorted(states)),
+                tuple(locs),
+                ev,
+                culprits=tuple(sorted(gone)),
+            )
+        ]
     recv = receive_cycle(states)
     if recv is not None and verdict is not None:
         return [recv]
@@ -129,8 +196,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     return []
 
 
-def _reached_by_abort(record: RunRecord, states: dict[int, RankState], aborted: list[int]
-                      ) -> tuple[dict[int, RankState], dict[str, int]]:
+def _reached_by_abort(
+    record: RunRecord, states: dict[int, RankState], aborted: list[int]
+) -> tuple[dict[int, RankState], dict[str, int]]:
     """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: both had
     issued a collective at that position, the newest any rank is known to have issued (every rank's
     ledger is written before each call and survives the abort). A rank whose position is known only from
@@ -169,8 +237,9 @@ def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
     """Ranks exited normally while the others wait in a collective they reached under a rank test that the
     exited ranks never reached: the waiting ranks diverged (``if rank == 0: dist.barrier()``)."""
     waiters = [r for r in div.slots if r not in div.diverged]
-    if not waiters or any(record.ranks[r].event(schema.K_FINISH) is None or record.ranks[r].error
-                          for r in div.diverged):
+    if not waiters or any(
+        record.ranks[r].event(schema.K_FINISH) is None or record.ranks[r].error for r in div.diverged
+    ):
         return None
     for r in waiters:
         site = div.slots[r].site
@@ -199,8 +268,9 @@ def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Depa
     return found[0] if len(found) == 1 else None
 
 
-def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState], ev: dict,
-                leavers: tuple[int, ...], dep: Departure) -> Finding:
+def _early_exit(
+    record: RunRecord, div: Divergence, states: dict[int, RankState], ev: dict, leavers: tuple[int, ...], dep: Departure
+) -> Finding:
     gone = sorted(leavers)
     stay = sorted(r for r in div.slots if r not in gone)
     locs = [l for r in gone if (l := slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
@@ -211,19 +281,37 @@ def _early_exit(record: RunRecord, div: Divergence, states: dict[int, RankState]
     locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
     locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
     short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
-    left = (f"left the loop at {short} early" if dep.how == "left the loop" else
-            f"returned early from the call at {short} ({dep.func})")
+    left = (
+        f"left the loop at {short} early"
+        if dep.how == "left the loop"
+        else f"returned early from the call at {short} ({dep.func})"
+    )
     waits = group_values({r: slot_text(div.slots[r]) for r in gone}, bare=True)
-    went = group_values({r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r]))
-                         for r in stay}, bare=True)
+    went = group_values(
+        {r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r])) for r in stay},
+        bare=True,
+    )
     base = dep.exit_file.rsplit("/", 1)[-1]
     exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
-    msg = (f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
-           f"(collective #{div.seq} of group {div.group})")
-    ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": gone},
-              departure={"how": dep.how, "file": dep.file, "line": dep.line})
-    return Finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), tuple(sorted(div.slots)),
-                   tuple(locs), ev, culprits=tuple(gone))
+    msg = (
+        f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
+        f"(collective #{div.seq} of group {div.group})"
+    )
+    ev = dict(
+        ev,
+        divergence={"group": div.group, "seq": div.seq, "diverged": gone},
+        departure={"how": dep.how, "file": dep.file, "line": dep.line},
+    )
+    return Finding(
+        "hang.early-exit",
+        "error",
+        msg,
+        hint_for(record, "hang.early-exit"),
+        tuple(sorted(div.slots)),
+        tuple(locs),
+        ev,
+        culprits=tuple(gone),
+    )
 
 
 def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> list[Finding]:
@@ -247,11 +335,19 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
         locs = [l for s in fewer if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in cut if (l := best_where(record, s, "went on"))]
         steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
-        return [Finding("hang.early-exit", "error",
-                        f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
-                        f"({steps}) while the others went on",
-                        HINTS["hang.early-exit"], tuple(sorted(states)), tuple(locs), ev,
-                        culprits=tuple(sorted(s.rank for s in fewer)))]
+        return [
+            Finding(
+                "hang.early-exit",
+                "error",
+                f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
+                f"({steps}) while the others went on",
+                HINTS["hang.early-exit"],
+                tuple(sorted(states)),
+                tuple(locs),
+                ev,
+                culprits=tuple(sorted(s.rank for s in fewer)),
+            )
+        ]
     return []
 
 
@@ -267,7 +363,9 @@ def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int,
     return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]
 
 
-def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str) -> Finding:
+def _from_div(
+    record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str
+) -> Finding:
     locs = []
     culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
     for r in sorted(div.slots):
@@ -279,8 +377,10 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
             locs += _exit_guess(record, r, div, states)
     # culprits first, then the others, ranks with the same slot grouped
     desc = group_values({r: slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)
-    msg = f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); " \
-          f"diverged: {ranks_phrase(div.diverged)}"
+    msg = (
+        f"{what}: first divergence at collective #{div.seq} of group {div.group} ({desc}); "
+        f"diverged: {ranks_phrase(div.diverged)}"
+    )
     if ev.get("aborted"):
         msg += f"; gloo aborted {ranks_phrase(ev['aborted'])} (data size mismatch)"
     blocked = {r: f"{at(s.blocked)}{code(s.blocked)}" for r, s in states.items() if s.blocked is not None}
@@ -289,5 +389,13 @@ def _from_div(record: RunRecord, fid: str, div: Divergence, states: dict[int, Ra
         msg += f"; blocked at a sync point: {group_values(blocked)}"
         locs += [s.blocked for s in states.values() if s.blocked is not None]
     ev = dict(ev, divergence={"group": div.group, "seq": div.seq, "diverged": list(div.diverged)})
-    return Finding(fid, "error", msg, hint_for(record, fid), tuple(sorted(div.slots)), tuple(locs), ev,
-                   culprits=tuple(sorted(div.diverged)))
+    return Finding(
+        fid,
+        "error",
+        msg,
+        hint_for(record, fid),
+        tuple(sorted(div.slots)),
+        tuple(locs),
+        ev,
+        culprits=tuple(sorted(div.diverged)),
+    )

@@ -32,7 +32,7 @@ def _at(c0: int, d0: int, entries: list[dict[str, Any]], count: int) -> int:
     """The digest after ``count`` calls, folded from ``(c0, d0)`` over the kept entries."""
     d = d0
     cache: dict[tuple, int] = {}
-    for e in entries[:count - c0]:
+    for e in entries[: count - c0]:
         site = e.get("site")
         key = (e.get("op", "?"), shapes_text(e.get("shapes")), tuple(site[:2]) if site else None)
         h = cache.get(key)
@@ -52,7 +52,7 @@ def before_window(record: RunRecord) -> dict[str, Any] | None:
         if got is not None:
             info[r] = (got[0], got[1] or {})
     if len(info) < 2 or not any(d0 for _d, d0 in info.values()):
-        return None   # no ring rotated past its first segment: the ledgers hold every call
+        return None  # no ring rotated past its first segment: the ledgers hold every call
     groups = sorted({g for now, _d0 in info.values() for g in now})
     for g in groups:
         state: dict[int, tuple[int, int, list, int]] = {}
@@ -61,11 +61,13 @@ def before_window(record: RunRecord) -> dict[str, Any] | None:
                 continue
             c0, dg0 = (d0.get(g) or [0, 0])[:2]
             cn = int(now[g][0])
-            entries = [e for e in record.ranks[r].ledger
-                       if e.get("group") == g and e.get("kind", "coll") == "coll" and "op" in e
-                       and e["op"] not in COUNTED_OUT]
+            entries = [
+                e
+                for e in record.ranks[r].ledger
+                if e.get("group") == g and e.get("kind", "coll") == "coll" and "op" in e and e["op"] not in COUNTED_OUT
+            ]
             if int(c0) + len(entries) != cn:
-                continue   # this rank's kept ledger does not start where its digest0 says: no judgement
+                continue  # this rank's kept ledger does not start where its digest0 says: no judgement
             state[r] = (int(c0), int(dg0), entries, cn)
         if len(state) < 2:
             continue
@@ -81,8 +83,7 @@ def before_window(record: RunRecord) -> dict[str, Any] | None:
             by.setdefault(_at(c0, dg0, entries, start), []).append(r)
         if len(by) > 1:
             kept = min(state[r][3] for r in ranks) - start
-            return {"group": g, "count": start, "kept": kept,
-                    "digests": {str(d): sorted(rs) for d, rs in by.items()}}
+            return {"group": g, "count": start, "kept": kept, "digests": {str(d): sorted(rs) for d, rs in by.items()}}
     return None
 
 
@@ -90,9 +91,11 @@ def sentence(info: dict[str, Any]) -> str:
     """What a finding says about a divergence before the window."""
     parts = sorted(info["digests"].values(), key=len, reverse=True)
     who = " vs ".join(ranks_phrase(rs) for rs in parts)
-    return (f"the ranks' collective sequences of group {info['group']} already differed before the last "
-            f"{info['kept']} collectives kept ({who} differ in op, shapes or call line within their first "
-            f"{info['count']} Python-level calls): raise DDPDOCTOR_LEDGER_RING to keep the first divergence in sight")
+    return (
+        f"the ranks' collective sequences of group {info['group']} already differed before the last "
+        f"{info['kept']} collectives kept ({who} differ in op, shapes or call line within their first "
+        f"{info['count']} Python-level calls): raise DDPDOCTOR_LEDGER_RING to keep the first divergence in sight"
+    )
 
 
 def annotate(findings: list[Finding], record: RunRecord) -> list[Finding]:
@@ -106,7 +109,15 @@ def annotate(findings: list[Finding], record: RunRecord) -> list[Finding]:
     out = []
     for f in findings:
         if f.id.startswith("hang."):
-            f = Finding(f.id, f.severity, f"{f.message}; {sentence(info)}", f.hint, f.ranks, f.locations,
-                        dict(f.evidence, before_window=info), f.culprits)
+            f = Finding(
+                f.id,
+                f.severity,
+                f"{f.message}; {sentence(info)}",
+                f.hint,
+                f.ranks,
+                f.locations,
+                dict(f.evidence, before_window=info),
+                f.culprits,
+            )
         out.append(f)
     return out

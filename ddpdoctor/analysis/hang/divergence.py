@@ -39,16 +39,16 @@ class Divergence:
     group: str
     seq: int
     slots: dict[int, Slot]
-    diverged: tuple[int, ...]   # ranks that left the common path here
-    kind: str                   # extra-call | op-mismatch | shape-mismatch | exited
-    exclusive: bool = False     # the diverged ranks' line here is one no other rank ever reaches
+    diverged: tuple[int, ...]  # ranks that left the common path here
+    kind: str  # extra-call | op-mismatch | shape-mismatch | exited
+    exclusive: bool = False  # the diverged ranks' line here is one no other rank ever reaches
 
 
 def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int = 1) -> dict[int, Slot]:
     """Rank ``rank``'s slots of ``group`` from position ``lo`` (the first one every rank's ledger still
     covers) to ``final_seq``."""
     out: dict[int, Slot] = {}
-    for e in reversed(record.ranks[rank].ledger):   # newest first: stop at the window's start
+    for e in reversed(record.ranks[rank].ledger):  # newest first: stop at the window's start
         rng = e.get("seq")
         if not rng or e.get("group") != group:
             continue
@@ -81,13 +81,12 @@ def main_group(record: RunRecord, states: dict[int, RankState]) -> str | None:
     """The process group most ranks report sequence numbers for (the default group), or None."""
     counts: Counter = Counter()
     for st in states.values():
-        for g in (st.seq or {}):
+        for g in st.seq or {}:
             counts[g] += 1
     return counts.most_common(1)[0][0] if counts else None
 
 
-def first_divergence(record: RunRecord, states: dict[int, RankState], group: str | None = None
-                     ) -> Divergence | None:
+def first_divergence(record: RunRecord, states: dict[int, RankState], group: str | None = None) -> Divergence | None:
     """The first position of ``group`` (the main one) where the ranks' collectives differ, or None."""
     group = group or main_group(record, states)
     if group is None:
@@ -96,9 +95,13 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     if len(ranks) < 2:
         return None
     # the heartbeat's counter may be older than the ledger (a fast rank that aborted between beats)
-    final = {r: max([int((states[r].seq or {})[group])] + [int(e["seq"][1]) for e in record.ranks[r].ledger[-8:]
-                                                    if e.get("group") == group and e.get("seq")])
-             for r in ranks}
+    final = {
+        r: max(
+            [int((states[r].seq or {})[group])]
+            + [int(e["seq"][1]) for e in record.ranks[r].ledger[-8:] if e.get("group") == group and e.get("seq")]
+        )
+        for r in ranks
+    }
     # a pending collective counts as issued; a rank still computing has not issued further ones
     lo = window_start(record, ranks, group)
     cache: dict[tuple, list] = {}
@@ -107,7 +110,7 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     start = max(lo, min(_first_difference(entries, ranks), min(final.values()) + 1))
     seqs = {r: sequence(record, r, group, final[r], start) for r in ranks}
     memo: dict[int, tuple] = {}
-    by_list: dict[tuple, set] = {}   # ranks read as one share their entries: their sites once
+    by_list: dict[tuple, set] = {}  # ranks read as one share their entries: their sites once
     sites_of = {}
     for r in ranks:
         es = entries[r]
@@ -118,8 +121,9 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     for r in ranks:
         p = states[r].pending
         if p and p.get("group") == group and p.get("seq"):
-            seqs[r][int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None,
-                                          p.get("shapes"))
+            seqs[r][int(p["seq"])] = Slot(
+                p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes")
+            )
             if p.get("site"):
                 sites_of[r].add(tuple(p["site"]))
     top = max(final.values())
@@ -142,8 +146,13 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             # the same op from different lines: an extra call when one rank's line is its own alone
             # while the other ranks' line is one it also uses (a shifted sequence); a symmetric
             # if/else (each rank its own line) is a common, correct pattern.
-            extra = [r for r in ranks if sites[r] and all(sites[r] not in sites_of[o] for o in ranks if o != r)
-                     and all(sites[o] in sites_of[r] for o in ranks if o != r)]
+            extra = [
+                r
+                for r in ranks
+                if sites[r]
+                and all(sites[r] not in sites_of[o] for o in ranks if o != r)
+                and all(sites[o] in sites_of[r] for o in ranks if o != r)
+            ]
             if extra and len(extra) < len(ranks):
                 return Divergence(group, s, slots, tuple(extra), "extra-call", True)
     return None
@@ -154,7 +163,7 @@ def _entries(ledger: list[dict[str, Any]], group: str, lo: int, cache: dict[tupl
     entry objects) get the same list, computed once."""
     if not ledger:
         return []
-    key = (id(ledger[0]), id(ledger[-1]), len(ledger))   # the cache lives as long as the ledgers
+    key = (id(ledger[0]), id(ledger[-1]), len(ledger))  # the cache lives as long as the ledgers
     got = cache.get(key)
     if got is None:
         got = cache[key] = [e for e in ledger if e.get("group") == group and e.get("seq") and e["seq"][1] >= lo]
@@ -179,16 +188,20 @@ def _first_difference(entries: dict[int, list[dict[str, Any]]], ranks: list[int]
         i, n = 0, min(len(ref), len(other))
         while i < n:
             a, b = ref[i], other[i]
-            if a is not b and (a["seq"] != b["seq"] or a.get("op") != b.get("op") or a.get("site") != b.get("site")
-                               or a.get("shapes") != b.get("shapes")):
+            if a is not b and (
+                a["seq"] != b["seq"]
+                or a.get("op") != b.get("op")
+                or a.get("site") != b.get("site")
+                or a.get("shapes") != b.get("shapes")
+            ):
                 break
             i += 1
         if i < len(ref) or i < len(other):
-            here = min(e["seq"][0] for e in (ref[i:i + 1] + other[i:i + 1]))
+            here = min(e["seq"][0] for e in (ref[i : i + 1] + other[i : i + 1]))
         else:
             here = (ref[-1]["seq"][1] + 1) if ref else 1
         if i and here > ref[i - 1]["seq"][1] + 1:
-            here = ref[i - 1]["seq"][1] + 1   # the gap after the last equal entry may differ (internal or not)
+            here = ref[i - 1]["seq"][1] + 1  # the gap after the last equal entry may differ (internal or not)
         start = here if start is None else min(start, here)
     return 1 if start is None else start
 

@@ -18,7 +18,7 @@ from ddpdoctor.analysis.state import all_states, describe_op, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-K_NODE_LOST = "node_lost"   # launch/jobstore.py writes it (monitor.jsonl)
+K_NODE_LOST = "node_lost"  # launch/jobstore.py writes it (monitor.jsonl)
 K_JOB_NOTE = "job_note"
 LOST_ID = "multinode.lost-node"
 # what the lost ranks look like to the other detectors (an exit, fewer steps, a timeout, an unexplained end):
@@ -75,24 +75,51 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         host = e.get("host") or "host unknown"
         seen = {r: _last_seen(record, r, now, cfg) for r in ranks}
         what = f"; last seen: {group_values(seen)}" if seen else ""
-        msg = (f"node {n} ({host}, {ranks_phrase(ranks) if ranks else 'ranks unknown'}) was lost: "
-               f"{e.get('why') or 'it stopped answering'}{what}")
+        msg = (
+            f"node {n} ({host}, {ranks_phrase(ranks) if ranks else 'ranks unknown'}) was lost: "
+            f"{e.get('why') or 'it stopped answering'}{what}"
+        )
         if victims:
             msg += f"; {ranks_phrase(victims)} failed with transport errors because of it"
-        locs = [l for r in ranks if (rec := record.ranks.get(r))
-                and (l := loc(r, ((rec.last_hb or {}).get("pending") or {}).get("site")
-                              or (rec.last_hb or {}).get("where"), "last seen"))]
+        locs = [
+            l
+            for r in ranks
+            if (rec := record.ranks.get(r))
+            and (
+                l := loc(
+                    r,
+                    ((rec.last_hb or {}).get("pending") or {}).get("site") or (rec.last_hb or {}).get("where"),
+                    "last seen",
+                )
+            )
+        ]
         for r in victims:
             err = record.ranks[r].error or {}
-            if (l := loc(r, err.get("user_frame"), "victim")):
+            if l := loc(r, err.get("user_frame"), "victim"):
                 locs.append(l)
-        hint = (f"Look at host {host} itself: the kernel log (`dmesg`, `journalctl -k`: the OOM killer, a "
-                "hardware error), the scheduler's log for the job (a preempted or failed node), its power and "
-                "network. The other nodes' errors are the consequence, not the cause.")
-        findings.append(Finding(LOST_ID, "error", msg, hint, tuple(sorted(set(ranks) | set(victims))), tuple(locs),
-                                {"node": n, "host": e.get("host"), "lost_ranks": ranks, "victims": victims,
-                                 "last_seen": {str(r): t for r, t in seen.items()}},
-                                culprits=tuple(ranks)))
+        hint = (
+            f"Look at host {host} itself: the kernel log (`dmesg`, `journalctl -k`: the OOM killer, a "
+            "hardware error), the scheduler's log for the job (a preempted or failed node), its power and "
+            "network. The other nodes' errors are the consequence, not the cause."
+        )
+        findings.append(
+            Finding(
+                LOST_ID,
+                "error",
+                msg,
+                hint,
+                tuple(sorted(set(ranks) | set(victims))),
+                tuple(locs),
+                {
+                    "node": n,
+                    "host": e.get("host"),
+                    "lost_ranks": ranks,
+                    "victims": victims,
+                    "last_seen": {str(r): t for r, t in seen.items()},
+                },
+                culprits=tuple(ranks),
+            )
+        )
     return findings
 
 
@@ -100,13 +127,19 @@ def adjust(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     """A lost node explains what its ranks' disappearance looks like to the other detectors; then every
     finding of a job across nodes names its culprits' nodes."""
     note = unreachable_note(record)
-    if note:   # say which node could not be seen, and why
-        findings = [dataclasses.replace(f, message=f"{f.message}; {note}") if f.id == "multinode.partial-view" else f
-                    for f in findings]
+    if note:  # say which node could not be seen, and why
+        findings = [
+            dataclasses.replace(f, message=f"{f.message}; {note}") if f.id == "multinode.partial-view" else f
+            for f in findings
+        ]
     lost = {r for f in findings if f.id == LOST_ID for r in f.culprits}
     if lost:
-        findings = [f for f in findings if f.id == LOST_ID or not (
-            f.id.startswith(_EXPLAINED_BY_LOSS) and set(f.culprits) <= lost | _transport_ranks(record))]
+        findings = [
+            f
+            for f in findings
+            if f.id == LOST_ID
+            or not (f.id.startswith(_EXPLAINED_BY_LOSS) and set(f.culprits) <= lost | _transport_ranks(record))
+        ]
     nodes = nodes_of(record)
     if len({v for v in nodes.values()}) <= 1:
         return findings
@@ -118,10 +151,14 @@ def adjust(record: RunRecord, findings: list[Finding]) -> list[Finding]:
         by_node: dict[tuple, list[int]] = {}
         for r in f.culprits:
             by_node.setdefault(nodes.get(r, (None, "?")), []).append(r)
-        where = "; ".join(f"{ranks_phrase(rs)} on node {n if n is not None else '?'} (host {h})"
-                          for (n, h), rs in sorted(by_node.items(), key=lambda kv: kv[1][0]))
-        ev = dict(f.evidence, nodes={str(r): {"node": nodes.get(r, (None, ""))[0], "host": nodes.get(r, (None, ""))[1]}
-                                     for r in f.ranks})
+        where = "; ".join(
+            f"{ranks_phrase(rs)} on node {n if n is not None else '?'} (host {h})"
+            for (n, h), rs in sorted(by_node.items(), key=lambda kv: kv[1][0])
+        )
+        ev = dict(
+            f.evidence,
+            nodes={str(r): {"node": nodes.get(r, (None, ""))[0], "host": nodes.get(r, (None, ""))[1]} for r in f.ranks},
+        )
         out.append(dataclasses.replace(f, message=f"{f.message} [{where}]", evidence=ev))
     return out
 

@@ -30,8 +30,9 @@ def user_stack(record: RunRecord, rank: int) -> list[tuple[str, int, str]] | Non
     sources.append((rec.error or {}).get("frames"))
     sources.append(_faulthandler_main(rec.terminated, record))
     for frames in sources:
-        user = [(str(f[0]), int(f[1]), str(f[2])) for f in frames or ()
-                if len(f) >= 3 and is_user_path(str(f[0]), record)]
+        user = [
+            (str(f[0]), int(f[1]), str(f[2])) for f in frames or () if len(f) >= 3 and is_user_path(str(f[0]), record)
+        ]
         if user:
             return user
     return None
@@ -50,11 +51,11 @@ def _faulthandler_main(text: str, record: RunRecord) -> list | None:
 class Departure:
     """The diverged rank had left the place the others are still in."""
 
-    how: str        # "left the loop" | "returned from"
+    how: str  # "left the loop" | "returned from"
     file: str
-    line: int       # the loop's first line, or the call the others are still inside
+    line: int  # the loop's first line, or the call the others are still inside
     func: str
-    exits: tuple[int, ...] = ()   # the break/return lines that leave that loop (where the culprit left)
+    exits: tuple[int, ...] = ()  # the break/return lines that leave that loop (where the culprit left)
     exit_file: str = ""
 
 
@@ -72,8 +73,11 @@ def _tree(path: str) -> ast.AST | None:
 
 def _loops(path: str) -> tuple[tuple[int, int], ...]:
     tree = _tree(path)
-    return () if tree is None else tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
-                                         if isinstance(n, _LOOP))
+    return (
+        ()
+        if tree is None
+        else tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, _LOOP))
+    )
 
 
 def loop_exits(path: str, line: int, every_loop: bool = False) -> tuple[int, ...]:
@@ -99,9 +103,13 @@ def _exits_of(outer: ast.AST) -> tuple[int, ...]:
                 continue
             if isinstance(child, ast.Break) and depth == 0 or isinstance(child, ast.Return):
                 out.append(child.lineno)
-            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and \
-                    child.func.attr == "exit" and isinstance(child.func.value, ast.Name) and \
-                    child.func.value.id == "sys":
+            elif (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and child.func.attr == "exit"
+                and isinstance(child.func.value, ast.Name)
+                and child.func.value.id == "sys"
+            ):
                 out.append(child.lineno)
             visit(child, depth + 1 if isinstance(child, _LOOP) else depth)
 
@@ -134,7 +142,7 @@ def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
                 return None
             # the others are still inside the call at ``lo``: find the loop they are in, deeper down
             exits: tuple[int, ...] = ()
-            for f in so[i + 1:]:
+            for f in so[i + 1 :]:
                 exits = loop_exits(f[0], f[1])
                 if exits:
                     return Departure("returned from", path, lo, fo[2], exits=exits, exit_file=f[0])
@@ -149,8 +157,11 @@ def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
         # a loop around both: ``other`` may have gone round it and past ``ld`` already; it has not
         # when both ranks are in the same DataLoader pass
         np_d, np_o = passes(record, diverged), passes(record, other)
-        return (Departure("left the loop", path, outer[0], fo[2], exits=exits, exit_file=path)
-                if np_d and np_d == np_o else None)
+        return (
+            Departure("left the loop", path, outer[0], fo[2], exits=exits, exit_file=path)
+            if np_d and np_d == np_o
+            else None
+        )
     return None
 
 

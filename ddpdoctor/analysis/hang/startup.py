@@ -35,24 +35,52 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         ex = record.monitor_event(schema.K_EXIT)
         code = ex.get("returncode") if ex else None
         tail = _torchrun_tail(record)
-        return [Finding("run.not-started", "error", f"no rank started (torchrun exit code {code})"
-                        + (f": {tail}" if tail else ""), "Check the torchrun options (see torchrun.log in the run "
-                        "directory) and that this Python environment can run the script.", ())]
+        return [
+            Finding(
+                "run.not-started",
+                "error",
+                f"no rank started (torchrun exit code {code})" + (f": {tail}" if tail else ""),
+                "Check the torchrun options (see torchrun.log in the run "
+                "directory) and that this Python environment can run the script.",
+                (),
+            )
+        ]
     for r, fin, err in ends:
         if err:
             where = loc(r, err.get("user_frame"), "raised")
             at = f" at {where.file}:{where.line}" if where else ""
             first = (str(err.get("message", "")).strip().splitlines() or [""])[0][:200]
-            return [Finding("run.failed-before-init", "error",
-                            f"the script raised {err.get('type')}{at} before init_process_group: {first}",
-                            "Fix the error above; ddpdoctor diagnoses the job once the ranks initialise.",
-                            (r,), (where,) if where else (), {"code": 1}, culprits=(r,))]
+            return [
+                Finding(
+                    "run.failed-before-init",
+                    "error",
+                    f"the script raised {err.get('type')}{at} before init_process_group: {first}",
+                    "Fix the error above; ddpdoctor diagnoses the job once the ranks initialise.",
+                    (r,),
+                    (where,) if where else (),
+                    {"code": 1},
+                    culprits=(r,),
+                )
+            ]
         if fin and fin.get("code") not in (0, None):
-            return [Finding("run.failed-before-init", "error",
-                            f"the script exited with code {fin.get('code')} before init_process_group",
-                            "Fix what made it exit; ddpdoctor diagnoses the job once the ranks initialise.",
-                            (r,), (), {"code": fin.get("code")}, culprits=(r,))]
-    return [Finding("run.no-distributed", "error",
-                    "the script finished without calling torch.distributed.init_process_group: nothing "
-                    "distributed to diagnose", "Run a DDP script (or omit --script for the built-in probe).",
-                    ())]
+            return [
+                Finding(
+                    "run.failed-before-init",
+                    "error",
+                    f"the script exited with code {fin.get('code')} before init_process_group",
+                    "Fix what made it exit; ddpdoctor diagnoses the job once the ranks initialise.",
+                    (r,),
+                    (),
+                    {"code": fin.get("code")},
+                    culprits=(r,),
+                )
+            ]
+    return [
+        Finding(
+            "run.no-distributed",
+            "error",
+            "the script finished without calling torch.distributed.init_process_group: nothing distributed to diagnose",
+            "Run a DDP script (or omit --script for the built-in probe).",
+            (),
+        )
+    ]

@@ -21,9 +21,17 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             hit.append(r)
     if not hit:
         return []
-    return [Finding("teardown.gloo-abort", "warning",
-                    f"{ranks_phrase(hit)} finished their work, then aborted at interpreter exit "
-                    f"('{TEARDOWN_ABORT}'): a known torch/gloo teardown race, not your training code",
-                    "Call dist.destroy_process_group() at the end of the script; nothing of the training "
-                    "was lost. torchrun may report the run as failed because of it.",
-                    tuple(hit), (), {"stderr": TEARDOWN_ABORT}, culprits=())]
+    return [
+        Finding(
+            "teardown.gloo-abort",
+            "warning",
+            f"{ranks_phrase(hit)} finished their work, then aborted at interpreter exit "
+            f"('{TEARDOWN_ABORT}'): a known torch/gloo teardown race, not your training code",
+            "Call dist.destroy_process_group() at the end of the script; nothing of the training "
+            "was lost. torchrun may report the run as failed because of it.",
+            tuple(hit),
+            (),
+            {"stderr": TEARDOWN_ABORT},
+            culprits=(),
+        )
+    ]

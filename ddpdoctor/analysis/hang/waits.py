@@ -6,16 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL
 from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
 from ddpdoctor.analysis.live import op_key
 from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
 from ddpdoctor.record.reader import RunRecord
 
 
-def slot_loc(record: RunRecord, rank: int, slot: Any, states: dict[int, RankState], role: str
-             ) -> Location | None:
+def slot_loc(record: RunRecord, rank: int, slot: Any, states: dict[int, RankState], role: str) -> Location | None:
     """Where a rank's slot of a divergence was issued; its last collective when it exited, else where it is."""
     if slot is not None and slot.site:
         return loc(rank, list(slot.site), role)
@@ -42,9 +41,14 @@ def receive_cycle(states: dict[int, RankState]) -> Finding | None:
     """Every rank that has not ended waits to receive (``recv``, or ``irecv`` whose Work it waits on) and
     none has a send outstanding: no message can ever arrive."""
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    if not live or len(live) != len(states) or any(
+    if (
+        not live
+        or len(live) != len(states)
+        or any(
             s.state != "waiting" or (s.pending or {}).get("op") not in RECVS or (s.pending or {}).get("sends")
-            for s in live):
+            for s in live
+        )
+    ):
         return None
     parts: dict[int, str] = {}
     locs: list[Location] = []
@@ -53,17 +57,24 @@ def receive_cycle(states: dict[int, RankState]) -> Finding | None:
         peer = p.get("peer")
         src = f" from rank {peer}" if peer is not None else ""
         if s.blocked is not None:
-            parts[s.rank] = (f"blocked at {at(s.blocked)}{code(s.blocked)} waiting for {p.get('op')}{src} issued "
-                             f"at {at(s.where)}")
+            parts[s.rank] = (
+                f"blocked at {at(s.blocked)}{code(s.blocked)} waiting for {p.get('op')}{src} issued at {at(s.where)}"
+            )
             locs.append(s.blocked)
         else:
             parts[s.rank] = f"in {p.get('op')}{src} at {at(s.where)}"
         if s.where:
             locs.append(Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting"))
-    return Finding("hang.p2p-deadlock", "error",
-                   f"every rank waits to receive and none sends: {group_values(parts)}",
-                   P2P_HINT, tuple(sorted(states)), tuple(locs), {"ranks": sorted(parts)},
-                   culprits=tuple(sorted(parts)))
+    return Finding(
+        "hang.p2p-deadlock",
+        "error",
+        f"every rank waits to receive and none sends: {group_values(parts)}",
+        P2P_HINT,
+        tuple(sorted(states)),
+        tuple(locs),
+        {"ranks": sorted(parts)},
+        culprits=tuple(sorted(parts)),
+    )
 
 
 def slot_text(sl: Any) -> str:
@@ -87,7 +98,7 @@ def code(where: Location | None) -> str:
 
     text = linecache.getline(where.file, where.line).strip() if where else ""
     if " #" in text:
-        text = text[:text.index(" #")].rstrip()
+        text = text[: text.index(" #")].rstrip()
     return f" (`{text[:60]}`)" if text else ""
 
 
@@ -95,8 +106,10 @@ def state_text(s: RankState) -> str:
     """Where a rank stands in words: blocked at a sync point, waiting in a collective, busy at a line."""
     if s.state == "waiting" and s.blocked is not None:
         p = s.pending or {}
-        return (f"blocked at {at(s.blocked)}{code(s.blocked)} waiting for {describe_op(p.get('op'), p.get('shapes'))}"
-                f" #{p.get('seq')} issued at {at(s.where)}")
+        return (
+            f"blocked at {at(s.blocked)}{code(s.blocked)} waiting for {describe_op(p.get('op'), p.get('shapes'))}"
+            f" #{p.get('seq')} issued at {at(s.where)}"
+        )
     if s.state == "waiting":
         return f"waiting in {(s.pending or {}).get('op')} at {at(s.where)}"
     if s.state == "ddp-wait":
@@ -112,33 +125,62 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     world = record.world_size or len(states)
     unseen = [r for r in range(world) if r not in states]
     keys = {(s.pending or {}).get("seq") for s in waiting} if waiting else set()
-    same = (not busy and not unseen and len(waiting) == len(states) and len(keys) == 1
-            and len({op_key(s.pending or {}) for s in waiting}) == 1)
+    same = (
+        not busy
+        and not unseen
+        and len(waiting) == len(states)
+        and len(keys) == 1
+        and len({op_key(s.pending or {}) for s in waiting}) == 1
+    )
     locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting") for s in waiting if s.where]
     locs += [Location(s.rank, s.where.file, s.where.line, s.where.func, "busy") for s in busy if s.where]
     if same:
         p = waiting[0].pending or {}
-        return Finding("hang.transport-stall", "error",
-                       f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
-                       HINTS["hang.transport-stall"], tuple(sorted(states)), tuple(locs), ev)
+        return Finding(
+            "hang.transport-stall",
+            "error",
+            f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
+            HINTS["hang.transport-stall"],
+            tuple(sorted(states)),
+            tuple(locs),
+            ev,
+        )
     if busy and not waiting and str(ev.get("reason") or "").startswith("no rank made progress"):
         # blocked outside any collective call: Work.wait(), a receive, a sync point
         text = group_values({s.rank: f"blocked at {at(s.where)}{code(s.where)}" for s in busy})
         locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "blocked") for s in busy if s.where]
-        return Finding("hang.timeout", "error", f"no rank made progress for {cfg.timeout:g} s: {text}",
-                       BLOCKED_HINT, tuple(sorted(states)), tuple(locs), ev,
-                       culprits=tuple(sorted(s.rank for s in busy)))
+        return Finding(
+            "hang.timeout",
+            "error",
+            f"no rank made progress for {cfg.timeout:g} s: {text}",
+            BLOCKED_HINT,
+            tuple(sorted(states)),
+            tuple(locs),
+            ev,
+            culprits=tuple(sorted(s.rank for s in busy)),
+        )
     text = group_values({s.rank: state_text(s) for s in waiting + busy}, first=[s.rank for s in busy])
     if not waiting and not busy:
         text = f"{ranks_phrase(states)} on this node ended" + (
-            f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else "")
+            f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else ""
+        )
     msg = f"no progress for {cfg.timeout:g} s: {text}"
     hint = HINTS["hang.timeout"]
     if unseen:
         # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
         msg += f"; {unseen_phrase(unseen)}"
-        hint = ("This node sees only its own ranks. Run ddpdoctor analyze with every node's run directory, "
-                f"{analyze_command(record.run_dir)}, to find the rank that diverged.")
+        hint = (
+            "This node sees only its own ranks. Run ddpdoctor analyze with every node's run directory, "
+            f"{analyze_command(record.run_dir)}, to find the rank that diverged."
+        )
         ev = dict(ev, unseen_ranks=unseen)
-    return Finding("hang.timeout", "error", msg, hint, tuple(sorted(states)), tuple(locs), ev,
-                   culprits=tuple(sorted(s.rank for s in busy)))
+    return Finding(
+        "hang.timeout",
+        "error",
+        msg,
+        hint,
+        tuple(sorted(states)),
+        tuple(locs),
+        ev,
+        culprits=tuple(sorted(s.rank for s in busy)),
+    )

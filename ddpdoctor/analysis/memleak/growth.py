@@ -12,15 +12,19 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list
+from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
-from ddpdoctor.analysis.series import growth, theil_sen
 from ddpdoctor.record.reader import RunRecord
 
 
-
 def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> bool:
-    return bool(g and g["late_slope"] >= min_slope and g["late_total"] >= min_total and g["up_fraction"] >= 0.5
-                and g.get("above_prior", min_total) >= min_total / 2)
+    return bool(
+        g
+        and g["late_slope"] >= min_slope
+        and g["late_total"] >= min_total
+        and g["up_fraction"] >= 0.5
+        and g.get("above_prior", min_total) >= min_total / 2
+    )
 
 
 def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
@@ -33,8 +37,14 @@ def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
         for e in rec.memory:
             if e.get("kind") != schema.K_CENSUS:
                 continue
-            if e.get("final") and cs and (e.get("tensors", 0) < cs[-1].get("tensors", 0)
-                                          or e.get("graph_nodes", 0) < cs[-1].get("graph_nodes", 0)):
+            if (
+                e.get("final")
+                and cs
+                and (
+                    e.get("tensors", 0) < cs[-1].get("tensors", 0)
+                    or e.get("graph_nodes", 0) < cs[-1].get("graph_nodes", 0)
+                )
+            ):
                 continue
             cs.append(e)
         out[r] = cs
@@ -117,20 +127,41 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
     h0 = next(iter(holders.values()), {})
     name = h0.get("name", "")
     stored = bool(h0.get("container")) if h0 else False
-    cause = ("tensors stored with their autograd graph" if stored else
-             "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)")
+    cause = (
+        "tensors stored with their autograd graph"
+        if stored
+        else "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)"
+    )
     held = f" in `{name}` ({_short(h0['file'])}:{h0['line']})" if name and h0.get("file") else ""
-    msg = (f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks)}: {cause}{held}; "
-           f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
-           + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host"))
+    msg = (
+        f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks)}: {cause}{held}; "
+        f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
+        + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host")
+    )
     what = f"`{name}`" if name else "the container"
-    hint = (f"Store `x.detach()` (or `x.item()` for a number) in {what}, not the tensor itself: each stored "
-            "tensor keeps its step's graph and activations alive." if stored else
-            "Accumulate `loss.item()` or `loss.detach()`, not `loss`: each step's graph stays alive otherwise.")
-    return [Finding("memleak.autograd-graph", "error", msg, hint, tuple(hr), tuple(locs),
-                    {"nodes_per_step": per, "rss_bytes_per_step": rss_slope,
-                     "ranks_growing": hr, "holders": {str(r): h for r, h in holders.items()}},
-                    culprits=tuple(hr))]
+    hint = (
+        f"Store `x.detach()` (or `x.item()` for a number) in {what}, not the tensor itself: each stored "
+        "tensor keeps its step's graph and activations alive."
+        if stored
+        else "Accumulate `loss.item()` or `loss.detach()`, not `loss`: each step's graph stays alive otherwise."
+    )
+    return [
+        Finding(
+            "memleak.autograd-graph",
+            "error",
+            msg,
+            hint,
+            tuple(hr),
+            tuple(locs),
+            {
+                "nodes_per_step": per,
+                "rss_bytes_per_step": rss_slope,
+                "ranks_growing": hr,
+                "holders": {str(r): h for r, h in holders.items()},
+            },
+            culprits=tuple(hr),
+        )
+    ]
 
 
 def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], dense: bool) -> dict[str, Any] | None:
@@ -138,8 +169,12 @@ def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], den
     holder of most of the nodes in the last scan; else the holder of the biggest graph in the last census
     that names one."""
     last = next((s for s in reversed(steps) if s.get("local_holder")), None)
-    if dense and last and last["local_holder"].get("file") and \
-            last["local_holder"].get("nodes", 0) * 2 >= last.get("local_graph", 0):
+    if (
+        dense
+        and last
+        and last["local_holder"].get("file")
+        and last["local_holder"].get("nodes", 0) * 2 >= last.get("local_graph", 0)
+    ):
         return last["local_holder"]
     for c in reversed(census):
         h = next((b.get("holder") for b in c.get("biggest_graphs", []) if b.get("holder")), None)
@@ -161,12 +196,21 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
         for k in keys:
             pts = []
             for c in cs:
-                n = next((g["bytes"] for g in c.get("groups", []) if (tuple(g["shape"]), g["dtype"], g["device"],
-                                                                         g["grad_fn"]) == k), 0)
+                n = next(
+                    (
+                        g["bytes"]
+                        for g in c.get("groups", [])
+                        if (tuple(g["shape"]), g["dtype"], g["device"], g["grad_fn"]) == k
+                    ),
+                    0,
+                )
                 pts.append((c["step"], float(n)))
             g = growth(pts)
-            if g is not None and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"])) and (best is None or
-                                                                                   g["late_slope"] > best[1]["late_slope"]):
+            if (
+                g is not None
+                and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"]))
+                and (best is None or g["late_slope"] > best[1]["late_slope"])
+            ):
                 best = (k, g)
         if best:
             hits[r] = best
@@ -183,13 +227,24 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
             locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     h0 = next(iter(holders.values()), None)
     held = f", held by `{h0['name']}` ({_short(h0['file'])}:{h0['line']})" if h0 else ""
-    return [Finding("memleak.tensors", "error",
-                    f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
-                    f"{_who(hr, ranks)}{held}",
-                    "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
-                    "bound it, or store detached CPU copies.", tuple(hr), tuple(locs),
-                    {"group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]}, "bytes_per_step": g["late_slope"],
-                     "holders": {str(r): h for r, h in holders.items()}}, culprits=tuple(hr))]
+    return [
+        Finding(
+            "memleak.tensors",
+            "error",
+            f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
+            f"{_who(hr, ranks)}{held}",
+            "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
+            "bound it, or store detached CPU copies.",
+            tuple(hr),
+            tuple(locs),
+            {
+                "group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]},
+                "bytes_per_step": g["late_slope"],
+                "holders": {str(r): h for r, h in holders.items()},
+            },
+            culprits=tuple(hr),
+        )
+    ]
 
 
 def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
@@ -197,15 +252,25 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
     if seen:
         return out  # the cause is already named; the layers would repeat it
     specs = [
-        ("memleak.cuda", "CUDA allocator (allocated bytes)", lambda r: [(s["step"], float(s["cuda_allocated"]))
-                                                                        for s in steps[r] if "cuda_allocated" in s],
-         "cuda"),
-        ("memleak.dataloader-workers", "DataLoader worker processes (RSS)",
-         lambda r: [(c["step"], float(sum((c.get("workers") or {}).values()))) for c in census.get(r, [])], "host"),
-        ("memleak.python-objects", "Python objects (count)",
-         lambda r: [(c["step"], float(c.get("objects", 0))) for c in census.get(r, [])], "objects"),
-        ("memleak.rss", "process RSS",
-         lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
+        (
+            "memleak.cuda",
+            "CUDA allocator (allocated bytes)",
+            lambda r: [(s["step"], float(s["cuda_allocated"])) for s in steps[r] if "cuda_allocated" in s],
+            "cuda",
+        ),
+        (
+            "memleak.dataloader-workers",
+            "DataLoader worker processes (RSS)",
+            lambda r: [(c["step"], float(sum((c.get("workers") or {}).values()))) for c in census.get(r, [])],
+            "host",
+        ),
+        (
+            "memleak.python-objects",
+            "Python objects (count)",
+            lambda r: [(c["step"], float(c.get("objects", 0))) for c in census.get(r, [])],
+            "objects",
+        ),
+        ("memleak.rss", "process RSS", lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
     ]
     for fid, layer, series, unit in specs:
         hits: dict[int, dict[str, float]] = {}
@@ -250,18 +315,25 @@ def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dic
             if tb and tb["late_slope"] * 2 >= hits[r]["late_slope"]:
                 grew.append(r)
         if grew:
-            return (msg + f"; live tensors of many shapes grow with it on rank(s) {rank_list(grew)} "
-                    f"({n}+ censuses): no single group stands out",
-                    "Look at the census groups in the run directory (memory.jsonl) for what the loop keeps per step.",
-                    dict(ev, cause="tensors"))
-        return (msg + f": not explained by live tensors, autograd graphs or Python objects ({n}+ censuses "
-                "during the growth saw none grow): native memory (a C extension, allocator fragmentation, "
-                "pinned memory)",
-                "Look for native allocations per step (C extensions, pinned memory, a growing allocator "
-                "pool); `MALLOC_ARENA_MAX=2` rules out glibc arena fragmentation.", dict(ev, cause="native"))
+            return (
+                msg + f"; live tensors of many shapes grow with it on rank(s) {rank_list(grew)} "
+                f"({n}+ censuses): no single group stands out",
+                "Look at the census groups in the run directory (memory.jsonl) for what the loop keeps per step.",
+                dict(ev, cause="tensors"),
+            )
+        return (
+            msg + f": not explained by live tensors, autograd graphs or Python objects ({n}+ censuses "
+            "during the growth saw none grow): native memory (a C extension, allocator fragmentation, "
+            "pinned memory)",
+            "Look for native allocations per step (C extensions, pinned memory, a growing allocator "
+            "pool); `MALLOC_ARENA_MAX=2` rules out glibc arena fragmentation.",
+            dict(ev, cause="native"),
+        )
     r, n, lo, hi = min(few, key=lambda x: x[1])
     every = max(1, int((hi - lo) // 10))
-    return (msg + f"; the census could not explain it: too few censuses during the growth on rank {r} "
-            f"({n} between steps {int(lo)} and {int(hi)})",
-            f"Rerun with `--census-every {every}` so that censuses of live tensors and graphs cover the growth.",
-            dict(ev, cause="unknown"))
+    return (
+        msg + f"; the census could not explain it: too few censuses during the growth on rank {r} "
+        f"({n} between steps {int(lo)} and {int(hi)})",
+        f"Rerun with `--census-every {every}` so that censuses of live tensors and graphs cover the growth.",
+        dict(ev, cause="unknown"),
+    )

@@ -12,4 +12,4 @@ def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the profile family."""
     from ddpdoctor.analysis.profile import backward, breakdown
 
-    return backward.add(breakdown.detect(record, config), record)   # + a straggler inside backward
+    return backward.add(breakdown.detect(record, config), record)  # + a straggler inside backward

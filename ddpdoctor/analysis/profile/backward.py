@@ -20,10 +20,12 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 PHASE = "backward+comm"
-SHARE = 0.10     # the culprit's extra backward compute above this share of the median step ...
-MIN_MS = 5.0     # ... and above this many ms (the thresholds of profile.straggler)
-HINT = ("Look at what only the slow rank computes in backward (a custom autograd Function, hooks on its "
-        "parameters or tensors, a slower device, larger inputs); DDP's all-reduce makes every rank wait for it.")
+SHARE = 0.10  # the culprit's extra backward compute above this share of the median step ...
+MIN_MS = 5.0  # ... and above this many ms (the thresholds of profile.straggler)
+HINT = (
+    "Look at what only the slow rank computes in backward (a custom autograd Function, hooks on its "
+    "parameters or tensors, a slower device, larger inputs); DDP's all-reduce makes every rank wait for it."
+)
 
 
 def ddp_timers(record: RunRecord) -> dict[int, dict[str, float]]:
@@ -63,7 +65,7 @@ def detect(record: RunRecord) -> list[Finding]:
     base = median_low(timers[r]["compute"] for r in med)
     slow = {r: timers[r]["compute"] - base for r in med if timers[r]["compute"] - base >= thr}
     if not slow or 2 * len(slow) >= len(med) + 1:
-        return []   # nobody, or most ranks: no straggler to single out
+        return []  # nobody, or most ranks: no straggler to single out
     culprits = sorted(slow)
     others = sorted(r for r in med if r not in slow)
     # the others must show it: they wait in the all-reduce while the culprits compute
@@ -82,8 +84,10 @@ def detect(record: RunRecord) -> list[Finding]:
     xs = [slow[r] for r in culprits]
     who = f"rank {worst} is" if len(culprits) == 1 else f"{ranks_phrase(culprits)} are"
     span = f"{xs[0]:.0f}" if len(xs) == 1 else f"{min(xs):.0f}-{max(xs):.0f}"
-    msg = (f"{who} {span} ms/step slower than the others in backward (DDP's timers: backward compute "
-           f"{timers[worst]['compute']:.1f} ms vs {base:.1f} ms)")
+    msg = (
+        f"{who} {span} ms/step slower than the others in backward (DDP's timers: backward compute "
+        f"{timers[worst]['compute']:.1f} ms vs {base:.1f} ms)"
+    )
     h = hot.get(worst)
     if h is not None:
         fn = f" in {h.func}" if h.func and h.func != "<module>" else ""
@@ -101,14 +105,32 @@ def detect(record: RunRecord) -> list[Finding]:
         msg += f" at {_short(wait_line.file)}:{wait_line.line}" + (f" (`{wait_line.text}`)" if wait_line.text else "")
     msg += f", +{median(waits.values()):.0f} ms/step"
     ev: dict[str, Any] = {
-        "rank": worst, "phase": "backward", "excess_ms": round(slow[worst], 2), "step_ms": step, "threshold_ms": thr,
-        "culprits": rank_list(culprits), "excess_by_rank": {str(r): round(slow[r], 2) for r in culprits},
-        "line": [h.file, h.line, h.func] if h else None, "line_ms": round(h.ms, 2) if h else None,
+        "rank": worst,
+        "phase": "backward",
+        "excess_ms": round(slow[worst], 2),
+        "step_ms": step,
+        "threshold_ms": thr,
+        "culprits": rank_list(culprits),
+        "excess_by_rank": {str(r): round(slow[r], 2) for r in culprits},
+        "line": [h.file, h.line, h.func] if h else None,
+        "line_ms": round(h.ms, 2) if h else None,
         "ddp_timers_ms": {str(r): timers[r] for r in med} if len(med) <= 64 else {},
-        "wait_ms": {str(r): round(w, 2) for r, w in waits.items()} if len(others) <= 64 else
-        {"median": round(median(waits.values()), 2)}}
-    return [Finding("profile.straggler", "warning", msg, HINT, tuple(sorted(med)), tuple(locs[:64]), ev,
-                    culprits=tuple(culprits))]
+        "wait_ms": {str(r): round(w, 2) for r, w in waits.items()}
+        if len(others) <= 64
+        else {"median": round(median(waits.values()), 2)},
+    }
+    return [
+        Finding(
+            "profile.straggler",
+            "warning",
+            msg,
+            HINT,
+            tuple(sorted(med)),
+            tuple(locs[:64]),
+            ev,
+            culprits=tuple(culprits),
+        )
+    ]
 
 
 def add(findings: list[Finding], record: RunRecord) -> list[Finding]:

@@ -14,19 +14,28 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list, ranks_phrase
+from ddpdoctor.analysis.profile.steps import (
+    PHASES,
+    Hot,
+    Samples,
+    _between,
+    _line_phrase,
+    _short,
+    _step_order,
+    medians,
+    samples_of,
+)
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
-from ddpdoctor.analysis.profile.steps import (Hot, PHASES, Samples, _between, _line_phrase, _short, _step_order,
-                                              medians, samples_of)
 
 STRAGGLER_PHASES = ("data", "forward", "optimizer", "other")  # a wait lands in backward+comm or collective
-DATA_BOUND = 0.30       # data wait above this share of the step
+DATA_BOUND = 0.30  # data wait above this share of the step
 STRAGGLER_SHARE = 0.10  # a rank's excess in one phase above this share of the median step ...
 STRAGGLER_MIN_MS = 5.0  # ... and above this many ms (scheduling noise on a busy host stays below)
-LINE_MIN_SAMPLES = 2    # a line needs this many samples to be named
+LINE_MIN_SAMPLES = 2  # a line needs this many samples to be named
 GPU_UTIL_MIN = 90
-MAX_LOCS_PER_LINE = 4   # per (line, role): at most this many ranks' locations; the message groups the rest
+MAX_LOCS_PER_LINE = 4  # per (line, role): at most this many ranks' locations; the message groups the rest
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -56,8 +65,9 @@ def _grouped(locs: list[Location]) -> tuple[Location, ...]:
     return tuple(out)
 
 
-def _slow_line(r: int, phase: str, med: dict[int, dict[str, float]], samples: dict[int, Samples],
-               peers: list[int]) -> Hot | None:
+def _slow_line(
+    r: int, phase: str, med: dict[int, dict[str, float]], samples: dict[int, Samples], peers: list[int]
+) -> Hot | None:
     """The culprit's line in ``phase`` with the most ms per step beyond what its peers spend there."""
     best, best_x = None, 0.0
     for h in samples[r].hot(phase, med[r][phase]):
@@ -73,8 +83,9 @@ def _slow_line(r: int, phase: str, med: dict[int, dict[str, float]], samples: di
 def _wait_phase(r: int, culprits: list[int], med: dict[int, dict[str, float]]) -> str:
     """Where a rank that waits for the culprits spends the extra time (usually backward: DDP's all-reduce)."""
     theirs = {p: median(med[c][p] for c in culprits) for p in PHASES}
-    return max(("backward+comm", "collective", "data", "forward", "optimizer", "other"),
-               key=lambda p: med[r][p] - theirs[p])
+    return max(
+        ("backward+comm", "collective", "data", "forward", "optimizer", "other"), key=lambda p: med[r][p] - theirs[p]
+    )
 
 
 def _loop_func(samples: dict[int, Samples]) -> str | None:
@@ -86,8 +97,9 @@ def _loop_func(samples: dict[int, Samples]) -> str | None:
     return c.most_common(1)[0][0] if c else None
 
 
-def _waiters(culprits: list[int], others: list[int], med: dict[int, dict[str, float]], samples: dict[int, Samples]
-             ) -> tuple[str, list[Location], dict[int, float]]:
+def _waiters(
+    culprits: list[int], others: list[int], med: dict[int, dict[str, float]], samples: dict[int, Samples]
+) -> tuple[str, list[Location], dict[int, float]]:
     """Where the ranks that wait for the culprits wait: a message tail, their locations, ms per step."""
     if not others:
         return "", [], {}
@@ -180,19 +192,38 @@ def _straggler(record: RunRecord, med: dict[int, dict[str, float]], samples: dic
     # where the others wait
     tail, wlocs, wait_ms = _waiters(culprits, others, med, samples)
     locs += wlocs
-    return [Finding("profile.straggler", "warning", head + tail,
-                    "Look at what only the slow rank does at that line (rank-only logging, evaluation or "
-                    "checkpointing, a slower device or host, uneven sample sizes); every step runs at the slowest "
-                    "rank's pace. Move rank-only work out of the step, or make it asynchronous.",
-                    tuple(sorted(med)), _grouped(locs),
-                    {"rank": worst, "phase": phase, "excess_ms": slow[worst], "phase_ms": med[worst][phase],
-                     "others_ms": base, "step_ms": step, "threshold_ms": thr,
-                     "culprits": rank_list(culprits), "excess_by_rank": {str(r): round(slow[r], 2) for r in culprits},
-                     "line": [h.file, h.line, h.func] if h else None, "line_ms": round(h.ms, 2) if h else None,
-                     "between": _between(h.after, order) if h and phase == "other" else None,
-                     "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()} if len(others) <= 64 else
-                     {"median": round(median(wait_ms.values()), 2)} if wait_ms else {}},
-                    culprits=tuple(culprits))]
+    return [
+        Finding(
+            "profile.straggler",
+            "warning",
+            head + tail,
+            "Look at what only the slow rank does at that line (rank-only logging, evaluation or "
+            "checkpointing, a slower device or host, uneven sample sizes); every step runs at the slowest "
+            "rank's pace. Move rank-only work out of the step, or make it asynchronous.",
+            tuple(sorted(med)),
+            _grouped(locs),
+            {
+                "rank": worst,
+                "phase": phase,
+                "excess_ms": slow[worst],
+                "phase_ms": med[worst][phase],
+                "others_ms": base,
+                "step_ms": step,
+                "threshold_ms": thr,
+                "culprits": rank_list(culprits),
+                "excess_by_rank": {str(r): round(slow[r], 2) for r in culprits},
+                "line": [h.file, h.line, h.func] if h else None,
+                "line_ms": round(h.ms, 2) if h else None,
+                "between": _between(h.after, order) if h and phase == "other" else None,
+                "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()}
+                if len(others) <= 64
+                else {"median": round(median(wait_ms.values()), 2)}
+                if wait_ms
+                else {},
+            },
+            culprits=tuple(culprits),
+        )
+    ]
 
 
 def _dataloader_site(record: RunRecord, rank: int, role: str = "data loop") -> Location | None:
@@ -223,14 +254,18 @@ def _data_bound(record: RunRecord, med: dict[int, dict[str, float]], samples: di
             loop_lines.add((dl.file, dl.line))
             locs.append(dl if in_process else Location(r, dl.file, dl.line, dl.func, "slow"))
     share = median(hits.values())
-    msg = f"{ranks_phrase(ranks)} {'spends' if len(ranks) == 1 else 'spend'} {100 * share:.0f}% of each step " \
-          f"waiting for the DataLoader"
+    msg = (
+        f"{ranks_phrase(ranks)} {'spends' if len(ranks) == 1 else 'spend'} {100 * share:.0f}% of each step "
+        f"waiting for the DataLoader"
+    )
     if hot_lines:
         h = hot[hot_lines.most_common(1)[0][0]]
         text = f" (`{h.text}`)" if h.text else ""
         fn = f" in {h.func}" if h.func else ""
-        msg += (f"; the time goes to {_short(h.file)}:{h.line}{fn}{text}, ~{h.ms:.0f} ms/step, in the training "
-                f"process itself (num_workers=0)")
+        msg += (
+            f"; the time goes to {_short(h.file)}:{h.line}{fn}{text}, ~{h.ms:.0f} ms/step, in the training "
+            f"process itself (num_workers=0)"
+        )
     elif loop_lines:
         f, l = sorted(loop_lines)[0]
         msg += f", at the loop {_short(f)}:{l} (the workers do not keep up)"
@@ -243,14 +278,26 @@ def _data_bound(record: RunRecord, med: dict[int, dict[str, float]], samples: di
             locs += wlocs
         else:
             wait_ms = {}
-    return [Finding("profile.dataloader-bound", "warning", msg,
-                    "Raise num_workers (and use persistent_workers=True, pin_memory=True on GPU), make "
-                    "__getitem__ cheaper, or prefetch; the model waits for data.", tuple(sorted(med)),
-                    _grouped(locs),
-                    {"data_share": {str(r): round(v, 3) for r, v in hits.items()} if len(hits) <= 64 else
-                     {"median": round(share, 3)},
-                     "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()} if len(wait_ms) <= 64 else
-                     {"median": round(median(wait_ms.values()), 2)}}, culprits=ranks)]
+    return [
+        Finding(
+            "profile.dataloader-bound",
+            "warning",
+            msg,
+            "Raise num_workers (and use persistent_workers=True, pin_memory=True on GPU), make "
+            "__getitem__ cheaper, or prefetch; the model waits for data.",
+            tuple(sorted(med)),
+            _grouped(locs),
+            {
+                "data_share": {str(r): round(v, 3) for r, v in hits.items()}
+                if len(hits) <= 64
+                else {"median": round(share, 3)},
+                "wait_ms": {str(r): round(w, 2) for r, w in wait_ms.items()}
+                if len(wait_ms) <= 64
+                else {"median": round(median(wait_ms.values()), 2)},
+            },
+            culprits=ranks,
+        )
+    ]
 
 
 def _gpu(record: RunRecord) -> list[Finding]:
@@ -264,11 +311,19 @@ def _gpu(record: RunRecord) -> list[Finding]:
     groups: dict[int, list[int]] = defaultdict(list)
     for r, u in low.items():
         groups[int(round(u / 10) * 10)].append(r)
-    return [Finding("profile.low-gpu-util", "warning",
-                    f"GPU utilisation below {GPU_UTIL_MIN}% (NVML): " +
-                    ", ".join(f"{ranks_phrase(rs)} ~{u}%" for u, rs in sorted(groups.items())),
-                    "The GPU waits for the host: data loading, Python overhead, small kernels or communication.",
-                    tuple(sorted(low)), (), {"util": {str(r): u for r, u in low.items()}}, culprits=tuple(sorted(low)))]
+    return [
+        Finding(
+            "profile.low-gpu-util",
+            "warning",
+            f"GPU utilisation below {GPU_UTIL_MIN}% (NVML): "
+            + ", ".join(f"{ranks_phrase(rs)} ~{u}%" for u, rs in sorted(groups.items())),
+            "The GPU waits for the host: data loading, Python overhead, small kernels or communication.",
+            tuple(sorted(low)),
+            (),
+            {"util": {str(r): u for r, u in low.items()}},
+            culprits=tuple(sorted(low)),
+        )
+    ]
 
 
 def _size(n: float) -> str:
@@ -276,8 +331,10 @@ def _size(n: float) -> str:
 
 
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
-    info: dict[int, dict[str, Any]] = {r: next((e for e in reversed(rec.timeline) if e.get("kind") == schema.K_PROFILE_INFO), {})
-            for r, rec in record.ranks.items()}
+    info: dict[int, dict[str, Any]] = {
+        r: next((e for e in reversed(rec.timeline) if e.get("kind") == schema.K_PROFILE_INFO), {})
+        for r, rec in record.ranks.items()
+    }
     if not med:
         return []
     shown = [p for p in PHASES if p != "collective" or any(m[p] > 0 for m in med.values())]
@@ -290,20 +347,36 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         parts.append(f"{ranks_phrase(rs)}: {text}")
     if len(groups) > 16:
         parts.append(f"... {len(groups) - 16} more groups")
-    r0, i0 = next(((r, i) for r, i in info.items() if i), (None, {}))   # a rank ended by --steps may have none
+    r0, i0 = next(((r, i) for r, i in info.items() if i), (None, {}))  # a rank ended by --steps may have none
     buckets = i0.get("buckets") or []
     steps, fwd = i0.get("steps") or 0, i0.get("forwards") or 0
     accum = round(fwd / steps, 2) if steps else None
-    tuning = (f"DDP buckets: {len(buckets)} ({', '.join(_size(b) for b in buckets[:8])}; "
-              f"bucket_cap_mb {i0.get('bucket_cap_mb', 0):g}); AMP {'on' if i0.get('amp') else 'off'}; "
-              f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}")
+    tuning = (
+        f"DDP buckets: {len(buckets)} ({', '.join(_size(b) for b in buckets[:8])}; "
+        f"bucket_cap_mb {i0.get('bucket_cap_mb', 0):g}); AMP {'on' if i0.get('amp') else 'off'}; "
+        f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}"
+    )
     ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
     if ddp.get("comm_ms") is not None:
-        tuning += (f"; DDP's own timers (rank {r0}, sampled): backward "
-                   f"compute {ddp.get('backward_ms', 0):.2f} ms, gradient all-reduce {ddp['comm_ms']:.2f} ms, "
-                   f"{ddp.get('overlap_ms', 0):.2f} ms of it overlapped")
-    return [Finding("profile.summary", "note", "; ".join(parts) + ". " + tuning,
-                    "Steady state after the first 20% of steps. Open trace.json in ui.perfetto.dev for the timeline.",
-                    tuple(sorted(med)), (), {"median_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
-                                             "buckets": buckets, "amp": i0.get("amp"), "accumulation": accum,
-                                             "ddp_timers_ms": ddp})]
+        tuning += (
+            f"; DDP's own timers (rank {r0}, sampled): backward "
+            f"compute {ddp.get('backward_ms', 0):.2f} ms, gradient all-reduce {ddp['comm_ms']:.2f} ms, "
+            f"{ddp.get('overlap_ms', 0):.2f} ms of it overlapped"
+        )
+    return [
+        Finding(
+            "profile.summary",
+            "note",
+            "; ".join(parts) + ". " + tuning,
+            "Steady state after the first 20% of steps. Open trace.json in ui.perfetto.dev for the timeline.",
+            tuple(sorted(med)),
+            (),
+            {
+                "median_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
+                "buckets": buckets,
+                "amp": i0.get("amp"),
+                "accumulation": accum,
+                "ddp_timers_ms": ddp,
+            },
+        )
+    ]

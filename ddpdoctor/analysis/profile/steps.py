@@ -12,14 +12,27 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 PHASES = ("data", "forward", "backward+comm", "optimizer", "collective", "other")
-_PHASE_OF = {"dataloader wait": "data", "forward": "forward", "backward": "backward+comm",
-             "optimizer step": "optimizer"}
+_PHASE_OF = {
+    "dataloader wait": "data",
+    "forward": "forward",
+    "backward": "backward+comm",
+    "optimizer step": "optimizer",
+}
 
-_SAMPLE_PHASE = {"data": "data", "forward": "forward", "backward": "backward+comm", "optimizer": "optimizer",
-                 "collective": "collective"}
+_SAMPLE_PHASE = {
+    "data": "data",
+    "forward": "forward",
+    "backward": "backward+comm",
+    "optimizer": "optimizer",
+    "collective": "collective",
+}
 
-_RANGE_WORDS = {"dataloader wait": "data loading", "forward": "forward", "backward": "backward",
-                "optimizer step": "optimizer step"}
+_RANGE_WORDS = {
+    "dataloader wait": "data loading",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer step": "optimizer step",
+}
 
 _AFTER = {"data": "dataloader wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 
@@ -34,8 +47,10 @@ def breakdown(timeline: list[dict[str, Any]]) -> list[dict[str, float]]:
     ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
     steps = sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"])
     main_tids = {e.get("tid") for e in steps}
-    others = sorted((e for e in ranges if e.get("name") in _PHASE_OF or (_is_collective(e) and e.get("tid") in main_tids)),
-                    key=lambda e: e["t0"])
+    others = sorted(
+        (e for e in ranges if e.get("name") in _PHASE_OF or (_is_collective(e) and e.get("tid") in main_tids)),
+        key=lambda e: e["t0"],
+    )
     out = []
     j = 0
     for st in steps:
@@ -88,10 +103,10 @@ class Hot:
     line: int
     func: str
     count: int
-    ms: float                         # estimated ms per step at this line
+    ms: float  # estimated ms per step at this line
     text: str = ""
     caller: tuple[str, int] | None = None
-    after: str = ""                   # for "other": the range that ended before it ("forward", ...)
+    after: str = ""  # for "other": the range that ended before it ("forward", ...)
 
 
 @dataclass
@@ -113,8 +128,18 @@ class Samples:
             callers = self.callers.get((phase, f, l))
             caller = callers.most_common(1)[0][0] if callers else None
             after = self.after[(f, l)].most_common(1)[0][0] if phase == "other" and self.after.get((f, l)) else ""
-            out.append(Hot(f, l, self.func.get((f, l), ""), c, phase_ms * c / n if n else 0.0,
-                           _code(self.text.get((f, l), "")), caller, after))
+            out.append(
+                Hot(
+                    f,
+                    l,
+                    self.func.get((f, l), ""),
+                    c,
+                    phase_ms * c / n if n else 0.0,
+                    _code(self.text.get((f, l), "")),
+                    caller,
+                    after,
+                )
+            )
         return out
 
     def ms_at(self, phase: str, key: tuple[str, int], phase_ms: float) -> float:
@@ -158,8 +183,9 @@ def _step_order(timeline: list[dict[str, Any]]) -> list[str]:
         return []
     st = steps[len(steps) // 2]
     seq: list[str] = []
-    for e in sorted((e for e in ranges if e.get("name") in _PHASE_OF and st["t0"] <= e["t0"] < st["t1"]),
-                    key=lambda e: e["t0"]):
+    for e in sorted(
+        (e for e in ranges if e.get("name") in _PHASE_OF and st["t0"] <= e["t0"] < st["t1"]), key=lambda e: e["t0"]
+    ):
         if not seq or seq[-1] != e["name"]:
             seq.append(e["name"])
     return seq
@@ -185,7 +211,7 @@ def _code(text: str) -> str:
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             if tok.type == tokenize.COMMENT:
-                return text[:tok.start[1]].rstrip()
+                return text[: tok.start[1]].rstrip()
     except (tokenize.TokenError, SyntaxError, IndentationError):
         if "  #" in text:
             return text.split("  #", 1)[0].rstrip()
@@ -197,8 +223,11 @@ def _short(path: str) -> str:
 
 
 def _line_phrase(h: Hot, loop_func: str | None = None) -> str:
-    text = f" (`{h.text}`" + (f", ~{h.ms:.0f} ms/step)" if h.ms >= 1 else ")") if h.text else (
-        f" (~{h.ms:.0f} ms/step)" if h.ms >= 1 else "")
+    text = (
+        f" (`{h.text}`" + (f", ~{h.ms:.0f} ms/step)" if h.ms >= 1 else ")")
+        if h.text
+        else (f" (~{h.ms:.0f} ms/step)" if h.ms >= 1 else "")
+    )
     fn = f" in {h.func}" if h.func and h.func not in ("<module>", loop_func) else ""
     out = f"{_short(h.file)}:{h.line}{fn}{text}"
     if h.caller and fn:

@@ -10,8 +10,8 @@ from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
 from ddpdoctor.render.html.parts import Sources, e, group_ranks, ranks_label, short
 
-BEFORE, AFTER = 4, 3   # positions shown around the divergence
-MAX_COLUMNS = 8        # rank groups shown side by side
+BEFORE, AFTER = 4, 3  # positions shown around the divergence
+MAX_COLUMNS = 8  # rank groups shown side by side
 
 
 def _divergence(report: Report) -> tuple[dict[str, Any], tuple[int, ...]] | None:
@@ -27,7 +27,7 @@ def _sequence(rec: Any, group: str, lo: int = 1, hi: int | None = None) -> tuple
     and its last position. A position the counter passed without a ledger entry is one DDP issued from C++."""
     out: dict[int, tuple] = {}
     last = 0
-    for ent in reversed(rec.ledger):   # newest first: stop before the window
+    for ent in reversed(rec.ledger):  # newest first: stop before the window
         rng = ent.get("seq")
         if ent.get("group") != group or not rng:
             continue
@@ -46,8 +46,12 @@ def _sequence(rec: Any, group: str, lo: int = 1, hi: int | None = None) -> tuple
         last = max(last, int(seq))
     p = hb.get("pending") or {}
     if p.get("group") == group and p.get("seq") and int(p["seq"]) not in out:
-        out[int(p["seq"])] = (p.get("op", "?"), tuple(tuple(s) for s in p.get("shapes") or ()),
-                              tuple(p["site"][:2]) if p.get("site") else None, schema.ST_ISSUED)
+        out[int(p["seq"])] = (
+            p.get("op", "?"),
+            tuple(tuple(s) for s in p.get("shapes") or ()),
+            tuple(p["site"][:2]) if p.get("site") else None,
+            schema.ST_ISSUED,
+        )
         last = max(last, int(p["seq"]))
     for s in range(lo, (last if hi is None else min(last, hi)) + 1):
         out.setdefault(s, ("DDP internal", (), None, schema.ST_DONE))
@@ -93,27 +97,42 @@ def _sequences(record: Any, div: dict[str, Any], culprits: tuple[int, ...], src:
     hi = max([lo] + [lo + i for w in windows.values() for i, sl in enumerate(w) if sl is not None])
     groups = group_ranks(windows, culprits)
     shown, rest = groups[:MAX_COLUMNS], groups[MAX_COLUMNS:]
-    head = ['<th>#</th>']
+    head = ["<th>#</th>"]
     for _w, ranks in shown:
         cul = set(ranks) & set(culprits)
         cls = ' class="cul"' if cul else ""
-        head.append(f'<th{cls}>{e(ranks_label(ranks))}{" (culprit)" if cul else ""}</th>')
+        head.append(f"<th{cls}>{e(ranks_label(ranks))}{' (culprit)' if cul else ''}</th>")
     rows = []
     for i, s in enumerate(range(lo, hi + 1)):
         dcls = ' class="div"' if s == at else ""
-        cells = [f'<th{dcls}>{s}{" &#9664; first divergence" if s == at else ""}</th>']
+        cells = [f"<th{dcls}>{s}{' &#9664; first divergence' if s == at else ''}</th>"]
         for w, ranks in shown:
-            classes = [c for c, on in (("div", s == at), ("cul", bool(set(ranks) & set(culprits))),
-                                       ("waiting", w[i] is not None and w[i][3] == schema.ST_ISSUED)) if on]
-            quote = s == at or (w[i] is not None and w[i][3] == schema.ST_ISSUED)   # the source text where it matters
+            classes = [
+                c
+                for c, on in (
+                    ("div", s == at),
+                    ("cul", bool(set(ranks) & set(culprits))),
+                    ("waiting", w[i] is not None and w[i][3] == schema.ST_ISSUED),
+                )
+                if on
+            ]
+            quote = s == at or (w[i] is not None and w[i][3] == schema.ST_ISSUED)  # the source text where it matters
             cells.append(f'<td class="{" ".join(classes)}">{_cell(w[i], src if quote else None)}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="small">{len(rest)} more group(s) of ranks with other sequences: '
-            f'{e("; ".join(ranks_label(rs) for _w, rs in rest))}</p>') if rest else ""
-    return (f'<h3>Collective sequences of group {e(group)} around position #{at}</h3>'
-            f'<table class="grid seq"><thead><tr>{"".join(head)}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            f'{more}<p class="small">Positions counted per process group; "DDP internal" is a collective DDP '
-            f'issued from C++ (gradient bucket all-reduce, buffer broadcast); "(waiting)" never completed.</p>')
+    more = (
+        (
+            f'<p class="small">{len(rest)} more group(s) of ranks with other sequences: '
+            f"{e('; '.join(ranks_label(rs) for _w, rs in rest))}</p>"
+        )
+        if rest
+        else ""
+    )
+    return (
+        f"<h3>Collective sequences of group {e(group)} around position #{at}</h3>"
+        f'<table class="grid seq"><thead><tr>{"".join(head)}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f'{more}<p class="small">Positions counted per process group; "DDP internal" is a collective DDP '
+        f'issued from C++ (gradient bucket all-reduce, buffer broadcast); "(waiting)" never completed.</p>'
+    )
 
 
 def _main_stack(rec: Any) -> tuple[tuple, str] | None:
@@ -142,19 +161,34 @@ def _stacks(report: Report, record: Any) -> str:
         return ""
     out = ["<h3>Stacks (main thread)</h3>"]
     for (frames, why), ranks in group_ranks(stacks, culprits):
-        cul = " <span class=\"culprit\">culprit</span>" if set(ranks) & culprits else ""
+        cul = ' <span class="culprit">culprit</span>' if set(ranks) & culprits else ""
         lines = []
         for fr in frames:
             path = str(fr[0]) if fr else "?"
             user = not ("site-packages" in path or "/ddpdoctor/" in path or path.startswith("<"))
-            lines.append(f'<div class="{"user" if user else "lib"}">{e(path)}:{e(fr[1] if len(fr) > 1 else "?")} '
-                         f'in {e(fr[2] if len(fr) > 2 else "?")}</div>')
-        innermost = next((f for f in reversed(frames) if f and "site-packages" not in str(f[0])
-                          and "/ddpdoctor/" not in str(f[0]) and not str(f[0]).startswith("<")), None)
+            lines.append(
+                f'<div class="{"user" if user else "lib"}">{e(path)}:{e(fr[1] if len(fr) > 1 else "?")} '
+                f"in {e(fr[2] if len(fr) > 2 else '?')}</div>"
+            )
+        innermost = next(
+            (
+                f
+                for f in reversed(frames)
+                if f
+                and "site-packages" not in str(f[0])
+                and "/ddpdoctor/" not in str(f[0])
+                and not str(f[0]).startswith("<")
+            ),
+            None,
+        )
         top = f" at {short(str(innermost[0]))}:{innermost[1]}" if innermost else ""
-        out.append(f"<details><summary><b>{e(ranks_label(ranks))}</b>{cul}: {e(why)}{e(top)} "
-                   f"({len(frames)} frames)</summary><div class=\"frames mono\">{''.join(lines)}</div></details>")
+        out.append(
+            f"<details><summary><b>{e(ranks_label(ranks))}</b>{cul}: {e(why)}{e(top)} "
+            f'({len(frames)} frames)</summary><div class="frames mono">{"".join(lines)}</div></details>'
+        )
     for text, ranks in group_ranks(raw, culprits):
-        out.append(f"<details><summary><b>{e(ranks_label(ranks))}</b>: faulthandler dump</summary>"
-                   f"<pre>{e(text)}</pre></details>")
+        out.append(
+            f"<details><summary><b>{e(ranks_label(ranks))}</b>: faulthandler dump</summary>"
+            f"<pre>{e(text)}</pre></details>"
+        )
     return "".join(out)

@@ -12,11 +12,12 @@ from ddpdoctor.record import schema
 from ddpdoctor.render.html.parts import Sources, e, fmt_bytes, group_ranks, ranks_label, short, table
 from ddpdoctor.render.svg import line_chart
 
-PER_RANK = 8   # up to this many ranks, one series (one column) per rank
+PER_RANK = 8  # up to this many ranks, one series (one column) per rank
 
 
-def _series(per_rank: dict[int, list[tuple[float, float]]], culprits: set[int], what: str
-            ) -> dict[str, list[tuple[float, float]]]:
+def _series(
+    per_rank: dict[int, list[tuple[float, float]]], culprits: set[int], what: str
+) -> dict[str, list[tuple[float, float]]]:
     per_rank = {r: s for r, s in per_rank.items() if s}
     if len(per_rank) <= PER_RANK:
         return {f"rank {r}{' (culprit)' if r in culprits else ''} {what}": s for r, s in per_rank.items()}
@@ -39,19 +40,37 @@ def section(report: Report, record: Any, src: Sources) -> str:
     culprits = {r for f in report.findings if f.id.startswith("memleak.") for r in f.culprits}
     mem = {r: [x for x in rec.memory if x.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
     rss = {r: [(float(x["step"]), float(x.get("rss", 0))) for x in m if "step" in x] for r, m in mem.items()}
-    out = ['<section id="memory"><h2>Memory</h2>', '<div class="chart">',
-           line_chart("Process RSS per rank (MiB) by step", _series(rss, culprits, "RSS"), "MiB", 900), "</div>"]
-    cuda = {r: [(float(x["step"]), float(x["cuda_allocated"])) for x in m if "cuda_allocated" in x]
-            for r, m in mem.items()}
+    out = [
+        '<section id="memory"><h2>Memory</h2>',
+        '<div class="chart">',
+        line_chart("Process RSS per rank (MiB) by step", _series(rss, culprits, "RSS"), "MiB", 900),
+        "</div>",
+    ]
+    cuda = {
+        r: [(float(x["step"]), float(x["cuda_allocated"])) for x in m if "cuda_allocated" in x] for r, m in mem.items()
+    }
     if any(cuda.values()):
-        out += ['<div class="chart">', line_chart("CUDA allocated per rank (MiB) by step",
-                                                  _series(cuda, culprits, "CUDA"), "MiB", 900), "</div>"]
+        out += [
+            '<div class="chart">',
+            line_chart("CUDA allocated per rank (MiB) by step", _series(cuda, culprits, "CUDA"), "MiB", 900),
+            "</div>",
+        ]
     censuses = {r: [x for x in rec.memory if x.get("kind") == schema.K_CENSUS] for r, rec in record.ranks.items()}
-    nodes = {r: [(float(c["step"]), float(c.get("graph_nodes", 0))) for c in cs if not c.get("final") and "step" in c]
-             for r, cs in censuses.items()}
+    nodes = {
+        r: [(float(c["step"]), float(c.get("graph_nodes", 0))) for c in cs if not c.get("final") and "step" in c]
+        for r, cs in censuses.items()
+    }
     if len({x for s in nodes.values() for x, _y in s}) >= 3:
-        out += ['<div class="chart">', line_chart("Autograd graph nodes reachable from live tensors, by census step",
-                                                  _series(nodes, culprits, "nodes"), "nodes", 900), "</div>"]
+        out += [
+            '<div class="chart">',
+            line_chart(
+                "Autograd graph nodes reachable from live tensors, by census step",
+                _series(nodes, culprits, "nodes"),
+                "nodes",
+                900,
+            ),
+            "</div>",
+        ]
     if any(censuses.values()):
         out.append(_census_table(censuses, culprits))
         out.append(_groups(censuses, culprits))
@@ -62,13 +81,16 @@ def section(report: Report, record: Any, src: Sources) -> str:
 
 def _census_table(censuses: dict[int, list[dict]], culprits: set[int]) -> str:
     """Graph nodes / live tensors / objects at each census step; ranks with the same figures share a column."""
-    few = len(censuses) <= PER_RANK   # one column per rank; past that, ranks with the same figures share one
-    cols = {r: r if few else tuple((c.get("step"), c.get("graph_nodes"), c.get("tensors"), c.get("why")) for c in cs)
-            for r, cs in censuses.items() if cs}
+    few = len(censuses) <= PER_RANK  # one column per rank; past that, ranks with the same figures share one
+    cols = {
+        r: r if few else tuple((c.get("step"), c.get("graph_nodes"), c.get("tensors"), c.get("why")) for c in cs)
+        for r, cs in censuses.items()
+        if cs
+    }
     groups = group_ranks(cols, culprits)
-    if len(groups) > PER_RANK:   # many different ranks: the culprits, then the median of the rest
+    if len(groups) > PER_RANK:  # many different ranks: the culprits, then the median of the rest
         keep = [g for g in groups if set(g[1]) & culprits][:4]
-        groups = keep + [g for g in groups if g not in keep][:PER_RANK - len(keep)]
+        groups = keep + [g for g in groups if g not in keep][: PER_RANK - len(keep)]
     steps = sorted({int(c["step"]) for cs in censuses.values() for c in cs if c.get("step") is not None})
     head = ["census at step"] + [ranks_label(rs) + (" (culprit)" if set(rs) & culprits else "") for _k, rs in groups]
     rows = []
@@ -76,9 +98,12 @@ def _census_table(censuses: dict[int, list[dict]], culprits: set[int]) -> str:
         row = [str(e(s))]
         for _k, rs in groups:
             c = next((c for c in censuses[rs[0]] if c.get("step") == s), None)
-            row.append("" if c is None else
-                       f"{e(c.get('graph_nodes', 0))} graph nodes · {e(c.get('tensors', 0))} tensors · "
-                       f"{e(c.get('objects', '?'))} objects <span class=\"small\">({e(c.get('why', ''))})</span>")
+            row.append(
+                ""
+                if c is None
+                else f"{e(c.get('graph_nodes', 0))} graph nodes · {e(c.get('tensors', 0))} tensors · "
+                f'{e(c.get("objects", "?"))} objects <span class="small">({e(c.get("why", ""))})</span>'
+            )
         rows.append(row)
     return "<h3>Censuses: autograd graph nodes, live tensors, Python objects</h3>" + table(head, rows)
 
@@ -103,25 +128,49 @@ def _groups(censuses: dict[int, list[dict]], culprits: set[int]) -> str:
         for g in last.get("groups") or ():
             k = _gkey(g)
             n0 = int((first.get(k) or {}).get("count", 0))
-            if int(g.get("count", 0)) > n0 and (not mid or int(g.get("count", 0)) > int(
-                    (mid.get(k) or {}).get("count", 0))):
-                hk = "|".join([str(list(g.get("shape") or [])).replace(" ", ""), str(g.get("dtype")),
-                               str(g.get("device")), str(bool(g.get("grad_fn")))])
+            if int(g.get("count", 0)) > n0 and (
+                not mid or int(g.get("count", 0)) > int((mid.get(k) or {}).get("count", 0))
+            ):
+                hk = "|".join(
+                    [
+                        str(list(g.get("shape") or [])).replace(" ", ""),
+                        str(g.get("dtype")),
+                        str(g.get("device")),
+                        str(bool(g.get("grad_fn"))),
+                    ]
+                )
                 h = (last.get("group_holders") or {}).get(hk) or {}
-                rows.append((k, n0, int(g.get("count", 0)), int(g.get("bytes", 0)), cs[0].get("step"),
-                             last.get("step"), h.get("name"), tuple(h.get("file") and (h["file"], h.get("line"))
-                                                                    or ())))
+                rows.append(
+                    (
+                        k,
+                        n0,
+                        int(g.get("count", 0)),
+                        int(g.get("bytes", 0)),
+                        cs[0].get("step"),
+                        last.get("step"),
+                        h.get("name"),
+                        tuple(h.get("file") and (h["file"], h.get("line")) or ()),
+                    )
+                )
         growth[r] = sorted(rows, key=lambda t: -(t[2] - t[1]))[:8]
     if not any(growth.values()):
         return "<h3>Growing tensor groups</h3><p>No tensor group grew between the censuses.</p>"
     out = ["<h3>Growing tensor groups (first census to last)</h3>"]
     for rows, ranks in group_ranks({r: tuple(v) for r, v in growth.items() if v}, culprits):
-        body = [[f"<code>{e(k)}</code>", f"{e(n0)} &#8594; {e(n1)} (steps {e(s0)} &#8594; {e(s1)})", e(fmt_bytes(b)),
-                 (f"<code>{e(name)}</code>" if name else "") +
-                 (f' at <code title="{e(at[0])}">{e(short(at[0]))}:{e(at[1])}</code>' if at else "")]
-                for k, n0, n1, b, s0, s1, name, at in rows]
-        out.append(f"<p><b>{e(ranks_label(ranks))}</b></p>" +
-                   table(["group (shape dtype device)", "count", "bytes now", "held by"], body))
+        body = [
+            [
+                f"<code>{e(k)}</code>",
+                f"{e(n0)} &#8594; {e(n1)} (steps {e(s0)} &#8594; {e(s1)})",
+                e(fmt_bytes(b)),
+                (f"<code>{e(name)}</code>" if name else "")
+                + (f' at <code title="{e(at[0])}">{e(short(at[0]))}:{e(at[1])}</code>' if at else ""),
+            ]
+            for k, n0, n1, b, s0, s1, name, at in rows
+        ]
+        out.append(
+            f"<p><b>{e(ranks_label(ranks))}</b></p>"
+            + table(["group (shape dtype device)", "count", "bytes now", "held by"], body)
+        )
     return "".join(out)
 
 
@@ -131,17 +180,26 @@ def _holders(report: Report, src: Sources) -> str:
     for f in report.findings:
         for r, h in ((f.evidence or {}).get("holders") or {}).items():
             if isinstance(h, dict) and h.get("file"):
-                holders[int(r)] = (h.get("name") or h.get("path") or "?", h["file"], int(h.get("line") or 0),
-                                   h.get("func") or "", h.get("path") or "")
+                holders[int(r)] = (
+                    h.get("name") or h.get("path") or "?",
+                    h["file"],
+                    int(h.get("line") or 0),
+                    h.get("func") or "",
+                    h.get("path") or "",
+                )
     if not holders:
         return ""
     culprits = {r for f in report.findings for r in f.culprits}
     rows = []
     for (name, file, line, func, path), ranks in group_ranks(holders, culprits):
         text = src.line(file, line)
-        rows.append([e(ranks_label(ranks)) + (' <span class="culprit">culprit</span>' if set(ranks) & culprits else ""),
-                     f"<code>{e(name)}</code>" + (f' <span class="small">({e(path)})</span>' if path and path != name
-                                                  else ""),
-                     f'<code title="{e(file)}">{e(short(file))}:{e(line)}</code>{" in " + e(func) if func else ""}',
-                     f"<code>{e(text)}</code>" if text else '<span class="nosrc">source not available</span>'])
+        rows.append(
+            [
+                e(ranks_label(ranks)) + (' <span class="culprit">culprit</span>' if set(ranks) & culprits else ""),
+                f"<code>{e(name)}</code>"
+                + (f' <span class="small">({e(path)})</span>' if path and path != name else ""),
+                f'<code title="{e(file)}">{e(short(file))}:{e(line)}</code>{" in " + e(func) if func else ""}',
+                f"<code>{e(text)}</code>" if text else '<span class="nosrc">source not available</span>',
+            ]
+        )
     return "<h3>Holders</h3>" + table(["ranks", "held by", "stored at", "line"], rows)

@@ -31,13 +31,16 @@ def render(report: Report, record: Any = None) -> str:
             body.append(section(report, record, src))
     body.append(_notes(report))
     title = f"ddpdoctor {report.command}: {report.verdict.upper()}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            # no network, no script: a report must not load or run anything
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            "style-src 'unsafe-inline'; img-src data:\">"
-            f"<title>{e(title)}</title><style>{CSS}</style></head>\n<body>\n"
-            + "\n".join(b for b in body if b) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # no network, no script: a report must not load or run anything
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{e(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        + "\n".join(b for b in body if b)
+        + "\n</body></html>\n"
+    )
 
 
 def _header(report: Report, record: Any) -> str:
@@ -55,30 +58,43 @@ def _header(report: Report, record: Any) -> str:
     msgs = {f.message for f in report.findings}
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in SEVERITIES}
     tally = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "no findings"
-    return (f'<header><h1>ddpdoctor {e(report.command)} <span class="verdict v-{e(report.verdict)}" '
-            f'id="verdict">{e(report.verdict.upper())}</span> <span class="meta">exit code '
-            f'{e(report.exit_code)}</span></h1>'
-            f'<p class="meta">{" · ".join(bits)}</p>'
-            f'<p>{e(report.summary) if report.summary and report.summary not in msgs else ""}</p>'
-            f'<p class="meta">{e(tally)} · run directory <code>{e(report.run_dir)}</code> · written '
-            f'{e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p></header>')
+    return (
+        f'<header><h1>ddpdoctor {e(report.command)} <span class="verdict v-{e(report.verdict)}" '
+        f'id="verdict">{e(report.verdict.upper())}</span> <span class="meta">exit code '
+        f"{e(report.exit_code)}</span></h1>"
+        f'<p class="meta">{" · ".join(bits)}</p>'
+        f"<p>{e(report.summary) if report.summary and report.summary not in msgs else ''}</p>"
+        f'<p class="meta">{e(tally)} · run directory <code>{e(report.run_dir)}</code> · written '
+        f"{e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p></header>"
+    )
 
 
 def _findings(report: Report, src: Sources) -> str:
     if not report.findings:
         return '<section id="findings"><h2>Findings</h2><p>No findings.</p></section>'
-    return '<section id="findings"><h2>Findings</h2>' + "".join(_finding(f, i, src) for i, f in
-                                                              enumerate(report.findings)) + "</section>"
+    return (
+        '<section id="findings"><h2>Findings</h2>'
+        + "".join(_finding(f, i, src) for i, f in enumerate(report.findings))
+        + "</section>"
+    )
 
 
 def _finding(f: Finding, i: int, src: Sources) -> str:
     sev = _SEV.get(f.severity, "note")
     culprits = set(f.culprits)
-    cul = (f' <span class="culprit" data-culprits="{e(",".join(map(str, sorted(culprits))))}">culprit: '
-           f'{e(ranks_label(culprits))}</span>') if culprits else ""
-    out = [f'<article class="finding {sev}" id="finding-{i}" data-finding="{e(f.id)}">',
-           f'<div><span class="sev">{e(f.severity)}</span><span class="fid">{e(f.id)}</span>{cul}</div>',
-           f'<p class="msg">{e(f.message)}</p>']
+    cul = (
+        (
+            f' <span class="culprit" data-culprits="{e(",".join(map(str, sorted(culprits))))}">culprit: '
+            f"{e(ranks_label(culprits))}</span>"
+        )
+        if culprits
+        else ""
+    )
+    out = [
+        f'<article class="finding {sev}" id="finding-{i}" data-finding="{e(f.id)}">',
+        f'<div><span class="sev">{e(f.severity)}</span><span class="fid">{e(f.id)}</span>{cul}</div>',
+        f'<p class="msg">{e(f.message)}</p>',
+    ]
     # one excerpt per place; the ranks at a place grouped; the culprits' places first
     places: dict[tuple, list[int]] = {}
     for loc in f.locations:
@@ -88,8 +104,10 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
         is_cul = bool(culprits & set(ranks))
         mark = ' <span class="culprit">culprit</span>' if is_cul else ""
         fn = f" in <code>{e(func)}</code>" if func else ""
-        out.append(f'<div class="loc"><b>{e(ranks_label(ranks))}</b>: <code title="{e(file)}">{e(short(file))}:'
-                   f'{e(line)}</code>{fn} <span class="role">{e(role)}</span>{mark}</div>')
+        out.append(
+            f'<div class="loc"><b>{e(ranks_label(ranks))}</b>: <code title="{e(file)}">{e(short(file))}:'
+            f'{e(line)}</code>{fn} <span class="role">{e(role)}</span>{mark}</div>'
+        )
         out.append(src.excerpt(file, int(line)))
     if f.hint:
         out.append(f'<p class="hint"><b>fix:</b> {e(f.hint)}</p>')
@@ -102,16 +120,20 @@ def _ranks(report: Report) -> str:
     if not report.ranks:
         return ""
     culprits = {r for f in report.findings for r in f.culprits}
-    by_rank = {r.rank: (r.state, r.detail, (r.location.file, r.location.line) if r.location else None)
-               for r in report.ranks}
+    by_rank = {
+        r.rank: (r.state, r.detail, (r.location.file, r.location.line) if r.location else None) for r in report.ranks
+    }
     rows = []
     for (state, detail, where), ranks in group_ranks(by_rank, culprits):
         at = f'<code title="{e(where[0])}">{e(short(where[0]))}:{e(where[1])}</code>' if where else ""
         mark = ' <span class="culprit">culprit</span>' if culprits & set(ranks) else ""
-        rows.append(f"<tr><td>{e(ranks_label(ranks))}{mark}</td><td>{e(state)}</td><td>{e(detail)}</td>"
-                    f"<td>{at}</td></tr>")
-    return ('<section id="ranks"><h2>Ranks</h2><table class="grid"><thead><tr><th>ranks</th><th>state</th>'
-            f'<th>detail</th><th>line</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+        rows.append(
+            f"<tr><td>{e(ranks_label(ranks))}{mark}</td><td>{e(state)}</td><td>{e(detail)}</td><td>{at}</td></tr>"
+        )
+    return (
+        '<section id="ranks"><h2>Ranks</h2><table class="grid"><thead><tr><th>ranks</th><th>state</th>'
+        f"<th>detail</th><th>line</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
+    )
 
 
 def _notes(report: Report) -> str:

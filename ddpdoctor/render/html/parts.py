@@ -4,12 +4,13 @@ sheet. Pure but for reading the user's source files (a missing file gives a note
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from html import escape
-from typing import Any, Iterable
+from typing import Any
 
 from ddpdoctor.analysis.findings import rank_list
 
-EXCERPT = 3   # lines of context on each side of a marked line
+EXCERPT = 3  # lines of context on each side of a marked line
 
 
 def e(x: Any) -> str:
@@ -67,8 +68,10 @@ class Sources:
         for n in range(lo, hi + 1):
             cls = ' class="mark"' if n == line else ""
             arrow = "&#9654;" if n == line else ""
-            rows.append(f'<tr{cls}><td class="ln">{n}</td><td class="ar">{arrow}</td>'
-                        f'<td class="code">{e(src[n - 1]) or " "}</td></tr>')
+            rows.append(
+                f'<tr{cls}><td class="ln">{n}</td><td class="ar">{arrow}</td>'
+                f'<td class="code">{e(src[n - 1]) or " "}</td></tr>'
+            )
         return f'<table class="src" data-file="{e(path)}" data-line="{line}">' + "".join(rows) + "</table>"
 
 

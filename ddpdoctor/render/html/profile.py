@@ -14,15 +14,25 @@ from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
 from ddpdoctor.render.html.parts import Sources, e, ranks_label
 
-PHASES = [("data", "#8c564b"), ("forward", "#1f77b4"), ("backward+comm", "#ff7f0e"), ("optimizer", "#2ca02c"),
-          ("collective", "#9467bd"), ("other", "#7f7f7f")]
+PHASES = [
+    ("data", "#8c564b"),
+    ("forward", "#1f77b4"),
+    ("backward+comm", "#ff7f0e"),
+    ("optimizer", "#2ca02c"),
+    ("collective", "#9467bd"),
+    ("other", "#7f7f7f"),
+]
 MAX_BARS = 12
-MAX_LANES = 8          # up to this many ranks: a lane each; beyond: stragglers, slowest, median, fastest
-TIMELINE_STEPS = 4     # consecutive steps drawn, from the middle of the steady state
+MAX_LANES = 8  # up to this many ranks: a lane each; beyond: stragglers, slowest, median, fastest
+TIMELINE_STEPS = 4  # consecutive steps drawn, from the middle of the steady state
 # the timeline's ranges: range name -> (what it shows, colour); the DDP bucket all-reduces (comm) run
 # inside backward on another thread: they are drawn on a thinner strip under the lane
-LANE = {"dataloader wait": ("data", "#8c564b"), "forward": ("forward", "#1f77b4"),
-        "backward": ("backward", "#ff7f0e"), "optimizer step": ("optimizer", "#2ca02c")}
+LANE = {
+    "dataloader wait": ("data", "#8c564b"),
+    "forward": ("forward", "#1f77b4"),
+    "backward": ("backward", "#ff7f0e"),
+    "optimizer step": ("optimizer", "#2ca02c"),
+}
 COMM = ("comm", "#9467bd")
 
 
@@ -32,27 +42,34 @@ def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
     scale_max = max([sum(float(m.get(p, 0) or 0) for p, _c in PHASES) for _l, m, _s in rows] + [1e-9])
     pw = width - left - right
     height = top + len(rows) * (bar_h + gap) + 24
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12" '
-           f'role="img" aria-label="step phases per rank">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12" '
+        f'role="img" aria-label="step phases per rank">'
+    ]
     for i, (label, m, slow) in enumerate(rows):
         y = top + i * (bar_h + gap)
         color = "#b3261e" if slow else "#1f2328"
         weight = ' font-weight="bold"' if slow else ""
-        out.append(f'<text x="{left - 8}" y="{y + bar_h - 5}" text-anchor="end" fill="{color}"{weight}>'
-                   f'{e(label)}</text>')
+        out.append(
+            f'<text x="{left - 8}" y="{y + bar_h - 5}" text-anchor="end" fill="{color}"{weight}>{e(label)}</text>'
+        )
         x = float(left)
         for phase, c in PHASES:
             v = float(m.get(phase, 0) or 0)
             w = v / scale_max * pw
             if w > 0.2:
-                out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{c}">'
-                           f'<title>{e(label)}: {e(phase)} {v:.1f} ms</title></rect>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{c}">'
+                    f"<title>{e(label)}: {e(phase)} {v:.1f} ms</title></rect>"
+                )
             x += w
         total = sum(float(m.get(p, 0) or 0) for p, _c in PHASES)
         out.append(f'<text x="{x + 6:.1f}" y="{y + bar_h - 5}">{total:.1f} ms</text>')
         if slow:
-            out.append(f'<rect x="{left - 2}" y="{y - 2}" width="{x - left + 4:.1f}" height="{bar_h + 4}" '
-                       f'fill="none" stroke="#b3261e" stroke-width="2"/>')
+            out.append(
+                f'<rect x="{left - 2}" y="{y - 2}" width="{x - left + 4:.1f}" height="{bar_h + 4}" '
+                f'fill="none" stroke="#b3261e" stroke-width="2"/>'
+            )
     out.append("</svg>")
     legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{e(p)}</span>' for p, c in PHASES)
     return f'<div class="bar-legend">{legend}</div>' + "".join(out)
@@ -60,9 +77,17 @@ def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
 
 def _steps_of(timeline: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The rank's step ranges by step number (the range's payload; else their order)."""
-    steps = sorted((x for x in timeline if x.get("kind") == schema.K_RANGE and x.get("name") == "step"
-                    and isinstance(x.get("t0"), (int, float)) and isinstance(x.get("t1"), (int, float))),
-                   key=lambda x: x["t0"])
+    steps = sorted(
+        (
+            x
+            for x in timeline
+            if x.get("kind") == schema.K_RANGE
+            and x.get("name") == "step"
+            and isinstance(x.get("t0"), (int, float))
+            and isinstance(x.get("t1"), (int, float))
+        ),
+        key=lambda x: x["t0"],
+    )
     out: dict[int, dict[str, Any]] = {}
     for i, st in enumerate(steps):
         p = st.get("payload")
@@ -76,7 +101,7 @@ def _pick_steps(per_rank: dict[int, dict[int, dict[str, Any]]]) -> list[int]:
     common = sorted(set.intersection(*(set(s) for s in per_rank.values()))) if per_rank else []
     if not common:
         return []
-    steady = common[max(1, len(common) // 5):] if len(common) > max(1, len(common) // 5) + 1 else common
+    steady = common[max(1, len(common) // 5) :] if len(common) > max(1, len(common) // 5) + 1 else common
     runs: list[list[int]] = [[steady[0]]]
     for n in steady[1:]:
         if n == runs[-1][-1] + 1:
@@ -86,7 +111,7 @@ def _pick_steps(per_rank: dict[int, dict[int, dict[str, Any]]]) -> list[int]:
     run = max(runs, key=len)
     k = min(TIMELINE_STEPS, len(run))
     mid = len(run) // 2 - k // 2
-    return run[mid:mid + k]
+    return run[mid : mid + k]
 
 
 def _lanes(record: Any, slow: set[int], step_ms: dict[int, float]) -> list[tuple[int, str]]:
@@ -95,10 +120,14 @@ def _lanes(record: Any, slow: set[int], step_ms: dict[int, float]) -> list[tuple
     ranks = sorted(r for r, rec in record.ranks.items() if rec.timeline)
     if len(ranks) <= MAX_LANES:
         return [(r, f"rank {r}" + (" (straggler)" if r in slow else "")) for r in ranks]
-    out = [(r, f"rank {r} (straggler)") for r in sorted(slow & set(ranks))[:MAX_LANES - 3]]
+    out = [(r, f"rank {r} (straggler)") for r in sorted(slow & set(ranks))[: MAX_LANES - 3]]
     timed = sorted((r for r in ranks if r in step_ms), key=lambda r: (step_ms[r], r))
     if timed:
-        for r, what in ((timed[-1], "slowest step"), (timed[len(timed) // 2], "median step"), (timed[0], "fastest step")):
+        for r, what in (
+            (timed[-1], "slowest step"),
+            (timed[len(timed) // 2], "median step"),
+            (timed[0], "fastest step"),
+        ):
             if r not in {x for x, _l in out}:
                 out.append((r, f"rank {r} ({what})"))
     return out
@@ -124,9 +153,11 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
     def x_of(t: float, t0: float) -> float:
         return left + (t - t0) / longest * pw
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
-           f'font-size="12" role="img" aria-label="steps {picked[0]}-{picked[-1]} per rank" '
-           f'data-steps="{",".join(map(str, picked))}">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
+        f'font-size="12" role="img" aria-label="steps {picked[0]}-{picked[-1]} per rank" '
+        f'data-steps="{",".join(map(str, picked))}">'
+    ]
     for i, (r, label) in enumerate(lanes):
         t0, t1 = spans[r]
         y = top + i * (lane_h + comm_h + gap)
@@ -135,11 +166,18 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
         weight = ' font-weight="bold"' if is_slow else ""
         mark = ' data-straggler="1"' if is_slow else ""
         out.append(f'<g class="lane" data-rank="{r}"{mark}>')
-        out.append(f'<text x="{left - 8}" y="{y + lane_h - 5}" text-anchor="end" fill="{color}"{weight}>{e(label)}</text>')
+        out.append(
+            f'<text x="{left - 8}" y="{y + lane_h - 5}" text-anchor="end" fill="{color}"{weight}>{e(label)}</text>'
+        )
         out.append(f'<rect x="{left}" y="{y}" width="{x_of(t1, t0) - left:.1f}" height="{lane_h}" fill="#eaeef2"/>')
         for x in record.ranks[r].timeline:
-            if x.get("kind") != schema.K_RANGE or not isinstance(x.get("t0"), (int, float)) or \
-                    not isinstance(x.get("t1"), (int, float)) or x["t1"] <= t0 or x["t0"] >= t1:
+            if (
+                x.get("kind") != schema.K_RANGE
+                or not isinstance(x.get("t0"), (int, float))
+                or not isinstance(x.get("t1"), (int, float))
+                or x["t1"] <= t0
+                or x["t0"] >= t1
+            ):
                 continue
             name = str(x.get("name", ""))
             if name in LANE:
@@ -152,35 +190,54 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
                 continue
             a, b = x_of(max(float(x["t0"]), t0), t0), x_of(min(float(x["t1"]), t1), t0)
             ms = (float(x["t1"]) - float(x["t0"])) / 1e6
-            out.append(f'<rect class="ph-{e(what)}" x="{a:.1f}" y="{yy}" width="{max(b - a, 0.5):.1f}" '
-                       f'height="{hh}" fill="{c}"><title>rank {r}: {e(name)} {ms:.1f} ms</title></rect>')
-        for n in picked:   # step boundaries
+            out.append(
+                f'<rect class="ph-{e(what)}" x="{a:.1f}" y="{yy}" width="{max(b - a, 0.5):.1f}" '
+                f'height="{hh}" fill="{c}"><title>rank {r}: {e(name)} {ms:.1f} ms</title></rect>'
+            )
+        for n in picked:  # step boundaries
             st = per[r][n]
             sx = x_of(float(st["t0"]), t0)
-            out.append(f'<line x1="{sx:.1f}" y1="{y - 3}" x2="{sx:.1f}" y2="{y + lane_h + comm_h + 2}" '
-                       f'stroke="#1f2328" stroke-width="1"><title>rank {r}: step {n} '
-                       f'{(float(st["t1"]) - float(st["t0"])) / 1e6:.1f} ms</title></line>')
+            out.append(
+                f'<line x1="{sx:.1f}" y1="{y - 3}" x2="{sx:.1f}" y2="{y + lane_h + comm_h + 2}" '
+                f'stroke="#1f2328" stroke-width="1"><title>rank {r}: step {n} '
+                f"{(float(st['t1']) - float(st['t0'])) / 1e6:.1f} ms</title></line>"
+            )
             if i == 0:
                 out.append(f'<text x="{sx + 3:.1f}" y="{top - 8}" fill="#656d76">step {n}</text>')
         if is_slow:
-            out.append(f'<rect x="{left - 2}" y="{y - 2}" width="{x_of(t1, t0) - left + 4:.1f}" '
-                       f'height="{lane_h + comm_h + 5}" fill="none" stroke="#b3261e" stroke-width="2"/>')
+            out.append(
+                f'<rect x="{left - 2}" y="{y - 2}" width="{x_of(t1, t0) - left + 4:.1f}" '
+                f'height="{lane_h + comm_h + 5}" fill="none" stroke="#b3261e" stroke-width="2"/>'
+            )
         out.append("</g>")
-    out.append(f'<text x="{left}" y="{height - 6}" fill="#656d76">0 ms</text>'
-               f'<text x="{width - right}" y="{height - 6}" text-anchor="end" fill="#656d76">'
-               f'{longest / 1e6:.1f} ms</text></svg>')
-    legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{e(p)}</span>'
-                     for p, c in [*LANE.values(), COMM])
-    shown = "" if len(lanes) == len([r for r in record.ranks.values() if r.timeline]) else \
-        f" Shown: {len(lanes)} of {len([r for r in record.ranks.values() if r.timeline])} ranks."
-    buckets = any(str(x.get("name", "")).startswith("all_reduce bucket")
-                  for r, _l in lanes for x in record.ranks[r].timeline if x.get("kind") == schema.K_RANGE)
-    strip = ("the thin strip is DDP's gradient all-reduce (it overlaps backward)" if buckets else
-             "the thin strip shows Python collectives; DDP's gradient all-reduces run inside backward "
-             "(rerun with --bucket-ranges to draw each bucket)")
-    return (f'<h3>Steps {picked[0]}-{picked[-1]}, rank by rank</h3><p>Consecutive steady-state steps, each lane '
-            f'from the start of step {picked[0]} on that rank; {e(strip)}; the straggler is outlined.{e(shown)}</p>'
-            f'<div class="bar-legend">{legend}</div>' + "".join(out))
+    out.append(
+        f'<text x="{left}" y="{height - 6}" fill="#656d76">0 ms</text>'
+        f'<text x="{width - right}" y="{height - 6}" text-anchor="end" fill="#656d76">'
+        f"{longest / 1e6:.1f} ms</text></svg>"
+    )
+    legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{e(p)}</span>' for p, c in [*LANE.values(), COMM])
+    shown = (
+        ""
+        if len(lanes) == len([r for r in record.ranks.values() if r.timeline])
+        else f" Shown: {len(lanes)} of {len([r for r in record.ranks.values() if r.timeline])} ranks."
+    )
+    buckets = any(
+        str(x.get("name", "")).startswith("all_reduce bucket")
+        for r, _l in lanes
+        for x in record.ranks[r].timeline
+        if x.get("kind") == schema.K_RANGE
+    )
+    strip = (
+        "the thin strip is DDP's gradient all-reduce (it overlaps backward)"
+        if buckets
+        else "the thin strip shows Python collectives; DDP's gradient all-reduces run inside backward "
+        "(rerun with --bucket-ranges to draw each bucket)"
+    )
+    return (
+        f"<h3>Steps {picked[0]}-{picked[-1]}, rank by rank</h3><p>Consecutive steady-state steps, each lane "
+        f"from the start of step {picked[0]} on that rank; {e(strip)}; the straggler is outlined.{e(shown)}</p>"
+        f'<div class="bar-legend">{legend}</div>' + "".join(out)
+    )
 
 
 def section(report: Report, record: Any, src: Sources) -> str:
@@ -200,7 +257,8 @@ def section(report: Report, record: Any, src: Sources) -> str:
         else:
             pick = sorted(slow & set(per))[:4]
             pick += [r for r in sorted(per, key=lambda r: -float(per[r].get("step", 0) or 0)) if r not in pick][
-                :MAX_BARS - 1 - len(pick)]
+                : MAX_BARS - 1 - len(pick)
+            ]
             rows = [(f"rank {r}{' (straggler)' if r in slow else ''}", per[r], r in slow) for r in pick]
             rest = [r for r in per if r not in pick]
             med = {p: statistics.median(float(per[r].get(p, 0) or 0) for r in rest) for p, _c in PHASES}
@@ -209,15 +267,17 @@ def section(report: Report, record: Any, src: Sources) -> str:
         out.append(_bars(rows))
     if any(r.timeline for r in record.ranks.values()):
         step_ms = {int(r): float(m.get("step", 0) or 0) for r, m in (medians or {}).items() if isinstance(m, dict)}
-        if not step_ms and len(record.ranks) > MAX_LANES:   # past 64 ranks the summary keeps no medians
+        if not step_ms and len(record.ranks) > MAX_LANES:  # past 64 ranks the summary keeps no medians
             from ddpdoctor.analysis.profile.breakdown import medians as step_medians
 
             step_ms = {r: m["step"] for r, m in step_medians(record).items()}
         out.append(_timeline(record, slow, step_ms))
     if has_trace:
-        out.append(f'<p>Timeline of every rank: <a href="{schema.TRACE_JSON}">{schema.TRACE_JSON}</a> in the run '
-                   f'directory '
-                   f'(<code>{e(trace)}</code>); open it in Perfetto (ui.perfetto.dev, "Open trace file"): the file '
-                   f'stays on your machine.</p>')
+        out.append(
+            f'<p>Timeline of every rank: <a href="{schema.TRACE_JSON}">{schema.TRACE_JSON}</a> in the run '
+            f"directory "
+            f'(<code>{e(trace)}</code>); open it in Perfetto (ui.perfetto.dev, "Open trace file"): the file '
+            f"stays on your machine.</p>"
+        )
     out.append("</section>")
     return "".join(out)

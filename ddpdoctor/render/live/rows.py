@@ -16,8 +16,8 @@ from ddpdoctor.analysis.findings import rank_list
 from ddpdoctor.analysis.state import RankState, all_states, describe_op
 from ddpdoctor.record.reader import RunRecord
 
-WINDOW_S = 5.0        # steps/s over the heartbeats of the last few seconds
-MAX_RANK_ROWS = 16    # up to this many ranks: one row each; beyond: groups by state + the slowest ranks
+WINDOW_S = 5.0  # steps/s over the heartbeats of the last few seconds
+MAX_RANK_ROWS = 16  # up to this many ranks: one row each; beyond: groups by state + the slowest ranks
 MAX_GROUPS = 8
 N_SLOWEST = 3
 
@@ -26,14 +26,14 @@ N_SLOWEST = 3
 class Row:
     """One line of the table: a rank, or a group of ranks in the same state."""
 
-    label: str      # "rank 3", "1021 ranks [0-2,4-1020,...]"
+    label: str  # "rank 3", "1021 ranks [0-2,4-1020,...]"
     ranks: tuple[int, ...]
     step: str
-    rate: str       # steps/s
-    ncoll: str      # collectives issued
-    state: str      # running | in all_reduce #16 | waiting 12 s in barrier #16 | exited 0 | not started ...
-    where: str      # file:line
-    kind: str       # running | waiting | ended | crashed | not-started | stale (the presenter's colour)
+    rate: str  # steps/s
+    ncoll: str  # collectives issued
+    state: str  # running | in all_reduce #16 | waiting 12 s in barrier #16 | exited 0 | not started ...
+    where: str  # file:line
+    kind: str  # running | waiting | ended | crashed | not-started | stale (the presenter's colour)
     note: str = ""  # "slowest" for an outlier row
 
 
@@ -44,8 +44,8 @@ class View:
     title: str
     rows: tuple[Row, ...]
     n_ranks: int
-    counts: tuple[tuple[str, int], ...]   # ranks per kind
-    hidden: int = 0                       # groups not shown
+    counts: tuple[tuple[str, int], ...]  # ranks per kind
+    hidden: int = 0  # groups not shown
 
 
 class Rates:
@@ -82,7 +82,7 @@ def _short(path: str) -> str:
 
 def _where(s: RankState) -> str:
     if s.state == "finished" and not s.exit_code:
-        return ""   # a rank that ended well is at no line of the script
+        return ""  # a rank that ended well is at no line of the script
     return f"{_short(s.where.file)}:{s.where.line}" if s.where else ""
 
 
@@ -129,7 +129,7 @@ def _label(ranks: list[int], limit: int = 40) -> str:
         return f"rank {ranks[0]}"
     text = rank_list(ranks)
     if len(text) > limit:
-        text = text[:limit - 5].rsplit(",", 1)[0] + ",...]"
+        text = text[: limit - 5].rsplit(",", 1)[0] + ",...]"
     return f"{len(ranks)} ranks {text}"
 
 
@@ -156,8 +156,10 @@ def build_view(record: RunRecord, now: float, cfg: Config, rates: Rates | None =
     order = ("running", "waiting", "stale", "crashed", "ended", "not-started")
     count_t = tuple((k, counts[k]) for k in order if counts.get(k))
     if len(info) <= MAX_RANK_ROWS:
-        rows = tuple(Row(f"rank {r}", (r,), str(step), _rate_text(rate), str(nc), text, _where(s), kind)
-                     for r, (s, kind, text, _k, step, nc, rate) in info.items())
+        rows = tuple(
+            Row(f"rank {r}", (r,), str(step), _rate_text(rate), str(nc), text, _where(s), kind)
+            for r, (s, kind, text, _k, step, nc, rate) in info.items()
+        )
         return View(head, rows, world, count_t)
 
     # many ranks: groups of the same state (and, for waits and ends, the same line), smallest first
@@ -168,8 +170,9 @@ def build_view(record: RunRecord, now: float, cfg: Config, rates: Rates | None =
     ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[1][0]))
     shown, hidden = ordered[:MAX_GROUPS], ordered[MAX_GROUPS:]
     rows_l: list[Row] = []
-    for (kind, key, where), rs in sorted(shown, key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order else 9,
-                                                               len(kv[1]), kv[1][0])):
+    for (kind, key, where), rs in sorted(
+        shown, key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order else 9, len(kv[1]), kv[1][0])
+    ):
         steps = [info[r][4] for r in rs]
         ncs = [info[r][5] for r in rs]
         rts = [x for r in rs if (x := info[r][6]) is not None]
@@ -185,16 +188,29 @@ def build_view(record: RunRecord, now: float, cfg: Config, rates: Rates | None =
             if lines:
                 top, _n = lines.most_common(1)[0]
                 where = top + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else "")
-        rows_l.append(Row(_label(rs), tuple(rs), _span(steps), _rate_text(statistics.median(rts)) if rts else "",
-                          _span(ncs), text, where, kind))
+        rows_l.append(
+            Row(
+                _label(rs),
+                tuple(rs),
+                _span(steps),
+                _rate_text(statistics.median(rts)) if rts else "",
+                _span(ncs),
+                text,
+                where,
+                kind,
+            )
+        )
     # the slowest ranks still going: the fewest steps (then the lowest rate), when some are behind
     going = [r for r, v in info.items() if v[1] in ("running", "waiting", "stale")]
     if going:
         most = max(info[r][4] for r in going)
-        behind = sorted((r for r in going if info[r][4] < most),
-                        key=lambda r: (info[r][4], info[r][6] if info[r][6] is not None else 0.0, r))
+        behind = sorted(
+            (r for r in going if info[r][4] < most),
+            key=lambda r: (info[r][4], info[r][6] if info[r][6] is not None else 0.0, r),
+        )
         for r in behind[:N_SLOWEST]:
             s, kind, text, _k, step, nc, rate = info[r]
-            rows_l.append(Row(f"rank {r}", (r,), str(step), _rate_text(rate), str(nc), text, _where(s), kind,
-                              "slowest"))
+            rows_l.append(
+                Row(f"rank {r}", (r,), str(step), _rate_text(rate), str(nc), text, _where(s), kind, "slowest")
+            )
     return View(head, tuple(rows_l), world, count_t, len(hidden))

@@ -20,8 +20,21 @@ from typing import Any
 
 from ddpdoctor.render.live.rows import MAX_GROUPS, MAX_RANK_ROWS, N_SLOWEST, WINDOW_S, Rates, Row, View, build_view
 
-__all__ = ["ENV", "MAX_GROUPS", "MAX_RANK_ROWS", "N_SLOWEST", "WINDOW_S", "Rates", "Row", "TtyView", "View",
-           "build_view", "render", "start_view", "wanted"]
+__all__ = [
+    "ENV",
+    "MAX_GROUPS",
+    "MAX_RANK_ROWS",
+    "N_SLOWEST",
+    "WINDOW_S",
+    "Rates",
+    "Row",
+    "TtyView",
+    "View",
+    "build_view",
+    "render",
+    "start_view",
+    "wanted",
+]
 
 ENV = "DDPDOCTOR_LIVE"
 
@@ -40,8 +53,14 @@ def wanted(stream: Any) -> bool:
 
 # -- the terminal presenter ---------------------------------------------------------------------------
 
-_STYLE = {"running": "green", "waiting": "yellow", "stale": "magenta", "crashed": "bold red", "ended": "dim",
-          "not-started": "dim"}
+_STYLE = {
+    "running": "green",
+    "waiting": "yellow",
+    "stale": "magenta",
+    "crashed": "bold red",
+    "ended": "dim",
+    "not-started": "dim",
+}
 
 
 def _one_line(data: bytes) -> str:
@@ -56,7 +75,7 @@ def _one_line(data: bytes) -> str:
 class _Routed:
     """A byte stream for the monitor's forwarding threads: lines go above the table while it is shown."""
 
-    def __init__(self, view: "TtyView", real: Any) -> None:
+    def __init__(self, view: TtyView, real: Any) -> None:
         self.view, self.real = view, real
 
     def write(self, data: bytes) -> None:
@@ -80,8 +99,14 @@ class TtyView:
         from rich.live import Live
 
         self.console = Console(file=stream, highlight=False, emoji=False, markup=False)
-        self.live = Live(console=self.console, transient=False, redirect_stdout=False, redirect_stderr=False,
-                         auto_refresh=False, vertical_overflow="ellipsis")
+        self.live = Live(
+            console=self.console,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+            auto_refresh=False,
+            vertical_overflow="ellipsis",
+        )
         self.fd = stream.fileno() if hasattr(stream, "fileno") else None
         self.active = False
         self._lock = threading.Lock()
@@ -91,7 +116,7 @@ class TtyView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "TtyView":
+    def start(self) -> TtyView:
         self.live.start()
         self.active = True
         self._thread = threading.Thread(target=self._loop, name="ddpdoctor-live", daemon=True)
@@ -104,8 +129,11 @@ class TtyView:
         if real is None:
             return None
         try:
-            same = self.fd is not None and os.isatty(real.fileno()) and \
-                os.path.samestat(os.fstat(real.fileno()), os.fstat(self.fd))
+            same = (
+                self.fd is not None
+                and os.isatty(real.fileno())
+                and os.path.samestat(os.fstat(real.fileno()), os.fstat(self.fd))
+            )
         except (OSError, ValueError, AttributeError):
             same = False
         return _Routed(self, real) if same else real
@@ -119,7 +147,7 @@ class TtyView:
             n = len(self._lines)
         deadline = time.monotonic() + 5.0
         while n > self.MAX_QUEUED and self.active and time.monotonic() < deadline:
-            time.sleep(0.01)   # the terminal is slower than the workers: hold the pipe as a terminal would
+            time.sleep(0.01)  # the terminal is slower than the workers: hold the pipe as a terminal would
             n = len(self._lines)
         return True
 
@@ -172,8 +200,14 @@ def render(view: View) -> Any:
     from rich.table import Table
 
     counts = ", ".join(f"{n} {k}" for k, n in view.counts)
-    t = Table(title=f"ddpdoctor {view.title}: {counts}", title_justify="left", expand=False, box=None,
-              header_style="bold", pad_edge=False)
+    t = Table(
+        title=f"ddpdoctor {view.title}: {counts}",
+        title_justify="left",
+        expand=False,
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+    )
     t.add_column("rank", no_wrap=True, overflow="ellipsis", max_width=34)
     t.add_column("step", justify="right", no_wrap=True)
     t.add_column("steps/s", justify="right", no_wrap=True)
@@ -194,5 +228,5 @@ def start_view(stream: Any) -> TtyView | None:
         return None
     try:
         return TtyView(stream).start()
-    except Exception:   # rich missing or the terminal refuses: the plain lines do
+    except Exception:  # rich missing or the terminal refuses: the plain lines do
         return None

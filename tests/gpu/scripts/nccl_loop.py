@@ -19,7 +19,7 @@ def main():
         loss.backward()
         opt.step()
         m = torch.stack([loss.detach(), torch.ones((), device=dev)])
-        dist.all_reduce(m)                      # SYNC: NCCL returns once it is enqueued
+        dist.all_reduce(m)  # SYNC: NCCL returns once it is enqueued
         w = dist.all_reduce(m.clone(), async_op=True)
         w.wait()
         if step % 10 == 0:

@@ -36,11 +36,14 @@ def _framework_shard(loader: Any, chain: list[Any]) -> dict[str, Any] | None:
     for obj in (*chain, getattr(loader, "dataset", None)):
         name = type(obj).__name__
         if name in ("BatchSamplerShard", "IterableDatasetShard"):
-            return {"by": type(obj).__module__.split(".")[0], "layer": name,
-                    "num_processes": _int_or_none(getattr(obj, "num_processes", None)),
-                    "process_index": _int_or_none(getattr(obj, "process_index", None)),
-                    "even_batches": getattr(obj, "even_batches", None),
-                    "split_batches": getattr(obj, "split_batches", None)}
+            return {
+                "by": type(obj).__module__.split(".")[0],
+                "layer": name,
+                "num_processes": _int_or_none(getattr(obj, "num_processes", None)),
+                "process_index": _int_or_none(getattr(obj, "process_index", None)),
+                "even_batches": getattr(obj, "even_batches", None),
+                "split_batches": getattr(obj, "split_batches", None),
+            }
     return None
 
 
@@ -50,8 +53,9 @@ def _made_by(frame: Any) -> str | None:
     while f is not None:
         mod = str(f.f_globals.get("__name__", "")).split(".")[0]
         # Lightning wraps DataLoader.__init__ (a `wrapper`) while it calls the user's *_dataloader hooks
-        if mod not in ("torch", "ddpdoctor", "functools", "contextlib") and \
-                not (mod in FRAMEWORK_PKGS and f.f_code.co_name in ("wrapper", "init_wrapper")):
+        if mod not in ("torch", "ddpdoctor", "functools", "contextlib") and not (
+            mod in FRAMEWORK_PKGS and f.f_code.co_name in ("wrapper", "init_wrapper")
+        ):
             return FRAMEWORK_PKGS.get(mod)
         f = f.f_back
     return None
@@ -174,18 +178,20 @@ def _fp_into(h: Any, v: Any, depth: int, seen: set[int]) -> int:
 
 
 def _rng_digests(torch: Any) -> dict[str, Any]:
-    out = {"torch_initial_seed": int(torch.initial_seed()),
-           "torch": hashlib.sha1(bytes(torch.get_rng_state().tolist())).hexdigest()[:16],
-           "random": _state_digest(random.getstate())}
+    out = {
+        "torch_initial_seed": int(torch.initial_seed()),
+        "torch": hashlib.sha1(bytes(torch.get_rng_state().tolist())).hexdigest()[:16],
+        "random": _state_digest(random.getstate()),
+    }
     np = sys.modules.get("numpy")
     if np is not None:
         try:
             out["numpy"] = _state_digest(np.random.get_state()[1].tolist())
-        except Exception:   # numpy present but its legacy generator cannot say: numpy's stream is not compared
+        except Exception:  # numpy present but its legacy generator cannot say: numpy's stream is not compared
             pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         try:
             out["cuda"] = hashlib.sha1(bytes(torch.cuda.get_rng_state().tolist())).hexdigest()[:16]
-        except Exception:   # no generator on this device yet: the CUDA stream is not compared
+        except Exception:  # no generator on this device yet: the CUDA stream is not compared
             pass
     return out

@@ -8,11 +8,11 @@ import sys
 import weakref
 from typing import Any
 
-from ddpdoctor.record import schema
 from ddpdoctor.rank import active, failures, sites
 from ddpdoctor.rank.probes.check import loaders
 from ddpdoctor.rank.probes.check.digests import _rng_digests
 from ddpdoctor.rank.probes.check.state import Checks
+from ddpdoctor.record import schema
 
 
 def fingerprint_due(n: int, every: int | None) -> bool:
@@ -55,30 +55,55 @@ def install(probe: Any, settings: Any = None) -> Checks:
         if not c.main_thread():
             return
         try:
-            flags = {k: kwargs.get(k) for k in ("broadcast_buffers", "forward_sync_buffers", "init_sync",
-                                                 "find_unused_parameters", "static_graph", "bucket_cap_mb",
-                                                 "gradient_as_bucket_view")}
-            bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and getattr(m, "track_running_stats", False)
-                     for m in module.modules())
+            flags = {
+                k: kwargs.get(k)
+                for k in (
+                    "broadcast_buffers",
+                    "forward_sync_buffers",
+                    "init_sync",
+                    "find_unused_parameters",
+                    "static_graph",
+                    "bucket_cap_mb",
+                    "gradient_as_bucket_view",
+                )
+            }
+            bn = any(
+                isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and getattr(m, "track_running_stats", False)
+                for m in module.modules()
+            )
             nbytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
             model = c.models
             c.models += 1
             c.model_params.append({id(p) for p in module.parameters()})
             c.micro.append({})
             ddp_ref = weakref.ref(self)
-            c.event(schema.K_DDP, model=model, flags=flags, init_sync=kwargs.get("init_sync", True),
-                    forward_sync_buffers=bool(getattr(self, "forward_sync_buffers", getattr(self, "broadcast_buffers", True))),
-                    batchnorm=bn, param_bytes=nbytes, site=sites.user_site(sys._getframe(1)),
-                    rng=_rng_digests(torch))
+            c.event(
+                schema.K_DDP,
+                model=model,
+                flags=flags,
+                init_sync=kwargs.get("init_sync", True),
+                forward_sync_buffers=bool(
+                    getattr(self, "forward_sync_buffers", getattr(self, "broadcast_buffers", True))
+                ),
+                batchnorm=bn,
+                param_bytes=nbytes,
+                site=sites.user_site(sys._getframe(1)),
+                rng=_rng_digests(torch),
+            )
             c.fingerprint(module, 0, "ddp-init", model)
             if has_pre_forward:
                 c.ddp_state[self] = [model, 0]
-            else:   # torch without DDP._pre_forward: a pre-hook on the wrapped module (same point)
+            else:  # torch without DDP._pre_forward: a pre-hook on the wrapped module (same point)
                 module.register_forward_pre_hook(
-                    lambda _mod, _inputs: after_sync(ddp_ref(), model) if c.main_thread() else None)
+                    lambda _mod, _inputs: after_sync(ddp_ref(), model) if c.main_thread() else None
+                )
         except Exception as e:
-            failures.report(active.probe, "check DDP-init record", "DDP's settings and the parameter "
-                            "fingerprint at DDP init (drift.init-mismatch cannot be judged)", e)
+            failures.report(
+                active.probe,
+                "check DDP-init record",
+                "DDP's settings and the parameter fingerprint at DDP init (drift.init-mismatch cannot be judged)",
+                e,
+            )
 
     def after_sync(ddp: Any, model: int, st: list | None = None) -> None:
         """A DDP forward after DDP synced its buffers, before the wrapped module computes: count it and
@@ -116,9 +141,13 @@ def install(probe: Any, settings: Any = None) -> Checks:
             if st is not None and active.probe is not None and c.main_thread():
                 try:
                     after_sync(self, st[0], st)
-                except Exception as e:   # a probe bug never reaches the script's forward
-                    failures.report(active.probe, "check forward fingerprint", "parameter and buffer "
-                                    "fingerprints (drift cannot be judged)", e)
+                except Exception as e:  # a probe bug never reaches the script's forward
+                    failures.report(
+                        active.probe,
+                        "check forward fingerprint",
+                        "parameter and buffer fingerprints (drift cannot be judged)",
+                        e,
+                    )
             return out
 
         _pre_forward.__ddpdoctor_checks__ = True  # type: ignore[attr-defined]
@@ -134,8 +163,12 @@ def install(probe: Any, settings: Any = None) -> Checks:
         out = save(obj, f, *args, **kwargs)
         if c.main_thread():
             path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
-            c.event(schema.K_SAVE, path=os.path.abspath(path) if isinstance(path, str) else None,
-                    step=probe.ddp_fwd, site=sites.user_site(sys._getframe(1)))
+            c.event(
+                schema.K_SAVE,
+                path=os.path.abspath(path) if isinstance(path, str) else None,
+                step=probe.ddp_fwd,
+                site=sites.user_site(sys._getframe(1)),
+            )
         return out
 
     torch.save = torch_save

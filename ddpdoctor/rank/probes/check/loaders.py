@@ -7,11 +7,19 @@ import sys
 import weakref
 from typing import Any
 
-from ddpdoctor.record import schema
 from ddpdoctor.rank import failures, sites
-from ddpdoctor.rank.probes.check.digests import (_batch_digest, _data_fingerprint, _framework_shard, _int_or_none, _known,
-                                           _made_by, _safe_len, _sampler_chain)
+from ddpdoctor.rank.probes.check.digests import (
+    _batch_digest,
+    _data_fingerprint,
+    _framework_shard,
+    _int_or_none,
+    _known,
+    _made_by,
+    _safe_len,
+    _sampler_chain,
+)
 from ddpdoctor.rank.probes.check.passes import INDEX_CAP, INDEX_PASSES, SET_EPOCH_DETAIL, _digest, _feed, _watch
+from ddpdoctor.record import schema
 
 
 def install(c: Any, torch: Any) -> None:
@@ -28,14 +36,25 @@ def install(c: Any, torch: Any) -> None:
             return
         c.samplers[id(self)] = [len(c.samplers), 0, 0, weakref.ref(self)]
         try:
-            c.event(schema.K_SAMPLER_INIT, sid=id(self), ordinal=c.samplers[id(self)][0],
-                    shuffle=bool(getattr(self, "shuffle", True)), seed=int(getattr(self, "seed", 0)),
-                    drop_last=bool(getattr(self, "drop_last", False)), num_replicas=int(self.num_replicas),
-                    sampler_rank=int(self.rank), dataset_len=_safe_len(self.dataset),
-                    site=sites.user_site(sys._getframe(1)))
+            c.event(
+                schema.K_SAMPLER_INIT,
+                sid=id(self),
+                ordinal=c.samplers[id(self)][0],
+                shuffle=bool(getattr(self, "shuffle", True)),
+                seed=int(getattr(self, "seed", 0)),
+                drop_last=bool(getattr(self, "drop_last", False)),
+                num_replicas=int(self.num_replicas),
+                sampler_rank=int(self.rank),
+                dataset_len=_safe_len(self.dataset),
+                site=sites.user_site(sys._getframe(1)),
+            )
         except Exception as e:
-            failures.report(c.p, "check sampler record", "a DistributedSampler's settings (set_epoch, seeds "
-                            "and shards are judged without it)", e)
+            failures.report(
+                c.p,
+                "check sampler record",
+                "a DistributedSampler's settings (set_epoch, seeds and shards are judged without it)",
+                e,
+            )
 
     DistributedSampler.__init__ = sampler_init
 
@@ -49,8 +68,15 @@ def install(c: Any, torch: Any) -> None:
             if _known(st, self):
                 st[2] += 1
                 if st[2] <= SET_EPOCH_DETAIL:
-                    c.event(schema.K_SET_EPOCH, sid=id(self), ordinal=st[0], epoch=_int_or_none(epoch), after=st[1], n=st[2],
-                            site=sites.user_site(sys._getframe(1)))
+                    c.event(
+                        schema.K_SET_EPOCH,
+                        sid=id(self),
+                        ordinal=st[0],
+                        epoch=_int_or_none(epoch),
+                        after=st[1],
+                        n=st[2],
+                        site=sites.user_site(sys._getframe(1)),
+                    )
 
     DistributedSampler.set_epoch = set_epoch
 
@@ -62,20 +88,32 @@ def install(c: Any, torch: Any) -> None:
         if not c.main_thread():
             return iter(idx)
         st = c.samplers.get(id(self))
-        if not _known(st, self):   # built before the probes, or a recycled id
+        if not _known(st, self):  # built before the probes, or a recycled id
             st = c.samplers[id(self)] = [len(c.samplers), 0, 0, weakref.ref(self)]
         k = st[1]
         st[1] += 1
         keep = len(idx) <= INDEX_CAP and k < INDEX_PASSES
-        c.event(schema.K_SAMPLER, sid=id(self), ordinal=st[0], k=k, epoch=_int_or_none(getattr(self, "epoch", 0)),
-                seed=_int_or_none(getattr(self, "seed", 0)), shuffle=bool(getattr(self, "shuffle", True)),
-                drop_last=bool(getattr(self, "drop_last", False)), num_replicas=int(self.num_replicas),
-                sampler_rank=int(self.rank), dataset_len=_safe_len(self.dataset), n=len(idx), digest=_digest(idx),
-                indices=idx if keep else None, site=sites.user_site(sys._getframe(1)))
+        c.event(
+            schema.K_SAMPLER,
+            sid=id(self),
+            ordinal=st[0],
+            k=k,
+            epoch=_int_or_none(getattr(self, "epoch", 0)),
+            seed=_int_or_none(getattr(self, "seed", 0)),
+            shuffle=bool(getattr(self, "shuffle", True)),
+            drop_last=bool(getattr(self, "drop_last", False)),
+            num_replicas=int(self.num_replicas),
+            sampler_rank=int(self.rank),
+            dataset_len=_safe_len(self.dataset),
+            n=len(idx),
+            digest=_digest(idx),
+            indices=idx if keep else None,
+            site=sites.user_site(sys._getframe(1)),
+        )
         inner = iter(idx)
         ps = c.open_pass("sampler", st[0], k, len(idx), inner)
         lp = c.fetching
-        if lp is not None:   # drawn by a DataLoader pass: it trained when that pass trained
+        if lp is not None:  # drawn by a DataLoader pass: it trained when that pass trained
             lp.samplers.append(ps)
             c.unmarked_step.remove(ps)
             c.unmarked_fwd.remove(ps)
@@ -105,20 +143,37 @@ def install(c: Any, torch: Any) -> None:
             dist_smp = isinstance(smp, DistributedSampler)
             shard = _framework_shard(self, chain)
             c.loaders[id(self)] = len(c.loaders)
-            c.event(schema.K_LOADER, lid=id(self), ordinal=c.loaders[id(self)], sampler=type(smp).__name__,
-                    sampler_sid=id(smp) if dist_smp else None, distributed=dist_smp,
-                    chain=[type(s).__name__ for s in chain], made_by=_made_by(sys._getframe(1)), shard=shard,
-                    shuffle=bool(getattr(smp, "shuffle", True)) if dist_smp else
-                    type(smp).__name__ == "RandomSampler",
-                    iterable=isinstance(ds, torch.utils.data.IterableDataset),
-                    dataset=type(ds).__name__, dataset_len=_safe_len(ds), batches=_safe_len(self),
-                    batch_size=self.batch_size, drop_last=self.drop_last, num_workers=self.num_workers,
-                    prefetch=(self.prefetch_factor or 0) * self.num_workers if self.num_workers else 0,
-                    subset_digest=_digest(sub) if sub is not None else None, subset=sub,
-                    data_fp=_data_fingerprint(ds), site=sites.user_site(sys._getframe(1)))
+            c.event(
+                schema.K_LOADER,
+                lid=id(self),
+                ordinal=c.loaders[id(self)],
+                sampler=type(smp).__name__,
+                sampler_sid=id(smp) if dist_smp else None,
+                distributed=dist_smp,
+                chain=[type(s).__name__ for s in chain],
+                made_by=_made_by(sys._getframe(1)),
+                shard=shard,
+                shuffle=bool(getattr(smp, "shuffle", True)) if dist_smp else type(smp).__name__ == "RandomSampler",
+                iterable=isinstance(ds, torch.utils.data.IterableDataset),
+                dataset=type(ds).__name__,
+                dataset_len=_safe_len(ds),
+                batches=_safe_len(self),
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                num_workers=self.num_workers,
+                prefetch=(self.prefetch_factor or 0) * self.num_workers if self.num_workers else 0,
+                subset_digest=_digest(sub) if sub is not None else None,
+                subset=sub,
+                data_fp=_data_fingerprint(ds),
+                site=sites.user_site(sys._getframe(1)),
+            )
         except Exception as e:
-            failures.report(c.p, "check DataLoader record", "a DataLoader's settings (its sampler, data set "
-                            "and batches: the data checks judge without it)", e)
+            failures.report(
+                c.p,
+                "check DataLoader record",
+                "a DataLoader's settings (its sampler, data set and batches: the data checks judge without it)",
+                e,
+            )
 
     DataLoader.__init__ = loader_init
 
@@ -136,7 +191,7 @@ def install(c: Any, torch: Any) -> None:
         if o is not None and c.main_thread():
             try:
                 self._ddpdoctor_loader = o
-            except Exception:   # an iterator class with __slots__: its fetches are credited at the end instead
+            except Exception:  # an iterator class with __slots__: its fetches are credited at the end instead
                 pass
 
     base_iter.__init__ = loader_iter_init

@@ -7,15 +7,20 @@ import weakref
 from array import array
 from typing import Any
 
-INDEX_CAP = 200_000          # indices kept per sampler epoch (a digest always)
-INDEX_PASSES = 8             # passes of one sampler whose indices are kept (digests for all)
-OPTSTEP_DETAIL = 64          # optimizer steps recorded one by one; then a summary at the end
-SET_EPOCH_DETAIL = 8         # set_epoch calls recorded per sampler
-FP_SAMPLE = 1024             # elements read from a data tensor/array for the data set fingerprint
-LOADER_INDEX_CAP = 200_000   # indices kept per loader pass (the first ones; a digest of all)
-CHAIN_DEPTH = 6              # samplers followed down batch_sampler/sampler attributes
-FRAMEWORK_PKGS = {"lightning": "lightning", "pytorch_lightning": "lightning", "lightning_fabric": "lightning",
-                  "accelerate": "accelerate", "transformers": "transformers"}
+INDEX_CAP = 200_000  # indices kept per sampler epoch (a digest always)
+INDEX_PASSES = 8  # passes of one sampler whose indices are kept (digests for all)
+OPTSTEP_DETAIL = 64  # optimizer steps recorded one by one; then a summary at the end
+SET_EPOCH_DETAIL = 8  # set_epoch calls recorded per sampler
+FP_SAMPLE = 1024  # elements read from a data tensor/array for the data set fingerprint
+LOADER_INDEX_CAP = 200_000  # indices kept per loader pass (the first ones; a digest of all)
+CHAIN_DEPTH = 6  # samplers followed down batch_sampler/sampler attributes
+FRAMEWORK_PKGS = {
+    "lightning": "lightning",
+    "pytorch_lightning": "lightning",
+    "lightning_fabric": "lightning",
+    "accelerate": "accelerate",
+    "transformers": "transformers",
+}
 
 
 def _digest(values: Any) -> str:
@@ -35,8 +40,26 @@ class _Pass:
 class _LoaderPass:
     """One pass of a DataLoader iterator, as fetched: counts, a digest of every index, the first indices."""
 
-    __slots__ = ("ordinal", "k", "src", "n", "batches", "maxb", "h", "keep", "truncated", "kind", "steps", "fwds",
-                 "exhausted", "fresh", "done", "site", "samplers", "first")
+    __slots__ = (
+        "ordinal",
+        "k",
+        "src",
+        "n",
+        "batches",
+        "maxb",
+        "h",
+        "keep",
+        "truncated",
+        "kind",
+        "steps",
+        "fwds",
+        "exhausted",
+        "fresh",
+        "done",
+        "site",
+        "samplers",
+        "first",
+    )
 
     def __init__(self, ordinal: int, k: int, src: Any, keep: bool, site: Any) -> None:
         self.ordinal, self.k, self.src, self.site = ordinal, k, src, site
@@ -46,7 +69,7 @@ class _LoaderPass:
         self.truncated = self.exhausted = self.fresh = self.done = False
         self.kind = "int"
         self.samplers: list[_Pass] = []
-        self.first: str | None = None   # a digest of the first batch (an IterableDataset has no indices)
+        self.first: str | None = None  # a digest of the first batch (an IterableDataset has no indices)
 
     def add(self, idx: Any) -> None:
         self.batches += 1
@@ -59,7 +82,7 @@ class _LoaderPass:
             elif t is int:
                 a = array("q", (idx,))
             elif idx is None:
-                self.kind = "none"   # an IterableDataset: no indices
+                self.kind = "none"  # an IterableDataset: no indices
                 return
             else:
                 v = idx.tolist() if hasattr(idx, "tolist") else list(idx)
@@ -87,8 +110,6 @@ def _feed(inner: Any) -> Any:
     yield from inner
 
 
-
-
 def _watch(c: Any, obj: Any, ps: _Pass) -> None:
     """Close ``ps`` when ``obj`` (the iterator handed to the script) is freed."""
     try:
@@ -96,4 +117,3 @@ def _watch(c: Any, obj: Any, ps: _Pass) -> None:
         fin.atexit = False
     except TypeError:
         pass
-

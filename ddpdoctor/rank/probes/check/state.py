@@ -9,12 +9,11 @@ import threading
 import weakref
 from typing import Any
 
+from ddpdoctor.rank import failures, sites
+from ddpdoctor.rank.hooks import RankProbe
+from ddpdoctor.rank.probes.check.passes import INDEX_PASSES, OPTSTEP_DETAIL, _LoaderPass, _Pass
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
-from ddpdoctor.rank import failures, sites
-from ddpdoctor.rank.probes.check.passes import INDEX_PASSES, OPTSTEP_DETAIL, _LoaderPass, _Pass
-from ddpdoctor.rank.hooks import RankProbe
-
 
 _forked = False
 
@@ -39,32 +38,32 @@ class Checks(RankProbe):
 
         self._grad_enabled = torch.is_grad_enabled
         self.p = probe
-        self.every = max(1, int(every)) if every else None   # None: the default schedule (install.py)
+        self.every = max(1, int(every)) if every else None  # None: the default schedule (install.py)
         self.w = JsonlWriter(os.path.join(probe.dir, schema.CHECKS))
         self.fp = JsonlWriter(os.path.join(probe.dir, schema.FINGERPRINTS))
         self.pid = os.getpid()
-        self.synced = 0       # DDP forwards with gradient sync since the last optimizer step
-        self.unsynced = 0     # ... inside no_sync()
+        self.synced = 0  # DDP forwards with gradient sync since the last optimizer step
+        self.unsynced = 0  # ... inside no_sync()
         self.opt_steps = 0
-        self.train_fwds = 0   # DDP forwards with grad enabled, all models
-        self.accum: dict[tuple[int, int], int] = {}   # (synced, unsynced) forwards per step -> steps
-        self.samplers: dict[int, list] = {}      # id(sampler) -> [ordinal, passes, set_epoch calls, weakref]
-        self.loaders: dict[int, int] = {}        # id(loader) -> ordinal
-        self.loader_k: dict[int, int] = {}       # loader ordinal -> loader passes so far
-        self.lpasses: list[_LoaderPass] = []     # loader passes not yet closed
-        self.fresh: list[_LoaderPass] = []       # ... that fetched since the last DDP forward / optimizer step
-        self.fed: list[_LoaderPass] = []         # ... that fed a forward with grad since the last optimizer step
-        self.last: _LoaderPass | None = None     # the loader pass that fetched last
-        self.fetching: _LoaderPass | None = None # the loader pass whose _next_index is running
-        self.live: list[_Pass] = []              # passes whose window is open
-        self.unmarked_step: list[_Pass] = []     # ... that have not seen an optimizer step yet
-        self.unmarked_fwd: list[_Pass] = []      # ... nor a DDP forward with grad
+        self.train_fwds = 0  # DDP forwards with grad enabled, all models
+        self.accum: dict[tuple[int, int], int] = {}  # (synced, unsynced) forwards per step -> steps
+        self.samplers: dict[int, list] = {}  # id(sampler) -> [ordinal, passes, set_epoch calls, weakref]
+        self.loaders: dict[int, int] = {}  # id(loader) -> ordinal
+        self.loader_k: dict[int, int] = {}  # loader ordinal -> loader passes so far
+        self.lpasses: list[_LoaderPass] = []  # loader passes not yet closed
+        self.fresh: list[_LoaderPass] = []  # ... that fetched since the last DDP forward / optimizer step
+        self.fed: list[_LoaderPass] = []  # ... that fed a forward with grad since the last optimizer step
+        self.last: _LoaderPass | None = None  # the loader pass that fetched last
+        self.fetching: _LoaderPass | None = None  # the loader pass whose _next_index is running
+        self.live: list[_Pass] = []  # passes whose window is open
+        self.unmarked_step: list[_Pass] = []  # ... that have not seen an optimizer step yet
+        self.unmarked_fwd: list[_Pass] = []  # ... nor a DDP forward with grad
         self.trained_loaders: set[tuple[int, str]] = set()
         self.models = 0
-        self.model_params: list[set[int]] = []            # per DDP model: ids of its parameters
-        self.micro: list[dict[tuple, int]] = []           # per DDP model: synced forwards per call site
-        self.opt_models: dict[int, list[int]] = {}        # id(optimizer) -> the DDP models it steps
-        self.fwd_site: list | None = None                 # the user's line of the DDP forward in progress
+        self.model_params: list[set[int]] = []  # per DDP model: ids of its parameters
+        self.micro: list[dict[tuple, int]] = []  # per DDP model: synced forwards per call site
+        self.opt_models: dict[int, list[int]] = {}  # id(optimizer) -> the DDP models it steps
+        self.fwd_site: list | None = None  # the user's line of the DDP forward in progress
         # per DDP model: [its ordinal, synced training forwards so far] (install.py's point after the buffer sync)
         self.ddp_state: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -95,24 +94,25 @@ class Checks(RankProbe):
                 w7 = torch.arange(1, 8, dtype=f64, device=d.device)
                 cols = d[:m].view(-1, 7).sum(0, dtype=f64) if m else torch.zeros(7, dtype=f64, device=d.device)
                 tail = d[m:].to(f64)
-                return [float(cols.sum() + tail.sum()), float((cols * w7).sum() + (tail * w7[:n - m]).sum())]
+                return [float(cols.sum() + tail.sum()), float((cols * w7).sum() + (tail * w7[: n - m]).sum())]
             return [int(t.long().sum()), int(t.numel())]
 
         with torch.no_grad():
             params = {n: fp(t) for n, t in module.named_parameters()}
             bufs = {n: fp(t) for n, t in module.named_buffers()}
-        self.fp.write(schema.K_FP, self.p.rank, step=step, where=where, model=model, params=params, buffers=bufs,
-                      seq=seq)
+        self.fp.write(
+            schema.K_FP, self.p.rank, step=step, where=where, model=model, params=params, buffers=bufs, seq=seq
+        )
 
     # -- passes ------------------------------------------------------------------------------------
-    def open_pass(self, what: str, key: int, k: int, n: int | None, inner: Any = None) -> "_Pass":
+    def open_pass(self, what: str, key: int, k: int, n: int | None, inner: Any = None) -> _Pass:
         ps = _Pass(what, key, k, n, inner, self.opt_steps, self.train_fwds)
         self.live.append(ps)
         self.unmarked_step.append(ps)
         self.unmarked_fwd.append(ps)
         return ps
 
-    def close_pass(self, ps: "_Pass", why: str) -> None:
+    def close_pass(self, ps: _Pass, why: str) -> None:
         if ps.done:
             return
         ps.done = True
@@ -136,7 +136,7 @@ class Checks(RankProbe):
         for ps in lst:
             if ps.what == "sampler":
                 self.event(schema.K_SAMPLER_TRAIN, ordinal=ps.key, k=ps.k, by=by)
-            elif (ps.key, by) not in self.trained_loaders:   # a loader is marked once
+            elif (ps.key, by) not in self.trained_loaders:  # a loader is marked once
                 self.trained_loaders.add((ps.key, by))
                 self.event(schema.K_LOADER_TRAIN, ordinal=ps.key, by=by)
         lst.clear()
@@ -163,7 +163,7 @@ class Checks(RankProbe):
             self.train_fwds += 1
             if self.unmarked_fwd:
                 self._mark(self.unmarked_fwd, "fwd")
-        if self.fresh:   # the batches fetched since the last forward fed this one
+        if self.fresh:  # the batches fetched since the last forward fed this one
             if grad:
                 for lp in self.fresh:
                     lp.fwds += 1
@@ -175,8 +175,8 @@ class Checks(RankProbe):
                 lp.fresh = False
             self.fresh.clear()
 
-    def _credit(self, lp: "_LoaderPass", by: str) -> None:
-        if (lp.ordinal, by) not in self.trained_loaders:   # a loader is marked once
+    def _credit(self, lp: _LoaderPass, by: str) -> None:
+        if (lp.ordinal, by) not in self.trained_loaders:  # a loader is marked once
             self.trained_loaders.add((lp.ordinal, by))
             self.event(schema.K_LOADER_TRAIN, ordinal=lp.ordinal, by=by)
         for ps in lp.samplers:
@@ -197,7 +197,7 @@ class Checks(RankProbe):
         self.fed.clear()
 
     # -- loader passes: what the iterator really fetched ----------------------------------------------
-    def new_loader_pass(self, it: Any, old: "_LoaderPass | None", frame: Any) -> "_LoaderPass | None":
+    def new_loader_pass(self, it: Any, old: _LoaderPass | None, frame: Any) -> _LoaderPass | None:
         if old is not None:
             self.close_loader_pass(old, "next")
         o = it.__dict__.get("_ddpdoctor_loader")
@@ -215,7 +215,7 @@ class Checks(RankProbe):
             pass
         return lp
 
-    def close_loader_pass(self, lp: "_LoaderPass", why: str) -> None:
+    def close_loader_pass(self, lp: _LoaderPass, why: str) -> None:
         if lp.done:
             return
         lp.done = True
@@ -229,14 +229,26 @@ class Checks(RankProbe):
             self.last = None
         keep, lp.keep = lp.keep, None
         try:
-            self.event(schema.K_LOADER_PASS, ordinal=lp.ordinal, k=lp.k, n=lp.n, batches=lp.batches, maxb=lp.maxb,
-                       index_kind=lp.kind, digest=lp.h.hexdigest()[:16] if lp.kind == "int" else None,
-                       indices=keep.tolist() if keep is not None and lp.kind == "int" else None,
-                       truncated=lp.truncated, steps=lp.steps, fwds=lp.fwds, exhausted=lp.exhausted, why=why,
-                       site=lp.site, first_batch=lp.first)
+            self.event(
+                schema.K_LOADER_PASS,
+                ordinal=lp.ordinal,
+                k=lp.k,
+                n=lp.n,
+                batches=lp.batches,
+                maxb=lp.maxb,
+                index_kind=lp.kind,
+                digest=lp.h.hexdigest()[:16] if lp.kind == "int" else None,
+                indices=keep.tolist() if keep is not None and lp.kind == "int" else None,
+                truncated=lp.truncated,
+                steps=lp.steps,
+                fwds=lp.fwds,
+                exhausted=lp.exhausted,
+                why=why,
+                site=lp.site,
+                first_batch=lp.first,
+            )
         except Exception as e:
-            failures.report(self.p, "check loader pass", "what a DataLoader pass fetched (the shard checks "
-                            "miss it)", e)
+            failures.report(self.p, "check loader pass", "what a DataLoader pass fetched (the shard checks miss it)", e)
 
     # -- optimizer steps -----------------------------------------------------------------------------
     def on_sync_forward(self, model: int, frame: Any) -> None:
@@ -262,7 +274,7 @@ class Checks(RankProbe):
         if self.unmarked_step:
             self._mark(self.unmarked_step, "step")
         self._credit_step()
-        key = (self.synced, self.unsynced)   # text at the end (finish): a tuple costs less per step
+        key = (self.synced, self.unsynced)  # text at the end (finish): a tuple costs less per step
         self.accum[key] = self.accum.get(key, 0) + 1
         # micro-steps: synced forwards of one model from one line (a loop) before its optimizer steps;
         # a GAN's D(real) and D(fake) are two lines, not accumulation
@@ -274,8 +286,15 @@ class Checks(RankProbe):
                 micro = max(micro, max(d.values()))
                 d.clear()
         if self.opt_steps <= OPTSTEP_DETAIL:
-            self.event(schema.K_OPTSTEP, n=self.opt_steps, synced=self.synced, unsynced=self.unsynced, micro=micro,
-                       models=models, site=sites.user_site(sys._getframe(2)))
+            self.event(
+                schema.K_OPTSTEP,
+                n=self.opt_steps,
+                synced=self.synced,
+                unsynced=self.unsynced,
+                micro=micro,
+                models=models,
+                site=sites.user_site(sys._getframe(2)),
+            )
         self.synced = self.unsynced = 0
 
     def finish(self) -> None:
@@ -283,6 +302,8 @@ class Checks(RankProbe):
             self.close_loader_pass(lp, "finish")
         for ps in list(self.live):
             self.close_pass(ps, "finish")
-        self.event(schema.K_ACCUM_SUMMARY, opt_steps=self.opt_steps,
-                   histogram={f"{a}/{b}": n for (a, b), n in self.accum.items()})
-
+        self.event(
+            schema.K_ACCUM_SUMMARY,
+            opt_steps=self.opt_steps,
+            histogram={f"{a}/{b}": n for (a, b), n in self.accum.items()},
+        )

@@ -39,7 +39,7 @@ def walk_graph(fn: Any, seen: set[int], cap: int) -> int:
         seen.add(id(fn))
         try:
             stack.extend(nf for nf, _ in fn.next_functions)
-        except Exception:   # a node freed under us, or a custom node without next_functions: a leaf here
+        except Exception:  # a node freed under us, or a custom node without next_functions: a leaf here
             pass
     return len(seen) - before
 
@@ -111,7 +111,7 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
     del graph_roots
     top = sorted(groups.items(), key=lambda kv: -kv[1][1])[:TOP_GROUPS]
     in_top = {k for k, _v in top}
-    top += sorted((kv for kv in groups.items() if kv[0] not in in_top), key=lambda kv: -kv[1][0])[:TOP_GROUPS // 2]
+    top += sorted((kv for kv in groups.items() if kv[0] not in in_top), key=lambda kv: -kv[1][0])[: TOP_GROUPS // 2]
     in_top = {k for k, _v in top}
     top += [kv for kv in groups.items() if kv[0][3] and kv[0] not in in_top][:TOP_GROUPS]
     by_dev: dict[str, int] = defaultdict(int)
@@ -136,9 +136,15 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
         h = named(v[2]) if v[2] is not None else None
         if h:
             group_holders[f"{list(k[0])}|{k[1]}|{k[2]}|{k[3]}"] = h
-    return {"objects": n_objs, "tensor_bytes": dict(by_dev), "tensors": sum(v[0] for v in groups.values()),
-            "graph_nodes": len(seen),
-            "groups": [{"shape": list(k[0]), "dtype": k[1], "device": k[2], "grad_fn": k[3], "count": v[0],
-                        "bytes": v[1]} for k, v in top],
-            "biggest_graphs": [{"nodes": n, "shape": list(t.shape), "holder": named(t)} for t, n in biggest[:3]],
-            "group_holders": group_holders}
+    return {
+        "objects": n_objs,
+        "tensor_bytes": dict(by_dev),
+        "tensors": sum(v[0] for v in groups.values()),
+        "graph_nodes": len(seen),
+        "groups": [
+            {"shape": list(k[0]), "dtype": k[1], "device": k[2], "grad_fn": k[3], "count": v[0], "bytes": v[1]}
+            for k, v in top
+        ],
+        "biggest_graphs": [{"nodes": n, "shape": list(t.shape), "holder": named(t)} for t, n in biggest[:3]],
+        "group_holders": group_holders,
+    }

@@ -21,6 +21,7 @@ import types
 from typing import Any, Callable
 
 from ddpdoctor.rank import sites
+
 # the storing line and the holder as a record; importable from here as before
 from ddpdoctor.rank.probes.memleak.storesite import Holder, _user_type
 
@@ -100,8 +101,13 @@ def roots(frame: Any) -> list[tuple[str, Any, Holder | None, tuple]]:
     return out
 
 
-def walk(frame: Any, on_tensor: Callable[[Any, Holder | None, str], None], tensor_types: Any,
-         skip: tuple = (), max_visits: int = 60_000) -> int:
+def walk(
+    frame: Any,
+    on_tensor: Callable[[Any, Holder | None, str], None],
+    tensor_types: Any,
+    skip: tuple = (),
+    max_visits: int = 60_000,
+) -> int:
     """Visit every tensor reachable from the user's names; ``on_tensor(t, holder, path)``. Returns the
     number of objects visited."""
     torch = sys.modules["torch"]
@@ -135,8 +141,19 @@ def walk(frame: Any, on_tensor: Callable[[Any, Holder | None, str], None], tenso
                 tx = type(x)
                 if tx in (int, float, str, bool, type(None)):
                     continue
-                queue.append((x, path + "[]", depth + 1, holder if holder and "[]" in holder[0] else
-                              (path + "[]", holder[1], holder[2]) if holder else None, scope))
+                queue.append(
+                    (
+                        x,
+                        path + "[]",
+                        depth + 1,
+                        holder
+                        if holder and "[]" in holder[0]
+                        else (path + "[]", holder[1], holder[2])
+                        if holder
+                        else None,
+                        scope,
+                    )
+                )
             continue
         if skip and isinstance(obj, skip):
             continue
@@ -152,8 +169,11 @@ def walk(frame: Any, on_tensor: Callable[[Any, Holder | None, str], None], tenso
             if _user_type(obj):
                 sc = ("class", obj)
                 for k, v in list(vars(obj).items()):
-                    if not k.startswith("__") and not callable(v) and not isinstance(v, (property, staticmethod,
-                                                                                         classmethod)):
+                    if (
+                        not k.startswith("__")
+                        and not callable(v)
+                        and not isinstance(v, (property, staticmethod, classmethod))
+                    ):
                         queue.append((v, f"{obj.__name__}.{k}", depth + 1, _named(holder, obj.__name__, k, sc), sc))
             continue
         if t is types.FunctionType:
@@ -165,8 +185,15 @@ def walk(frame: Any, on_tensor: Callable[[Any, Holder | None, str], None], tenso
                         v = cell.cell_contents
                     except ValueError:
                         continue
-                    queue.append((v, f"{path}.<closure>.{name}", depth + 1,
-                                  holder if holder and "[]" in holder[0] else (name, ("name", name), sc), sc))
+                    queue.append(
+                        (
+                            v,
+                            f"{path}.<closure>.{name}",
+                            depth + 1,
+                            holder if holder and "[]" in holder[0] else (name, ("name", name), sc),
+                            sc,
+                        )
+                    )
             continue
         if t is types.MethodType:
             queue.append((obj.__self__, path, depth, holder, scope))

@@ -30,22 +30,22 @@ import threading
 import time
 from typing import Any
 
-from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter, line
-from ddpdoctor.rank.probes.memleak import census as census_mod
 from ddpdoctor.rank import failures, nvml
 from ddpdoctor.rank.hooks import RankProbe
+from ddpdoctor.rank.probes.memleak import census as census_mod
+from ddpdoctor.record import schema
+from ddpdoctor.record.writer import JsonlWriter, line
 
-LOCAL_EVERY = 5           # at most one graph scan per this many steps
-SCAN_BUDGET = 0.005       # share of the loop's time the graph scans may take
+LOCAL_EVERY = 5  # at most one graph scan per this many steps
+SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
-EARLY_STEPS = 64          # censuses at 1, 2, 4, ..., 64 whatever they cost
-BUDGET = 0.0025           # share of the time a census may take in steady state
-DOUBLING_BUDGET = 0.005   # ... at steps 128, 256, ... (1, 2, ..., 64: free)
-RSS_BUDGET = 0.10         # ... while RSS grows
-RSS_TRIGGER = 4 * 2**20   # RSS growth since the last census that makes one due (with RSS_BUDGET)
-PLANNED = 8               # evenly spaced censuses when the run's length is known
-FLUSH_S = 0.2             # the per-step lines are written together this often
+EARLY_STEPS = 64  # censuses at 1, 2, 4, ..., 64 whatever they cost
+BUDGET = 0.0025  # share of the time a census may take in steady state
+DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
+RSS_BUDGET = 0.10  # ... while RSS grows
+RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
+PLANNED = 8  # evenly spaced censuses when the run's length is known
+FLUSH_S = 0.2  # the per-step lines are written together this often
 
 
 def _cuda_in_use() -> bool:
@@ -89,7 +89,7 @@ class Memory(RankProbe):
         self.proc = psutil.Process()
         self.rss = _RssReader(self.proc)
         self.w = JsonlWriter(os.path.join(probe.dir, schema.MEMORY))
-        self.buf: list[bytes] = []   # per-step lines not written yet
+        self.buf: list[bytes] = []  # per-step lines not written yet
         self.last_flush = 0.0
         self._head = f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
         self.census_every = census_every
@@ -104,14 +104,17 @@ class Memory(RankProbe):
         self.last_scan_step = 0
         self.last_scan_nodes = -1  # the most graph nodes a scan saw so far
         # growth, as a leak shows it: a new high (the counts of a healthy loop wobble below their maximum)
-        self.scan_grew = False    # the last scan saw more graph nodes than any scan before
+        self.scan_grew = False  # the last scan saw more graph nodes than any scan before
         self.census_grew = False  # the last census saw more tensors or graph nodes than any census before
-        self.last_counts = (-1, -1)   # the highest (tensors, graph nodes) of the censuses so far
-        self.plan = sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} |
-                           {max(1, stop_steps - 2)}) if stop_steps else []
+        self.last_counts = (-1, -1)  # the highest (tensors, graph nodes) of the censuses so far
+        self.plan = (
+            sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} | {max(1, stop_steps - 2)})
+            if stop_steps
+            else []
+        )
         self.censuses = 0
-        self.overhead = 0.0       # seconds the scans and censuses took inside the loop
-        self.names: dict = {}     # holder -> its description (name, storing line): found once
+        self.overhead = 0.0  # seconds the scans and censuses took inside the loop
+        self.names: dict = {}  # holder -> its description (name, storing line): found once
         self.peak_cuda = -1
         self.cuda_dev: int | None = None
         self.summaries: dict[str, str] = {}
@@ -137,8 +140,9 @@ class Memory(RankProbe):
         step = self.step
         frame = sys._getframe(1)
         scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
-        if step == 1 or (step - self.last_scan_step >= LOCAL_EVERY
-                         and now - self.last_scan_t >= self.last_scan_cost / scan_budget):
+        if step == 1 or (
+            step - self.last_scan_step >= LOCAL_EVERY and now - self.last_scan_t >= self.last_scan_cost / scan_budget
+        ):
             fields.setdefault("rss", rss)
             try:
                 nodes, roots, holder = census_mod.local_graphs(frame, self.names)
@@ -149,14 +153,18 @@ class Memory(RankProbe):
                 if holder:
                     fields["local_holder"] = holder
             except Exception as e:
-                failures.report(self.p, "memleak graph scan", "the scan of the autograd graphs the script's "
-                                "names reach (a kept graph may go without its holder)", e)
+                failures.report(
+                    self.p,
+                    "memleak graph scan",
+                    "the scan of the autograd graphs the script's names reach (a kept graph may go without its holder)",
+                    e,
+                )
             t1 = time.perf_counter()
             self.last_scan_cost, self.last_scan_t, self.last_scan_step = t1 - now, t1, step
             self.overhead += t1 - now
         if fields:
             self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
-        else:   # the common line, formatted by hand (the same bytes as writer.line)
+        else:  # the common line, formatted by hand (the same bytes as writer.line)
             self.buf.append(f'{self._head}{time.time()!r},"step":{step},"rss":{rss}}}\n'.encode())
         if now - self.last_flush >= FLUSH_S or len(self.buf) >= 512:
             self.flush(now)
@@ -181,8 +189,12 @@ class Memory(RankProbe):
                 self.plan.pop(0)
             return "planned"
         since = now - self.last_census_t
-        if step >= 2 * self.last_census_step and (self.last_census_step < EARLY_STEPS or self.scan_grew or
-                                                  self.census_grew or since >= self.last_census_cost / DOUBLING_BUDGET):
+        if step >= 2 * self.last_census_step and (
+            self.last_census_step < EARLY_STEPS
+            or self.scan_grew
+            or self.census_grew
+            or since >= self.last_census_cost / DOUBLING_BUDGET
+        ):
             return "doubling"
         if since >= self.last_census_cost / BUDGET:
             return "budget"
@@ -195,9 +207,11 @@ class Memory(RankProbe):
         try:
             dev = torch.cuda.current_device()
             st = torch.cuda.memory_stats(dev)
-            out = {"cuda_allocated": st.get("allocated_bytes.all.current", 0),
-                   "cuda_reserved": st.get("reserved_bytes.all.current", 0),
-                   "cuda_active": st.get("active_bytes.all.current", 0)}
+            out = {
+                "cuda_allocated": st.get("allocated_bytes.all.current", 0),
+                "cuda_reserved": st.get("reserved_bytes.all.current", 0),
+                "cuda_active": st.get("active_bytes.all.current", 0),
+            }
             out.update(self._nvml(dev))
             if out["cuda_allocated"] > self.peak_cuda:
                 self.peak_cuda = out["cuda_allocated"]
@@ -233,8 +247,12 @@ class Memory(RankProbe):
         try:
             fields = census_mod.census(frame, self.names)
         except Exception as e:
-            failures.report(self.p, "memleak census", "censuses of live tensors and graphs (growth may go "
-                            "unexplained, without a holder or a line)", e)
+            failures.report(
+                self.p,
+                "memleak census",
+                "censuses of live tensors and graphs (growth may go unexplained, without a holder or a line)",
+                e,
+            )
             return
         fields["workers"] = self._worker_rss()
         fields["uss"] = self._uss()
@@ -251,8 +269,9 @@ class Memory(RankProbe):
         self.censuses += 1
         if not final:
             self.overhead += cost
-        self.w.write(schema.K_CENSUS, self.p.rank, step=self.step, why=why, final=final or None,
-                     cost_s=round(cost, 4), **fields)
+        self.w.write(
+            schema.K_CENSUS, self.p.rank, step=self.step, why=why, final=final or None, cost_s=round(cost, 4), **fields
+        )
 
     def _available(self) -> int | None:
         try:
@@ -279,7 +298,7 @@ class Memory(RankProbe):
         for c in multiprocessing.active_children():
             try:
                 out[str(c.pid)] = int(psutil.Process(c.pid).memory_info().rss)
-            except Exception:   # a worker that just exited has no memory to count
+            except Exception:  # a worker that just exited has no memory to count
                 pass
         return out
 
@@ -290,11 +309,20 @@ class Memory(RankProbe):
         try:
             if self.step:
                 self.census(None, "finish", final=True)
-            self.w.write(schema.K_MEM_OVERHEAD, self.p.rank, step=self.step, censuses=self.censuses,
-                         overhead_s=round(self.overhead, 4))
+            self.w.write(
+                schema.K_MEM_OVERHEAD,
+                self.p.rank,
+                step=self.step,
+                censuses=self.censuses,
+                overhead_s=round(self.overhead, 4),
+            )
         except Exception as e:
-            failures.report(self.p, "memleak final census", "the census at the end of the script (what "
-                            "module-level names still hold)", e)
+            failures.report(
+                self.p,
+                "memleak final census",
+                "the census at the end of the script (what module-level names still hold)",
+                e,
+            )
         try:
             if _cuda_in_use():
                 self.summaries["last"] = sys.modules["torch"].cuda.memory_summary()
@@ -312,6 +340,6 @@ def install(probe: Any, settings: Any = None) -> Memory:
         from ddpdoctor.rank.rankfiles import read_manifest
 
         stop = (read_manifest(probe.run_dir).get("stop") or {}).get("steps")
-    except Exception:   # no --steps: the census schedule does not aim at a last step
+    except Exception:  # no --steps: the census schedule does not aim at a last step
         pass
     return Memory(probe, census_every, int(stop) if stop else None)

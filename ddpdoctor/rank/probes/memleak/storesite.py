@@ -115,7 +115,7 @@ def store_site(holder: Holder, frame: Any) -> dict[str, Any] | None:
         if sites.is_user_file(f.f_code.co_filename):
             stack_codes.append(f.f_code)
         f = f.f_back
-    groups: list[list] = []   # each group: [(filename, lo, hi)], searched in order
+    groups: list[list] = []  # each group: [(filename, lo, hi)], searched in order
     kind, obj = scope
     if kind == "code":
         groups.append([(obj.co_filename, *_code_range(obj))])

@@ -38,8 +38,9 @@ def ensure_bucket_hook(model: Any, tl: Any) -> None:
             return fut.then(done)
 
         DDP.register_comm_hook.__wrapped__(model, None, hook)  # type: ignore[attr-defined]
-    except Exception as e:   # DDP refused the hook (one already set, another torch): no bucket ranges, said
+    except Exception as e:  # DDP refused the hook (one already set, another torch): no bucket ranges, said
         from ddpdoctor.rank import active, failures
 
-        failures.report(active.probe, "profile bucket ranges", "each DDP bucket's all-reduce range "
-                        "(--bucket-ranges)", e)
+        failures.report(
+            active.probe, "profile bucket ranges", "each DDP bucket's all-reduce range (--bucket-ranges)", e
+        )

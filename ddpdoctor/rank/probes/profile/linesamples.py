@@ -13,10 +13,10 @@ from typing import Any
 from ddpdoctor.rank import sites
 from ddpdoctor.record import schema
 
-SAMPLE_MS = 10.0     # main-thread stack sample period (0 turns sampling off) ...
+SAMPLE_MS = 10.0  # main-thread stack sample period (0 turns sampling off) ...
 SLOWDOWN_AFTER = 4000  # ... doubled each time the sample count doubles past this, up to MAX_SAMPLE_MS
 MAX_SAMPLE_MS = 100.0
-MAX_KEYS = 512       # distinct (phase, line) keys kept per rank; later new keys count as unknown
+MAX_KEYS = 512  # distinct (phase, line) keys kept per rank; later new keys count as unknown
 
 
 class LineSamples:
@@ -95,9 +95,24 @@ class LineSamples:
                 continue
             text = linecache.getline(site[0], site[1]).strip()[:120] if key not in self.texts else None
             self.texts.add(key)
-            rows.append([phase, site[0], site[1], site[2], caller[0] if caller else None,
-                         caller[1] if caller else None, d, text])
+            rows.append(
+                [
+                    phase,
+                    site[0],
+                    site[1],
+                    site[2],
+                    caller[0] if caller else None,
+                    caller[1] if caller else None,
+                    d,
+                    text,
+                ]
+            )
         if rows:
-            self.w.write(schema.K_SAMPLES, self.p.rank, period_s=self.period, step=self.step,
-                         first_step=self.first_sampled_step, rows=rows)
-
+            self.w.write(
+                schema.K_SAMPLES,
+                self.p.rank,
+                period_s=self.period,
+                step=self.step,
+                first_step=self.first_sampled_step,
+                rows=rows,
+            )

@@ -31,8 +31,8 @@ import weakref
 from typing import Any
 
 from ddpdoctor.rank import failures, nvml
-from ddpdoctor.rank.probes.profile.buckets import ensure_bucket_hook
 from ddpdoctor.rank.hooks import RankProbe
+from ddpdoctor.rank.probes.profile.buckets import ensure_bucket_hook
 from ddpdoctor.rank.probes.profile.linesamples import LineSamples
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
@@ -40,10 +40,10 @@ from ddpdoctor.record.writer import JsonlWriter
 _native_id, _now_ns = threading.get_native_id, time.perf_counter_ns
 
 CATEGORIES = ("compute", "comm", "data", "optim")
-INFO_STEPS = frozenset(2 ** k for k in range(9))   # optimizer steps after which profile_info is written
-FULL_STEPS = 1000   # every step's ranges are kept up to this step; then blocks of BLOCK consecutive steps,
-BLOCK = 10          # one block in 10 up to step 10,000, one in 100 up to 100,000 ...: about 1,000 steps
-                    # kept per decade of steps, so a day of training keeps a few MB of ranges (issue 10)
+INFO_STEPS = frozenset(2**k for k in range(9))  # optimizer steps after which profile_info is written
+FULL_STEPS = 1000  # every step's ranges are kept up to this step; then blocks of BLOCK consecutive steps,
+BLOCK = 10  # one block in 10 up to step 10,000, one in 100 up to 100,000 ...: about 1,000 steps
+# kept per decade of steps, so a day of training keeps a few MB of ranges (issue 10)
 
 
 def keep_step(n: int) -> bool:
@@ -71,7 +71,7 @@ class Timeline(LineSamples, RankProbe):
         self.buf: collections.deque = collections.deque()
         self.dom: Any = None
         self.attrs: dict[tuple, Any] = {}
-        self.names: dict[Any, str] = {}   # JSON text of range names and categories
+        self.names: dict[Any, str] = {}  # JSON text of range names and categories
         if tool_attached():
             try:
                 import nvtx
@@ -80,7 +80,7 @@ class Timeline(LineSamples, RankProbe):
             except Exception:
                 self.dom = None
         self.step = 0
-        self.keep = True          # this step's ranges go to the timeline (keep_step)
+        self.keep = True  # this step's ranges go to the timeline (keep_step)
         self.kept_steps = 0
         self.in_opt = False
         self.step_t0 = time.perf_counter_ns()
@@ -93,12 +93,12 @@ class Timeline(LineSamples, RankProbe):
         # the phase the main thread is in; "other:<range>" after a range ended (set by the hooks and wrappers)
         self.phase = "other:"
         self.main_ident = probe.main_ident
-        self.fwd_stack: list[tuple[tuple, str]] = []   # (token, phase before) of the DDP forwards in progress
+        self.fwd_stack: list[tuple[tuple, str]] = []  # (token, phase before) of the DDP forwards in progress
         self.opt_tok: tuple | None = None
-        self._autocast: Any = lambda: False   # torch.is_autocast_enabled, set by install
-        self.bucket_ranges = False            # a timing comm hook per DDP model (--bucket-ranges, --nsys)
-        self.model_ref: Any = None            # weakref of the first DDP model: its own timers (ddp_stats)
-        self.ddp: dict[str, Any] = {}         # what DDP's logger said last
+        self._autocast: Any = lambda: False  # torch.is_autocast_enabled, set by install
+        self.bucket_ranges = False  # a timing comm hook per DDP model (--bucket-ranges, --nsys)
+        self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
+        self.ddp: dict[str, Any] = {}  # what DDP's logger said last
         self.init_samples()
 
     # a range is (name, category, thread id, start ns, end ns, payload)
@@ -189,18 +189,28 @@ class Timeline(LineSamples, RankProbe):
         try:
             d = model._get_ddp_logging_data()
         except Exception as e:
-            failures.report(self.p, "profile DDP timers", "DDP's bucket sizes and backward timers "
-                            "(compute vs gradient all-reduce)", e)
+            failures.report(
+                self.p,
+                "profile DDP timers",
+                "DDP's bucket sizes and backward timers (compute vs gradient all-reduce)",
+                e,
+            )
             return
         sizes = d.get("rebuilt_bucket_sizes") if d.get("has_rebuilt_buckets") else d.get("bucket_sizes")
         try:
             buckets = [int(x) for x in str(sizes or "").split(",") if x.strip()]
         except ValueError:
             buckets = []
-        out: dict[str, Any] = {"buckets": buckets, "bucket_cap_mb": round(int(d.get("bucket_cap_bytes") or 0) / 2**20, 3)}
-        for key, name in (("avg_backward_compute_time", "backward_ms"), ("avg_backward_comm_time", "comm_ms"),
-                          ("avg_backward_compute_comm_overlap_time", "overlap_ms"),
-                          ("avg_forward_compute_time", "forward_ms")):
+        out: dict[str, Any] = {
+            "buckets": buckets,
+            "bucket_cap_mb": round(int(d.get("bucket_cap_bytes") or 0) / 2**20, 3),
+        }
+        for key, name in (
+            ("avg_backward_compute_time", "backward_ms"),
+            ("avg_backward_comm_time", "comm_ms"),
+            ("avg_backward_compute_comm_overlap_time", "overlap_ms"),
+            ("avg_forward_compute_time", "forward_ms"),
+        ):
             v = d.get(key)
             if isinstance(v, int) and v > 0:
                 out[name] = round(v / 1e6, 3)
@@ -213,11 +223,22 @@ class Timeline(LineSamples, RankProbe):
         # DDP's logger first; the comm hook's own count where the logger said nothing
         buckets = ddp.pop("buckets", None) or list(self.buckets)
         cap = ddp.pop("bucket_cap_mb", None) or self.bucket_cap_mb
-        self.w.write(schema.K_PROFILE_INFO, self.p.rank, main_tid=self.main_tid, steps=self.step,
-                     kept_steps=self.kept_steps, forwards=self.accum, amp=self.amp, buckets=buckets,
-                     bucket_cap_mb=cap, ddp=ddp,
-                     bucket_ranges=self.bucket_ranges,
-                     nvtx=self.dom is not None, samples=self.n_samples, sample_ms=self.period * 1000.0)
+        self.w.write(
+            schema.K_PROFILE_INFO,
+            self.p.rank,
+            main_tid=self.main_tid,
+            steps=self.step,
+            kept_steps=self.kept_steps,
+            forwards=self.accum,
+            amp=self.amp,
+            buckets=buckets,
+            bucket_cap_mb=cap,
+            ddp=ddp,
+            bucket_ranges=self.bucket_ranges,
+            nvtx=self.dom is not None,
+            samples=self.n_samples,
+            sample_ms=self.period * 1000.0,
+        )
 
     def on_tick(self) -> None:
         """After each heartbeat (heartbeat thread): write the ranges ended since, sample GPU utilisation."""
@@ -251,8 +272,10 @@ class Timeline(LineSamples, RankProbe):
         js = self._js
         while self.buf:
             name, cat, tid, t0, t1, payload = self.buf.popleft()
-            lines.append(f'{head}{js(name)},"cat":{js(cat)},"tid":{tid},"t0":{t0},"t1":{t1},'
-                         f'"payload":{"null" if payload is None else int(payload)}}}\n')
+            lines.append(
+                f'{head}{js(name)},"cat":{js(cat)},"tid":{tid},"t0":{t0},"t1":{t1},'
+                f'"payload":{"null" if payload is None else int(payload)}}}\n'
+            )
             if len(lines) >= 1024:
                 self.w.write_bytes("".join(lines).encode())
                 lines = []
