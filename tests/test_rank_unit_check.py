@@ -116,9 +116,8 @@ def test_two_ranks_samplers_partition_the_data_set(checks: Any) -> None:
 
 def test_dataloader_pass_records_the_indices_it_fetched_and_its_steps(checks: Any) -> None:
     ds = TensorDataset(torch.arange(12.0))
-    loader = DataLoader(
-        ds, batch_size=4, sampler=DistributedSampler(ds, num_replicas=2, rank=0, shuffle=False)
-    )  # LOADER
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, shuffle=False)
+    loader = DataLoader(ds, batch_size=4, sampler=sampler)  # LOADER
     (ev,) = recs(checks, schema.K_LOADER)
     assert (ev["distributed"], ev["sampler"], ev["batches"], ev["batch_size"], ev["dataset_len"]) == (
         True,
