@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def view(exe: str, run_dir: str) -> dict:
-    p = subprocess.run([exe, "analyze", run_dir, "--json", "-"], capture_output=True, text=True, timeout=300)
+    # on a copy: analyze writes its pictures (report.html, memory.svg) into the run directory, and the
+    # directories compared (golden fixtures among them) must stay as they are
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = shutil.copytree(run_dir, os.path.join(tmp, "run"))
+        p = subprocess.run([exe, "analyze", copy, "--json", "-"], capture_output=True, text=True, timeout=300)
     try:
-        rep = json.loads(p.stdout)
+        rep = json.loads(p.stdout.replace(copy, run_dir))
     except json.JSONDecodeError:
         return {"exit": p.returncode, "error": p.stderr.strip().splitlines()[-1:] if p.stderr else []}
     return {
