@@ -198,13 +198,6 @@ def test_default_argument_seen_while_its_function_runs(user: Any) -> None:
     assert_holder(holder, user, "seen", "STORE-DEFAULT", "log_loss")
 
 
-@pytest.mark.skip(
-    reason="rank/probes/memleak/holders.py walk(): a function's __defaults__ (and "
-    "__kwdefaults__) are never followed, only its closure cells, so losses kept in a "
-    "mutable default argument (`def log_loss(loss, seen=[])`) are invisible to the "
-    "graph scan once that function has returned (the scan runs at the optimizer step): "
-    "local_graphs reports 0 nodes and no holder"
-)
 def test_default_argument_is_found_after_its_function_returned(user: Any) -> None:
     nodes, roots, holder = scan_each_step(user.train_default, 3)[-1]
     assert (nodes, roots) == (7, 3)

@@ -55,14 +55,62 @@ def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
     return {r: [e for e in rec.memory if e.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
 
 
-def _who(ranks: list[int], all_ranks: list[int]) -> str:
+def _who(ranks: list[int], all_ranks: list[int], unknown: list[int] | None = None) -> str:
+    """Which ranks grow. "only on rank(s) ..." is said only when every other rank was seen flat over the
+    same steps (``unknown``: the ranks whose series could not tell)."""
     if len(ranks) == len(all_ranks):
         return "on every rank"
-    return f"on only rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank-conditional code)"
+    if unknown:
+        return (
+            f"on rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank(s) {rank_list(unknown)}: too few samples "
+            "to tell whether they grow too)"
+        )
+    return f"on only rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank-conditional code; the others stay flat)"
+
+
+def _rank_set(
+    hits: dict[int, dict[str, float]], series: dict[int, list[list[tuple[float, float]]]], ranks: list[int]
+) -> tuple[list[int], list[int]]:
+    """Every rank whose memory grows, and those that cannot be told: a rank the thresholds missed (a series
+    with fewer points, a slower loop) still grows when its later slope is a good part of the growing ranks';
+    it is flat when its later half barely moves against theirs over the same steps."""
+    if not hits:
+        return [], []
+    slope = median(g["late_slope"] for g in hits.values())
+    lo = min(g["first_step"] for g in hits.values())
+    hi = max(g["last_step"] for g in hits.values())
+    growing, unknown = set(hits), []
+    for r in ranks:
+        if r in hits:
+            continue
+        verdict = "unknown"
+        for pts in series.get(r, []):
+            g = growth([p for p in pts if p[0] >= lo - (hi - lo)])
+            if g is None or g["last_step"] - g["first_step"] < (hi - lo) / 2:
+                continue
+            if g["late_slope"] >= slope / 3 and g["late_total"] > 0 and g["up_fraction"] >= 0.3:
+                verdict = "grows"
+                break
+            if g["late_slope"] <= slope / 10:
+                verdict = "flat"
+        if verdict == "grows":
+            growing.add(r)
+        elif verdict == "unknown":
+            unknown.append(r)
+    return sorted(growing), unknown
 
 
 def _short(path: str) -> str:
     return path.rsplit("/", 1)[-1]
+
+
+def _held(h: dict[str, Any]) -> str:
+    """A holder as the user writes it, where: "`self._epoch_logits` (EpochLogits.on_train_batch_end, x.py:24)"."""
+    func = h.get("func") or ""
+    owner = h.get("owner")
+    where = f"{owner}.{func}" if owner and func and func != "<module>" else func
+    at = f"{_short(h['file'])}:{h['line']}"
+    return f"`{h['name']}` ({where}, {at})" if where else f"`{h['name']}` ({at})"
 
 
 def _mb(x: float) -> str:
@@ -114,7 +162,16 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
                 break
     if not hits:
         return []
-    hr = sorted(hits)
+    series = {
+        r: [
+            [(s["step"], float(s["local_graph"])) for s in steps.get(r, []) if "local_graph" in s],
+            [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])],
+        ]
+        for r in ranks
+    }
+    hr, unknown = _rank_set(hits, series, ranks)
+    for r in hr:
+        found.setdefault(r, "dense" if any("local_graph" in s for s in steps.get(r, [])) else "census")
     locs, holders = [], {}
     for r in hr:
         h = _graph_holder(census.get(r, []), steps.get(r, []), found[r] == "dense")
@@ -132,9 +189,9 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
         if stored
         else "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)"
     )
-    held = f" in `{name}` ({_short(h0['file'])}:{h0['line']})" if name and h0.get("file") else ""
+    held = f" in {_held(h0)}" if name and h0.get("file") else ""
     msg = (
-        f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks)}: {cause}{held}; "
+        f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks, unknown)}: {cause}{held}; "
         f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
         + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host")
     )
@@ -157,6 +214,7 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
                 "nodes_per_step": per,
                 "rss_bytes_per_step": rss_slope,
                 "ranks_growing": hr,
+                "ranks_unknown": unknown,
                 "holders": {str(r): h for r, h in holders.items()},
             },
             culprits=tuple(hr),
@@ -176,6 +234,11 @@ def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], den
         and last["local_holder"].get("nodes", 0) * 2 >= last.get("local_graph", 0)
     ):
         return last["local_holder"]
+    # found from the growth upwards: the holder most old members of a growing graph-carrying group share
+    for c in reversed(census):
+        h = next((g["holder"] for g in c.get("grown") or () if g.get("holder") and g["group"].endswith("|True")), None)
+        if h:
+            return h
     for c in reversed(census):
         h = next((b.get("holder") for b in c.get("biggest_graphs", []) if b.get("holder")), None)
         if h:
@@ -216,23 +279,46 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
             hits[r] = best
     if not hits or "memleak.autograd-graph" in seen and all(h[0][3] for h in hits.values()):
         return []
-    hr = sorted(hits)
-    k, g = hits[hr[0]]
+    k, g = hits[min(hits)]
+
+    def group_series(r: int) -> list[tuple[float, float]]:
+        return [
+            (
+                c["step"],
+                float(
+                    next(
+                        (
+                            x["bytes"]
+                            for x in c.get("groups", [])
+                            if (tuple(x["shape"]), x["dtype"], x["device"], x["grad_fn"]) == k
+                        ),
+                        0,
+                    )
+                ),
+            )
+            for c in census.get(r, [])
+        ]
+
+    hr, unknown = _rank_set({r: h[1] for r, h in hits.items()}, {r: [group_series(r)] for r in ranks}, ranks)
+    for r in hr:
+        hits.setdefault(r, (k, g))
     locs, holders = [], {}
     for r in hr:
         key = hits[r][0]
-        h = (census[r][-1].get("group_holders") or {}).get(f"{list(key[0])}|{key[1]}|{key[2]}|{key[3]}")
+        name = f"{list(key[0])}|{key[1]}|{key[2]}|{key[3]}"
+        grown = (e.get("holder") for c in reversed(census[r]) for e in c.get("grown") or () if e["group"] == name)
+        h = next((x for x in grown if x), None) or (census[r][-1].get("group_holders") or {}).get(name)
         if h and h.get("file"):
             holders[r] = h
             locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     h0 = next(iter(holders.values()), None)
-    held = f", held by `{h0['name']}` ({_short(h0['file'])}:{h0['line']})" if h0 else ""
+    held = f", held by {_held(h0)}" if h0 else ""
     return [
         Finding(
             "memleak.tensors",
             "error",
             f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
-            f"{_who(hr, ranks)}{held}",
+            f"{_who(hr, ranks, unknown)}{held}",
             "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
             "bound it, or store detached CPU copies.",
             tuple(hr),
@@ -281,11 +367,14 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
                 hits[r] = g
         if not hits:
             continue
-        hr = sorted(hits)
+        hr, unknown = _rank_set(hits, {r: [series(r)] for r in ranks}, ranks)
+        for r in hr:
+            if r not in hits and (extra := growth(series(r))) is not None:
+                hits[r] = extra
         per = median(g["late_slope"] for g in hits.values())
         amount = f"{per:.0f} objects" if unit == "objects" else _mb(per)
         proj = "" if unit == "objects" else _project(steps[hr[0]], census.get(hr[0], []), per, unit)
-        msg = f"{layer} grows by {amount} per step {_who(hr, ranks)}{proj}"
+        msg = f"{layer} grows by {amount} per step {_who(hr, ranks, unknown)}{proj}"
         hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
         ev: dict[str, Any] = {"per_step": per}
         if fid == "memleak.rss":
@@ -308,18 +397,34 @@ def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dic
     ev = dict(ev, censuses_in_growth={str(r): n for r, n, _lo, _hi in covered + few})
     if not few:
         n = min(c[1] for c in covered)
-        grew = []
+        visible: dict[str, list[int]] = {}
         for r, _n, lo, hi in covered:
             cs = [c for c in census.get(r, []) if lo <= c["step"] <= hi]
-            tb = growth([(c["step"], float(sum((c.get("tensor_bytes") or {}).values()))) for c in cs])
-            if tb and tb["late_slope"] * 2 >= hits[r]["late_slope"]:
-                grew.append(r)
-        if grew:
+            for what, value in (
+                ("autograd graph nodes", lambda c: c.get("graph_nodes", 0)),
+                ("live tensors", lambda c: c.get("tensors", 0)),
+                ("live tensor bytes", lambda c: sum((c.get("tensor_bytes") or {}).values())),
+                ("Python objects", lambda c: c.get("objects", 0)),
+            ):
+                rise = growth([(c["step"], float(value(c))) for c in cs])
+                # any sustained rise counts: what the census can see must be ruled out before "native"
+                if rise and rise["late_slope"] > 0 and rise["late_total"] > 0 and rise["up_fraction"] >= 0.5:
+                    visible.setdefault(what, []).append(r)
+        if visible:
+            seen = "; ".join(f"{what} on rank(s) {rank_list(rs)}" for what, rs in visible.items())
+            cause = (
+                "graphs"
+                if "autograd graph nodes" in visible
+                else "tensors"
+                if any("tensor" in w for w in visible)
+                else "objects"
+            )
             return (
-                msg + f"; live tensors of many shapes grow with it on rank(s) {rank_list(grew)} "
-                f"({n}+ censuses): no single group stands out",
-                "Look at the census groups in the run directory (memory.jsonl) for what the loop keeps per step.",
-                dict(ev, cause="tensors"),
+                msg + f"; what the censuses see grows with it ({n}+ censuses during the growth): {seen}. "
+                "Not native memory",
+                "The census groups and holders in the run directory (memory.jsonl) show what the loop keeps per "
+                "step; `--census-every N` takes more censuses (each names the holders of what grew).",
+                dict(ev, cause=cause, visible=visible),
             )
         return (
             msg + f": not explained by live tensors, autograd graphs or Python objects ({n}+ censuses "

@@ -12,11 +12,66 @@ from collections import defaultdict
 from typing import Any
 
 from ddpdoctor.rank.probes.memleak import holders as holders_mod
+from ddpdoctor.rank.probes.memleak import referrers
 from ddpdoctor.rank.probes.memleak.storesite import describe
 
 GRAPH_NODE_CAP = 200_000
 LOCAL_NODE_CAP = 50_000
 TOP_GROUPS = 12
+GROWN_GROUPS = 3  # the groups whose count rose most since the last census: their holders are searched
+SAMPLES = 6  # old members of each such group whose referrers are followed up (the oldest are the kept ones)
+
+
+class Growth:
+    """What one rank's censuses remember between them: each group's count (to see which grew), the holders
+    found from the growth upwards, and those holders as extra roots of the graph scan (weakly held: a root
+    never keeps the user's object alive)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple, int] = {}
+        self.holders: dict[tuple, dict] = {}  # group key -> described holder, from the referrers
+        self.roots: dict[tuple, tuple] = {}  # holder key -> (owner ref, key, holder)
+        self.search_cost = 0.0
+        self.last_search_t = 0.0
+
+    def add_root(self, holder: tuple, owner: Any) -> None:
+        """Keep ``owner``'s slot as a root of the graph scan (``local_graphs``)."""
+        import types
+        import weakref
+
+        if isinstance(owner, types.FrameType):
+            return  # a frame's locals are reached from the stack already
+        k = (holder[0], holder[1], id(holder[2][1]))
+        if k in self.roots:
+            return
+        if isinstance(owner, dict):
+            ref: Any = owner  # a module's globals: they live as long as the process
+        else:
+            try:
+                ref = weakref.ref(owner)
+            except TypeError:  # no weak references to this type: not kept as a root
+                return
+        self.roots[k] = (ref, holder[1], holder)
+        while len(self.roots) > 16:
+            self.roots.pop(next(iter(self.roots)))
+
+    def extra_roots(self) -> list[tuple[str, Any, tuple, tuple]]:
+        """The registered holders' current values, as ``holders.roots`` gives its roots."""
+        out = []
+        for ref, key, holder in list(self.roots.values()):
+            try:
+                v = referrers.resolve(ref, key)
+            except Exception:  # an owner whose attribute cannot be read now: skipped this time
+                continue
+            if v is not None:
+                base = holder[0].split("[]", 1)[0]
+                out.append((base, v, (base, holder[1], holder[2]), holder[2]))
+        return out
+
+
+def group_name(k: tuple) -> str:
+    """A group's key as the records write it: ``[shape]|dtype|device|has-graph``."""
+    return f"{list(k[0])}|{k[1]}|{k[2]}|{k[3]}"
 
 
 def tensor_types(torch: Any) -> set:
@@ -48,7 +103,7 @@ def _group_key(t: Any) -> tuple:
     return (tuple(t.shape), str(t.dtype)[6:], str(t.device), t.grad_fn is not None)
 
 
-def local_graphs(frame: Any, cache: dict) -> tuple[int, int, dict | None]:
+def local_graphs(frame: Any, cache: dict, growth: Growth | None = None) -> tuple[int, int, dict | None]:
     """Autograd nodes reachable from what the user's code can name (locals, globals, attributes of user
     objects, containers, closures): (nodes, tensors with a graph, the holder of the most nodes)."""
     torch = sys.modules["torch"]
@@ -72,7 +127,8 @@ def local_graphs(frame: Any, cache: dict) -> tuple[int, int, dict | None]:
                 e[0] += n
 
     skip = (torch.utils.data.Dataset, torch.utils.data.DataLoader, torch.optim.Optimizer)
-    holders_mod.walk(frame, on_tensor, kinds, skip=skip, max_visits=20_000)
+    extra = growth.extra_roots() if growth is not None else []
+    holders_mod.walk(frame, on_tensor, kinds, skip=skip, max_visits=20_000, extra=extra)
     best = None
     if per:
         n, h = max(per.values(), key=lambda e: e[0])
@@ -80,8 +136,9 @@ def local_graphs(frame: Any, cache: dict) -> tuple[int, int, dict | None]:
     return len(seen), roots[0], best
 
 
-def census(frame: Any, cache: dict) -> dict[str, Any]:
-    """Every live tensor, grouped; graph nodes; holders of the biggest graphs and of each top group."""
+def census(frame: Any, cache: dict, growth: Growth | None = None) -> dict[str, Any]:
+    """Every live tensor, grouped; graph nodes; holders of the biggest graphs and of each top group; and,
+    for the groups that grew since the last census, the holder found from their old members upwards."""
     torch = sys.modules["torch"]
     kinds = tensor_types(torch)
     objs = gc.get_objects()
@@ -91,6 +148,7 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
     del objs
     groups: dict[tuple, list] = defaultdict(lambda: [0, 0, None])
     graph_roots = []
+    keys: list[tuple | None] = []
     for o in tensors:
         try:
             nbytes = o.numel() * o.element_size() if o.layout == torch.strided else 0
@@ -102,9 +160,9 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
                 g[2] = o
             if key[3]:
                 graph_roots.append(o)
-        except Exception:
-            continue
-    del tensors
+            keys.append(key)
+        except Exception:  # a tensor subclass that refuses shape/dtype: not grouped
+            keys.append(None)
     seen: set[int] = set()
     biggest = [(t, walk_graph(t.grad_fn, seen, GRAPH_NODE_CAP)) for t in graph_roots]
     biggest.sort(key=lambda x: -x[1])
@@ -114,6 +172,26 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
     top += sorted((kv for kv in groups.items() if kv[0] not in in_top), key=lambda kv: -kv[1][0])[: TOP_GROUPS // 2]
     in_top = {k for k, _v in top}
     top += [kv for kv in groups.items() if kv[0][3] and kv[0] not in in_top][:TOP_GROUPS]
+    grown: list[tuple[tuple, int]] = []
+    if growth is not None:
+        prev = growth.counts
+        if prev:
+            grown = sorted(
+                ((k, v[0] - prev.get(k, 0)) for k, v in groups.items() if v[0] - prev.get(k, 0) >= 2),
+                key=lambda kv: -kv[1],
+            )[:GROWN_GROUPS]
+        growth.counts = {k: v[0] for k, v in groups.items()}
+        in_top = {k for k, _v in top}
+        top += [(k, groups[k]) for k, _n in grown if k not in in_top]
+    # old members of the grown groups: gc lists the young generation first, so the tail holds the tensors
+    # that survived many collections (what a leak keeps), the head this step's temporaries
+    samples: dict[tuple, list] = {k: [] for k, _n in grown}
+    if samples:
+        for o, key in zip(reversed(tensors), reversed(keys)):
+            got = samples.get(key) if key is not None else None
+            if got is not None and len(got) < SAMPLES:
+                got.append(o)
+    del tensors, keys
     by_dev: dict[str, int] = defaultdict(int)
     for (_shape, _dtype, dev, _g), (_cnt, nb, _s) in groups.items():
         by_dev[dev] += nb
@@ -135,8 +213,8 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
     for k, v in top:
         h = named(v[2]) if v[2] is not None else None
         if h:
-            group_holders[f"{list(k[0])}|{k[1]}|{k[2]}|{k[3]}"] = h
-    return {
+            group_holders[group_name(k)] = h
+    out = {
         "objects": n_objs,
         "tensor_bytes": dict(by_dev),
         "tensors": sum(v[0] for v in groups.values()),
@@ -148,3 +226,42 @@ def census(frame: Any, cache: dict) -> dict[str, Any]:
         "biggest_graphs": [{"nodes": n, "shape": list(t.shape), "holder": named(t)} for t, n in biggest[:3]],
         "group_holders": group_holders,
     }
+    # our own references to the tensors go before the referrers are searched (they would be found first)
+    del groups, top, biggest
+    targets.clear()
+    found.clear()
+    if samples and growth is not None:
+        out["grown"] = _grown_holders(samples, dict(grown), growth, frame, cache)
+    return out
+
+
+def _grown_holders(
+    samples: dict[tuple, list], added: dict[tuple, int], growth: Growth, frame: Any, cache: dict
+) -> list:
+    """The holder of each grown group, by the votes of its old members' referrers (``referrers.find``)."""
+    import time
+
+    flat = [t for ts in samples.values() for t in ts]
+    t0 = time.perf_counter()
+    found = referrers.find(flat, keep_out={id(samples), *(id(v) for v in samples.values())})
+    growth.search_cost, growth.last_search_t = time.perf_counter() - t0, time.perf_counter()
+    out = []
+    for k, ts in samples.items():
+        votes: dict[tuple, list] = {}
+        for t in ts:
+            got = found.get(id(t))
+            if got is not None:
+                h, owner = got
+                e = votes.setdefault((h[0], h[1], id(h[2][1])), [0, h, owner])
+                e[0] += 1
+        entry: dict[str, Any] = {"group": group_name(k), "added": added.get(k, 0), "sampled": len(ts)}
+        if votes:
+            n, h, owner = max(votes.values(), key=lambda e: e[0])
+            desc = describe(h, frame, cache)
+            growth.holders[k] = desc
+            growth.add_root(h, owner)
+            entry.update(holder=desc, votes=n)
+        elif k in growth.holders:
+            entry.update(holder=growth.holders[k], votes=0)
+        out.append(entry)
+    return out

@@ -56,10 +56,16 @@ def roots(frame: Any) -> list[tuple[str, Any, Holder | None, tuple]]:
     globals of user modules on the stack."""
     out: list[tuple[str, Any, Holder | None, tuple]] = []
     frames = []
+    owners = []  # instances of the user's classes that only a library frame names (its `self`)
     f = frame
     while f is not None:
         if sites.is_user_file(f.f_code.co_filename):
             frames.append(f)
+        elif f.f_code.co_varnames[:1] == ("self",):
+            # a Trainer subclass built inline and driven by the library's loop: only the loop's `self` has it
+            me = f.f_locals.get("self")
+            if me is not None and _user_type(type(me)):
+                owners.append(me)
         f = f.f_back
     for fr in frames:
         try:
@@ -69,6 +75,10 @@ def roots(frame: Any) -> list[tuple[str, Any, Holder | None, tuple]]:
         scope = ("code", fr.f_code)
         for name, val in loc.items():
             out.append((name, val, (name, ("name", name), scope), scope))
+    for me in {id(o): o for o in owners}.values():  # by identity: a user class may not be hashable
+        name = "self"
+        scope = ("class", type(me))
+        out.append((name, me, (name, ("name", name), scope), scope))
     seen_mods: set[int] = set()
     mods = [fr.f_globals for fr in frames]
     main = sys.modules.get("__main__")
@@ -107,14 +117,15 @@ def walk(
     tensor_types: Any,
     skip: tuple = (),
     max_visits: int = 60_000,
+    extra: list | None = None,
 ) -> int:
     """Visit every tensor reachable from the user's names; ``on_tensor(t, holder, path)``. Returns the
-    number of objects visited."""
+    number of objects visited. ``extra``: more roots, visited first (holders found from a growth upwards)."""
     torch = sys.modules["torch"]
     Module = torch.nn.Module
     seen: set[int] = set()
     queue: collections.deque = collections.deque()
-    for name, val, holder, scope in roots(frame):
+    for name, val, holder, scope in [*(extra or ()), *roots(frame)]:
         queue.append((val, name, 0, holder, scope))
     visits = 0
     while queue and visits < max_visits:
@@ -194,6 +205,18 @@ def walk(
                             sc,
                         )
                     )
+            if (obj.__defaults__ or obj.__kwdefaults__) and sites.is_user_file(code.co_filename):
+                # `def log(x, seen=[])`: a default argument lives as long as the function
+                sc = ("code", code)
+                n = code.co_argcount
+                named_defaults = list(
+                    zip(code.co_varnames[:n][n - len(obj.__defaults__ or ()) :], obj.__defaults__ or ())
+                )
+                named_defaults += list((obj.__kwdefaults__ or {}).items())
+                for name, v in named_defaults:
+                    if type(v) in (int, float, str, bool, type(None)):
+                        continue
+                    queue.append((v, f"{path}.<default>.{name}", depth + 1, (name, ("name", name), sc), sc))
             continue
         if t is types.MethodType:
             queue.append((obj.__self__, path, depth, holder, scope))

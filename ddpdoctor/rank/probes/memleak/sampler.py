@@ -9,7 +9,8 @@ whatever the step time, within an overhead budget:
 - a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
   run so far: about log2(steps) of them; after step ``EARLY_STEPS``, while nothing grows, only when each
   costs at most ``DOUBLING_BUDGET`` of the time since the previous one), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
-  while RSS keeps growing, at evenly spaced points when the run's length is known (``--steps``), every
+  while RSS keeps growing and (``GROWTH_BUDGET``) while the censuses see new highs of tensors or graph nodes
+  (a growth gets enough points in the run's later half, and each such census names what grew: ``referrers.py``), at evenly spaced points when the run's length is known (``--steps``), every
   ``census_every`` steps when asked, and once more when the script returns (``final``: what module-level
   names still hold);
 - the graph scan every ``LOCAL_EVERY`` steps at most, and no more often than ``SCAN_BUDGET`` of the time
@@ -43,6 +44,7 @@ EARLY_STEPS = 64  # censuses at 1, 2, 4, ..., 64 whatever they cost
 BUDGET = 0.0025  # share of the time a census may take in steady state
 DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10  # ... while RSS grows
+GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set new highs
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
 FLUSH_S = 0.2  # the per-step lines are written together this often
@@ -115,6 +117,7 @@ class Memory(RankProbe):
         self.censuses = 0
         self.overhead = 0.0  # seconds the scans and censuses took inside the loop
         self.names: dict = {}  # holder -> its description (name, storing line): found once
+        self.growth = census_mod.Growth()  # what the censuses remember between them (census.py)
         self.peak_cuda = -1
         self.cuda_dev: int | None = None
         self.summaries: dict[str, str] = {}
@@ -145,7 +148,7 @@ class Memory(RankProbe):
         ):
             fields.setdefault("rss", rss)
             try:
-                nodes, roots, holder = census_mod.local_graphs(frame, self.names)
+                nodes, roots, holder = census_mod.local_graphs(frame, self.names, self.growth)
                 fields["local_graph"] = nodes
                 self.scan_grew = nodes > self.last_scan_nodes >= 0
                 self.last_scan_nodes = max(nodes, self.last_scan_nodes)
@@ -196,6 +199,12 @@ class Memory(RankProbe):
             or since >= self.last_census_cost / DOUBLING_BUDGET
         ):
             return "doubling"
+        if (
+            self.census_grew
+            and step - self.last_census_step >= LOCAL_EVERY
+            and since >= self.last_census_cost / GROWTH_BUDGET
+        ):
+            return "growth"  # the last census saw a new high: more points while it grows, and its holders
         if since >= self.last_census_cost / BUDGET:
             return "budget"
         if rss - self.last_census_rss >= RSS_TRIGGER and since >= self.last_census_cost / RSS_BUDGET:
@@ -245,7 +254,7 @@ class Memory(RankProbe):
         self.flush()
         t0 = time.perf_counter()
         try:
-            fields = census_mod.census(frame, self.names)
+            fields = census_mod.census(frame, self.names, self.growth)
         except Exception as e:
             failures.report(
                 self.p,

@@ -139,9 +139,31 @@ def store_site(holder: Holder, frame: Any) -> dict[str, Any] | None:
         if best is not None and best[0] < 2:
             return {"name": best[2], "file": best[4], "line": best[1], "func": best[3]}
         plain = plain or best
+    if kind in ("class", "module"):
+        # stored from outside the class or module (`trainer.cache.append(x)` in a callback of another
+        # file): any loaded user file that grows the same attribute or name
+        best = None
+        for fn in _user_files():
+            for k, ln, prio, written, func in _index(fn):
+                if k == key and prio < 2 and (best is None or (prio, fn, ln) < (best[0], best[4], best[1])):
+                    best = (prio, ln, written, func, fn)
+        if best is not None:
+            return {"name": best[2], "file": best[4], "line": best[1], "func": best[3]}
     if plain is not None:  # only a plain assignment (`self.x = ...`): the best line there is
         return {"name": plain[2], "file": plain[4], "line": plain[1], "func": plain[3]}
     return None
+
+
+def _user_files() -> list[str]:
+    """The source files of the user's modules loaded in this process (``__main__`` first)."""
+    out: dict[str, None] = {}
+    for name, mod in list(sys.modules.items()):
+        fn = getattr(mod, "__file__", None) if mod is not None else None
+        if fn and fn.endswith(".py") and sites.is_user_file(fn):
+            out[fn] = None
+            if name == "__main__":
+                out = {fn: None, **out}
+    return list(out)
 
 
 def describe(holder: Holder, frame: Any, cache: dict | None = None) -> dict[str, Any]:
@@ -161,6 +183,8 @@ def describe(holder: Holder, frame: Any, cache: dict | None = None) -> dict[str,
         func = obj.co_name if kind == "code" else ""
         site = {"name": base, "file": fn, "line": line, "func": func}
     out = dict(site, path=base, container=container)
+    if holder[2][0] == "class" and isinstance(holder[2][1], type):
+        out["owner"] = holder[2][1].__name__  # the class whose instance holds it (`EpochLogits`)
     if cache is not None:
         cache[ck] = out
     return out
