@@ -191,3 +191,14 @@ def test_accelerate_straggler_is_named_with_its_line(tmp_path):
     f = finding(r.report, "profile.straggler")
     assert f["culprits"] == [1], f
     assert marker_line(script, "FAULT") in lines_of(f, 1), f["locations"]
+
+
+@needs_lightning
+def test_lightning_callback_keeping_logits_on_rank_0_is_named_from_the_growth(tmp_path):
+    """Only the Trainer's list of callbacks refers to the callback that keeps the logits: the holder is
+    found from what grows (its referrers), named as the callback writes it, on rank 0 alone."""
+    script = FW / "lightning_callback_keeps_logits.py"
+    r = _run(tmp_path, "memleak", script, timeout=120)
+    f = _check_fault(r, "memleak.autograd-graph", script, (0,))
+    assert "`self._epoch_logits` (EpochLogits.on_train_batch_end" in f["message"]
+    assert "on only rank(s) [0] of 2" in f["message"]

@@ -280,3 +280,132 @@ def test_census_sees_a_list_of_graph_attached_losses(user: Any) -> None:
     h = big["holder"]
     assert h is not None and (h["name"], h["line"], h["func"]) == ("losses", line_of(user, "STORE-DEEP"), "train_deep")
     del losses
+
+
+# -- holders found from the growth upwards (referrers.py) -------------------------------------------------
+
+FRAMEWORK_CODE = textwrap.dedent("""\
+    import torch
+
+
+    class Collector:
+        def __init__(self):
+            self._epoch_logits = []
+
+        def on_batch_end(self, logits):
+            self._epoch_logits.append(logits)   # STORE-CALLBACK
+
+
+    class Slotted:
+        __slots__ = ("recent",)
+
+        def __init__(self):
+            self.recent = []
+
+
+    def keep_in_slot(holder, loss):
+        holder.recent.append(loss)   # STORE-SLOT
+
+
+    def make_hook():
+        seen = {}
+
+        def hook(i, loss):
+            seen[i] = loss   # STORE-HOOK
+        return hook
+    """)
+
+
+@pytest.fixture
+def framework_user(tmp_path: Path) -> Iterator[Any]:
+    """User code whose holders no frame names while the loop runs (a callback kept in a library's list)."""
+    path = tmp_path / "user_callbacks.py"
+    path.write_text(FRAMEWORK_CODE)
+    name = f"ddpdoctor_unit_user_callbacks_{next(_n)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    sites.reset_prefixes()
+    yield mod
+    del sys.modules[name]
+    gc.collect()
+
+
+def _censuses_while(step: Any, steps: int, at: set[int]) -> list[dict]:
+    """Run ``step(i)`` and take a census at the given steps from a frame that names none of the holders
+    (as the probe's hook does under a framework's loop), with the growth state the probe keeps."""
+    growth = census.Growth()
+    out = []
+    for i in range(steps):
+        step(i)
+        if i in at:
+            out.append(census.census(None, {}, growth))
+    return out
+
+
+def _grown_holder(c: dict, group: str) -> dict | None:
+    return next((g.get("holder") for g in c.get("grown") or () if g["group"] == group), None)
+
+
+def test_a_callback_that_only_a_library_list_holds_is_named_from_its_growth(framework_user: Any) -> None:
+    library_callbacks = [[framework_user.Collector()]]  # as a Trainer keeps them: no user frame names it
+    w = torch.ones(4, 3, requires_grad=True)
+    current: dict = {}  # this step's logits, also alive (the youngest member of the group)
+
+    def step(i: int) -> None:
+        current["logits"] = torch.randn(2, 4) @ w
+        library_callbacks[0][0].on_batch_end(current["logits"])
+
+    cs = _censuses_while(step, 24, {3, 11, 23})
+    h = _grown_holder(cs[-1], "[2, 3]|float32|cpu|True")
+    assert h is not None
+    assert (h["name"], h["owner"], h["func"], h["line"]) == (
+        "self._epoch_logits",
+        "Collector",
+        "on_batch_end",
+        line_of(framework_user, "STORE-CALLBACK"),
+    )
+    assert h["container"] is True
+
+
+def test_a_slot_and_a_closure_dict_are_named_from_their_growth(framework_user: Any) -> None:
+    holder = framework_user.Slotted()
+    hook = framework_user.make_hook()
+    registry = {"hooks": [hook], "holders": (holder,)}  # a library's registry keeps both
+
+    def step(i: int) -> None:
+        framework_user.keep_in_slot(registry["holders"][0], torch.randn(5, dtype=torch.float64))
+        registry["hooks"][0](i, torch.randn(7, dtype=torch.float16))
+
+    cs = _censuses_while(step, 30, {4, 14, 29})
+    slot = _grown_holder(cs[-1], "[5]|float64|cpu|False")
+    assert slot is not None and (slot["name"], slot["line"]) == ("holder.recent", line_of(framework_user, "STORE-SLOT"))
+    cell = _grown_holder(cs[-1], "[7]|float16|cpu|False")
+    assert cell is not None and (cell["name"], cell["line"], cell["func"]) == (
+        "seen",
+        line_of(framework_user, "STORE-HOOK"),
+        "hook",
+    )
+
+
+def test_a_found_holder_becomes_a_root_of_the_graph_scan(framework_user: Any) -> None:
+    library_callbacks = [framework_user.Collector()]
+    w = torch.ones(4, 3, requires_grad=True)
+    growth = census.Growth()
+    scans = []
+    for i in range(12):
+        library_callbacks[0].on_batch_end(torch.randn(2, 4) @ w)
+        if i in (2, 5):
+            census.census(None, {}, growth)
+        scans.append(census.local_graphs(None, {}, growth))
+    # before the census found it, nothing the stack names reaches the graphs; after, the scan sees them grow
+    assert scans[0][0] == 0 and scans[-1][0] > scans[6][0] > 0
+    h = scans[-1][2]
+    assert (
+        h is not None and h["name"] == "self._epoch_logits" and h["line"] == line_of(framework_user, "STORE-CALLBACK")
+    )
+    del library_callbacks
+    gc.collect()
+    assert census.local_graphs(None, {}, growth)[0] == 0  # a root is held weakly: the user's object can go

@@ -31,6 +31,10 @@ class Points(torch.utils.data.Dataset):
         return {"x": self.x[i], "y": self.y[i]}
 
 
+HEALTHY = "--healthy" in sys.argv  # the variant that keeps floats, bounded
+KEEP = 20
+
+
 class SmoothingTrainer(Trainer):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -39,12 +43,14 @@ class SmoothingTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         pred = model(inputs["x"])
         loss = torch.nn.functional.mse_loss(pred, inputs["y"])
-        self.recent_losses.append(loss)  # LEAK
+        self.recent_losses.append(loss.item() if HEALTHY else loss)  # LEAK
+        if HEALTHY:
+            del self.recent_losses[:-KEEP]
         return (loss, pred) if return_outputs else loss
 
 
 def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 300
     out = tempfile.mkdtemp(prefix="hf-out-")
     args = TrainingArguments(
         output_dir=out,

@@ -9,8 +9,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 class MiniTrainer:
-    def __init__(self, model, opt, rank):
-        self.model, self.opt, self.rank = model, opt, rank
+    def __init__(self, model, opt, rank, detach):
+        self.model, self.opt, self.rank, self.detach = model, opt, rank, detach
         self._epoch_logits = []
 
     def training_step(self, batch):
@@ -21,7 +21,8 @@ class MiniTrainer:
 
     def on_train_batch_end(self, outputs, batch_idx):
         if self.rank == 0:
-            self._epoch_logits.append(outputs["logits"])  # LEAK
+            kept = outputs["logits"].detach() if self.detach else outputs["logits"]
+            self._epoch_logits.append(kept)  # LEAK
 
     def fit(self, steps):
         for i in range(steps):
@@ -36,11 +37,12 @@ class MiniTrainer:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--detach", action="store_true", help="keep detached logits (the healthy variant)")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
-    MiniTrainer(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank()).fit(args.steps)
+    MiniTrainer(model, torch.optim.SGD(model.parameters(), lr=0.01), dist.get_rank(), args.detach).fit(args.steps)
     dist.destroy_process_group()
 
 

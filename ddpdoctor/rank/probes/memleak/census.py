@@ -19,6 +19,7 @@ GRAPH_NODE_CAP = 200_000
 LOCAL_NODE_CAP = 50_000
 TOP_GROUPS = 12
 GROWN_GROUPS = 3  # the groups whose count rose most since the last census: their holders are searched
+SEARCH_BUDGET = 0.05  # share of the time the referrer searches may take
 SAMPLES = 6  # old members of each such group whose referrers are followed up (the oldest are the kept ones)
 
 
@@ -31,8 +32,15 @@ class Growth:
         self.counts: dict[tuple, int] = {}
         self.holders: dict[tuple, dict] = {}  # group key -> described holder, from the referrers
         self.roots: dict[tuple, tuple] = {}  # holder key -> (owner ref, key, holder)
+        self.searched: set[tuple] = set()  # groups whose holders were searched at least once
         self.search_cost = 0.0
         self.last_search_t = 0.0
+
+    def search_due(self) -> bool:
+        """A referrer search costs a few scans of the heap: at most ``SEARCH_BUDGET`` of the time between them."""
+        import time
+
+        return time.perf_counter() - self.last_search_t >= self.search_cost / SEARCH_BUDGET
 
     def add_root(self, holder: tuple, owner: Any) -> None:
         """Keep ``owner``'s slot as a root of the graph scan (``local_graphs``)."""
@@ -241,10 +249,13 @@ def _grown_holders(
     """The holder of each grown group, by the votes of its old members' referrers (``referrers.find``)."""
     import time
 
-    flat = [t for ts in samples.values() for t in ts]
-    t0 = time.perf_counter()
-    found = referrers.find(flat, keep_out={id(samples), *(id(v) for v in samples.values())})
-    growth.search_cost, growth.last_search_t = time.perf_counter() - t0, time.perf_counter()
+    found: dict[int, tuple] = {}
+    if any(k not in growth.searched for k in samples) or growth.search_due():
+        growth.searched.update(samples)
+        flat = [t for ts in samples.values() for t in ts]
+        t0 = time.perf_counter()
+        found = referrers.find(flat, keep_out={id(samples), id(flat), *(id(v) for v in samples.values())})
+        growth.search_cost, growth.last_search_t = time.perf_counter() - t0, time.perf_counter()
     out = []
     for k, ts in samples.items():
         votes: dict[tuple, list] = {}

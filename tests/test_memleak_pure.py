@@ -1,0 +1,97 @@
+"""memleak's verdicts on hand-built run records (pure, no ranks): which ranks are named as growing, when
+"only on rank(s) ..." may be said, and when RSS growth may be called native memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from builder import RunBuilder
+
+from ddpdoctor.analysis import diagnose
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.record.reader import load_run
+
+STEPS = 200
+CENSUS_AT = (1, 2, 4, 8, 16, 32, 64, 100, 128, 160, 199)
+
+
+def _census(b: RunBuilder, r: int, s: int, nodes: int, tensors: int = 10, objects: int = 1000) -> None:
+    b.add(
+        r,
+        "memory.jsonl",
+        "census",
+        1.0 + s / 100,
+        step=s,
+        objects=objects,
+        tensors=tensors,
+        graph_nodes=nodes,
+        tensor_bytes={"cpu": 4096 + 16 * tensors},
+        groups=[],
+        biggest_graphs=[],
+        group_holders={},
+        workers={},
+    )
+
+
+def _run(root: Path, per_rank: dict[int, dict[str, Any]]) -> list:
+    """Each rank: ``dense`` (nodes per step seen by the graph scan every 5 steps, or None for no scan),
+    ``census`` (nodes per step seen by the censuses), ``census_at`` (their steps), ``rss`` (bytes per step)."""
+    b = RunBuilder(root, command="memleak")
+    for r, spec in per_rank.items():
+        b.start(r)
+        at = set(spec.get("census_at", CENSUS_AT))
+        for s in range(1, STEPS + 1):
+            fields: dict[str, Any] = {"rss": 300 * 2**20 + int(spec.get("rss", 0) * s)}
+            if spec.get("dense") is not None and s % 5 == 1:
+                fields["local_graph"] = int(spec["dense"] * s)
+            b.add(r, "memory.jsonl", "mem", 1.0 + s / 100, step=s, **fields)
+            if s in at:
+                _census(b, r, s, 10 + int(spec.get("census", 0) * s), tensors=10 + int(spec.get("tensors", 0) * s))
+        b.finish(r, 5.0)
+    return diagnose(load_run(str(root)), Config(), "memleak").findings
+
+
+def _one(findings: list, fid: str) -> Any:
+    got = [f for f in findings if f.id == fid]
+    assert len(got) == 1, [(f.id, f.message) for f in findings]
+    return got[0]
+
+
+def test_a_rank_seen_growing_only_by_its_censuses_is_named_too(tmp_path: Path) -> None:
+    """Rank 1's scan sees its graphs grow; rank 0's scan reaches no holder, but its censuses see the same
+    growth: both ranks leak, and nothing is rank-conditional."""
+    f = _one(_run(tmp_path, {0: {"dense": 0, "census": 5}, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
+    assert f.culprits == (0, 1) and "every rank" in f.message and "rank-conditional" not in f.message
+
+
+def test_only_is_said_when_the_other_ranks_are_seen_flat(tmp_path: Path) -> None:
+    f = _one(_run(tmp_path, {0: {"dense": 0, "census": 0}, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
+    assert f.culprits == (1,)
+    assert "on only rank(s) [1] of 2 (rank-conditional code; the others stay flat)" in f.message
+
+
+def test_a_rank_with_too_few_samples_is_not_called_flat(tmp_path: Path) -> None:
+    f = _one(
+        _run(tmp_path, {0: {"dense": None, "census": 0, "census_at": (1, 2)}, 1: {"dense": 5, "census": 5}}),
+        "memleak.autograd-graph",
+    )
+    assert f.culprits == (1,)
+    assert "on only" not in f.message and "rank-conditional" not in f.message
+    assert "rank(s) [0]: too few samples" in f.message and f.evidence["ranks_unknown"] == [0]
+
+
+def test_rss_growth_is_not_native_while_the_censuses_see_graphs_grow(tmp_path: Path) -> None:
+    """RSS grows 256 KiB a step; the censuses covering it see the graph nodes rise slowly (saved activations
+    are not Python objects, so tensor bytes stay small): the cause the census sees is named, not native."""
+    spec = {"dense": None, "census": 0.1, "rss": 256 * 1024, "census_at": CENSUS_AT}
+    findings = _run(tmp_path, {0: spec, 1: spec})
+    f = _one(findings, "memleak.rss")
+    assert "native" not in f.message.replace("Not native", "") and f.evidence["cause"] == "graphs"
+    assert "autograd graph nodes on rank(s) [0, 1]" in f.message or "autograd graph nodes on rank(s) [0,1]" in f.message
+
+
+def test_rss_growth_with_flat_censuses_is_native(tmp_path: Path) -> None:
+    spec = {"dense": None, "census": 0, "rss": 256 * 1024}
+    f = _one(_run(tmp_path, {0: spec, 1: spec}), "memleak.rss")
+    assert "native memory" in f.message and f.evidence["cause"] == "native" and f.culprits == (0, 1)
