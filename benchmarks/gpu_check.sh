@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks in one go (under 5 minutes on one GPU): NCCL ledger and Work tracking, CUDA memory figures
-# and memory_summary, NVML, nsys when installed, and the CUDA memleak test of the main suite.
+# The GPU checks in one go (under 7 minutes on one GPU): NCCL ledger and Work tracking, CUDA memory figures
+# (allocated vs reserved, memory_summary, --snapshot, NVML per process), nsys when installed, and the CUDA
+# memleak test of the main suite.
 # Usage: bash benchmarks/gpu_check.sh   (from the repository root, with ddpdoctor and pytest installed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +13,4 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch
       "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 PY
 echo "== tests"
-timeout 290 $PY -m pytest -q -rs tests/gpu tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu
+timeout 420 $PY -m pytest -q -rs tests/gpu tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu

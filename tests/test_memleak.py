@@ -173,6 +173,13 @@ def test_cuda_memory_figures_on_a_gpu(tmp_path):
     assert (r.run_dir / "ranks" / "0" / "cuda_memory_summary_first.txt").is_file()
 
 
+def test_snapshot_on_a_cpu_run_says_it_took_nothing(tmp_path):
+    r = memleak(tmp_path, "healthy.py", "--snapshot", "--", "--epochs", "2")
+    assert r.code == 0, r.out
+    assert "--snapshot took nothing on rank(s) [0, 1]" in r.out and "no CUDA figures" in r.out
+    assert not list(r.run_dir.glob("ranks/*/cuda_snapshot_*"))
+
+
 def _rss_run(root, census_steps):
     """Hand-built: RSS grows 1 MiB per step on both ranks for 200 steps; censuses (flat) at the given steps."""
     from builder import RunBuilder

@@ -95,3 +95,59 @@ def test_rss_growth_with_flat_censuses_is_native(tmp_path: Path) -> None:
     spec = {"dense": None, "census": 0, "rss": 256 * 1024}
     f = _one(_run(tmp_path, {0: spec, 1: spec}), "memleak.rss")
     assert "native memory" in f.message and f.evidence["cause"] == "native" and f.culprits == (0, 1)
+
+
+# -- the GPU path, from hand-built per-step CUDA figures (the rank side runs where a GPU is) ---------------
+
+
+def _cuda_run(root: Path, allocated: float, reserved: float, process: float, ranks=(0, 1)) -> list:
+    """Per step: the allocator's allocated / reserved bytes and NVML's process bytes grow by these slopes."""
+    b = RunBuilder(root, command="memleak")
+    for r in ranks:
+        b.start(r)
+        for s in range(1, STEPS + 1):
+            a = 2**30 + int(allocated * s)
+            res = 2**31 + int(reserved * s)
+            b.add(
+                r,
+                "memory.jsonl",
+                "mem",
+                1.0 + s / 100,
+                step=s,
+                rss=300 * 2**20,
+                cuda_allocated=a,
+                cuda_reserved=res,
+                cuda_active=a,
+                nvml_used=res + 2**29 + int(process * s),
+                nvml_total=80 * 2**30,
+                nvml_process=res + 2**29 + int(process * s),
+            )
+            if s in CENSUS_AT:
+                _census(b, r, s, 10)
+        b.finish(r, 5.0)
+    return diagnose(load_run(str(root)), Config(), "memleak").findings
+
+
+def test_allocated_growth_is_a_cuda_leak_not_fragmentation(tmp_path: Path) -> None:
+    f = _one(_cuda_run(tmp_path, allocated=2**20, reserved=2**20, process=0), "memleak.cuda")
+    assert f.culprits == (0, 1) and "a leak, not fragmentation" in f.message and "every rank" in f.message
+    assert "GPU is full in about" in f.message
+    assert not [x for x in _cuda_run(tmp_path / "b", 2**20, 2**20, 0) if x.id == "memleak.cuda-reserved"]
+
+
+def test_reserved_growth_with_flat_allocated_is_fragmentation(tmp_path: Path) -> None:
+    findings = _cuda_run(tmp_path, allocated=0, reserved=2**20, process=0)
+    f = _one(findings, "memleak.cuda-reserved")
+    assert f.severity == "warning" and "not a leak" in f.message and "expandable_segments" in f.hint
+    assert "memleak.cuda" not in [x.id for x in findings]
+
+
+def test_process_memory_outside_the_allocator(tmp_path: Path) -> None:
+    findings = _cuda_run(tmp_path, allocated=0, reserved=0, process=2**20, ranks=(0, 1))
+    f = _one(findings, "memleak.cuda-outside-allocator")
+    assert f.culprits == (0, 1) and "NCCL" in f.message
+    assert {x.id for x in findings} == {"memleak.cuda-outside-allocator"}
+
+
+def test_flat_gpu_memory_gives_no_cuda_finding(tmp_path: Path) -> None:
+    assert [x.id for x in _cuda_run(tmp_path, 0, 0, 0) if x.id.startswith("memleak.")] == []

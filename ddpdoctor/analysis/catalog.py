@@ -151,6 +151,18 @@ _ENTRIES = (
     _e("memleak.python-objects", "memleak", "error", "Python objects tracked by the GC keep increasing"),
     _e("memleak.dataloader-workers", "memleak", "error", "DataLoader worker processes' memory grows"),
     _e("memleak.cuda", "memleak", "error", "CUDA allocated memory grows step after step"),
+    _e(
+        "memleak.cuda-reserved",
+        "memleak",
+        "warning",
+        "the CUDA caching allocator's reserved memory grows while allocated stays flat (fragmentation)",
+    ),
+    _e(
+        "memleak.cuda-outside-allocator",
+        "memleak",
+        "error",
+        "the process's GPU memory (NVML) grows outside PyTorch's caching allocator",
+    ),
     _e("memleak.rss", "memleak", "error", "process RSS grows with no more specific cause"),
     # profile
     _e("profile.straggler", "profile", "warning", "a rank is slower than the others in one phase"),

@@ -30,8 +30,18 @@ SPEC = CommandSpec(
                 "the time, more often while memory grows, and at the end).",
             ),
         ),
+        Opt(
+            ("--snapshot",),
+            dict(
+                is_flag=True,
+                default=False,
+                help="On a GPU: record the CUDA allocator's history (torch.cuda.memory._record_memory_history) "
+                "and dump it when a census first sees growth and at the end, per rank, for "
+                "https://pytorch.org/memory_viz (costs time on every allocation).",
+            ),
+        ),
     ),
-    settings=lambda v: {"memleak": {"census_every": v.get("census_every")}},
+    settings=lambda v: {"memleak": {"census_every": v.get("census_every"), "snapshot": v.get("snapshot")}},
     stop=lambda v: Stop(steps=v.get("steps")),
     pictures=("memory", "html"),
 )

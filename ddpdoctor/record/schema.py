@@ -108,7 +108,9 @@ K_COUNTERS = "counters"  # counters.json's one object
 
 # memory probes (memory.jsonl)
 K_MEM_OVERHEAD = "mem_overhead"  # what the scans and censuses cost
-CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/peak/last, per rank
+CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/census/last, per rank
+CUDA_SNAPSHOT = "cuda_snapshot_{}.pickle"  # --snapshot: the allocator's history (growth/last), for memory_viz
+K_CUDA_SNAPSHOT = "cuda_snapshot"  # a --snapshot dump written (or "none": no CUDA on this rank)
 
 # profile (timeline.jsonl)
 K_SAMPLES = "samples"  # main-thread line samples per phase (deltas)

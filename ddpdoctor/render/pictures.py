@@ -27,9 +27,21 @@ class Picture:
 
 
 def _no_cuda(record: RunRecord) -> str | None:
+    """The note on what the GPU path could not see: no GPU at all, or --snapshot asked where no rank used one."""
+    none = sorted(
+        r
+        for r, rec in record.ranks.items()
+        for e in rec.memory
+        if e.get("kind") == schema.K_CUDA_SNAPSHOT and not e.get("path")
+    )
+    snap = (
+        f"; --snapshot took nothing on rank(s) {none}: it records the CUDA allocator, which they never used"
+        if none
+        else ""
+    )
     if any("cuda_allocated" in e for r in record.ranks.values() for e in r.memory):
-        return None
-    return "no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)"
+        return snap[2:] or None
+    return "no CUDA figures: no rank used a GPU (CPU RSS, live tensors and autograd graphs only)" + snap
 
 
 def _memory_svg(record: RunRecord) -> str:

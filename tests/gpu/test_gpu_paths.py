@@ -43,8 +43,38 @@ def test_cuda_leak_is_found_with_memory_summaries_and_nvml(tmp_path):
     assert mem and all("cuda_allocated" in m for m in mem)
     assert mem[-1]["cuda_allocated"] > mem[0]["cuda_allocated"]
     assert any("nvml_used" in m for m in mem), "NVML figures missing (pynvml)"
-    for which in ("first", "peak", "last"):
+    for which in ("first", "census", "last"):
         assert (rank0 / f"cuda_memory_summary_{which}.txt").is_file(), which
+
+
+def test_kept_gpu_tensors_are_a_cuda_leak_with_the_summary_and_a_snapshot(tmp_path):
+    r = ddpdoctor(
+        ["memleak", "--snapshot", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "kept"], tmp_path, timeout=300
+    )
+    assert r.code == 1, r.err[-3000:]
+    f = next(f for f in r.report["findings"] if f["id"] in ("memleak.cuda", "memleak.tensors"))
+    assert f["culprits"] == [0]
+    if f["id"] == "memleak.cuda":
+        assert "a leak, not fragmentation" in f["message"] and "memory_summary" in f["message"]
+    rank0 = r.run_dir / "ranks" / "0"
+    snaps = sorted(p.name for p in rank0.glob("cuda_snapshot_*.pickle"))
+    assert "cuda_snapshot_last.pickle" in snaps, snaps
+    assert (rank0 / "cuda_snapshot_last.pickle").stat().st_size > 1000
+    mem = _lines(rank0 / "memory.jsonl", "mem")
+    assert any("nvml_process" in m for m in mem) or "NVML process" in r.out, "no per-process NVML figure, unsaid"
+
+
+def test_changing_sizes_are_not_called_a_leak(tmp_path):
+    r = ddpdoctor(
+        ["memleak", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "fragment"], tmp_path, timeout=300
+    )
+    assert "memleak.cuda" not in {f["id"] for f in r.report["findings"]}, r.out
+    assert r.code in (0,), r.out  # at most the fragmentation warning
+
+
+def test_a_steady_gpu_loop_is_clean(tmp_path):
+    r = ddpdoctor(["memleak", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "healthy"], tmp_path, timeout=300)
+    assert r.code == 0 and [f for f in r.report["findings"] if f["severity"] == "error"] == [], r.out
 
 
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not installed")

@@ -128,7 +128,11 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     out: list[Finding] = []
     out += _graphs(census, ranks, steps)
     out += _tensor_groups(census, ranks, {f.id for f in out})
-    out += _layers(census, steps, ranks, {f.id for f in out})
+    from ddpdoctor.analysis.memleak import cuda
+
+    gpu = cuda.detect(record, steps, census, ranks, {f.id for f in out})
+    out += gpu
+    out += _layers(census, steps, ranks, {f.id for f in out if f.severity == "error"})
     return out
 
 
@@ -338,12 +342,6 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
     if seen:
         return out  # the cause is already named; the layers would repeat it
     specs = [
-        (
-            "memleak.cuda",
-            "CUDA allocator (allocated bytes)",
-            lambda r: [(s["step"], float(s["cuda_allocated"])) for s in steps[r] if "cuda_allocated" in s],
-            "cuda",
-        ),
         (
             "memleak.dataloader-workers",
             "DataLoader worker processes (RSS)",

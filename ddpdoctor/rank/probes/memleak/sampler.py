@@ -48,12 +48,33 @@ GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set ne
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
 FLUSH_S = 0.2  # the per-step lines are written together this often
+NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of microseconds)
+SNAPSHOT_ENTRIES = 100_000  # the allocator history's ring for --snapshot
 
 
 def _cuda_in_use() -> bool:
     """Has this process initialised CUDA (a plain flag: the per-step check costs nothing on CPU)?"""
     torch = sys.modules.get("torch")
     return torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available()
+
+
+def _allocator_stats(torch: Any, dev: int) -> tuple[int, int, int]:
+    """(allocated, reserved, active) bytes of the caching allocator now. The nested stats straight from
+    the C++ side: ``torch.cuda.memory_stats`` flattens ~100 keys in Python on every call."""
+    try:
+        st = torch._C._cuda_memoryStats(dev)
+        return (
+            int(st["allocated_bytes"]["all"]["current"]),
+            int(st["reserved_bytes"]["all"]["current"]),
+            int(st["active_bytes"]["all"]["current"]),
+        )
+    except (AttributeError, KeyError, TypeError):  # another torch: the public, slower call
+        flat = torch.cuda.memory_stats(dev)
+        return (
+            int(flat.get("allocated_bytes.all.current", 0)),
+            int(flat.get("reserved_bytes.all.current", 0)),
+            int(flat.get("active_bytes.all.current", 0)),
+        )
 
 
 class _RssReader:
@@ -84,7 +105,9 @@ class Memory(RankProbe):
     family = "memleak"
     records = "memory per step and the censuses of live tensors and graphs (growth may go unexplained)"
 
-    def __init__(self, probe: Any, census_every: int | None, stop_steps: int | None = None) -> None:
+    def __init__(
+        self, probe: Any, census_every: int | None, stop_steps: int | None = None, snapshot: bool = False
+    ) -> None:
         import psutil
 
         self.p = probe
@@ -118,9 +141,11 @@ class Memory(RankProbe):
         self.overhead = 0.0  # seconds the scans and censuses took inside the loop
         self.names: dict = {}  # holder -> its description (name, storing line): found once
         self.growth = census_mod.Growth()  # what the censuses remember between them (census.py)
-        self.peak_cuda = -1
-        self.cuda_dev: int | None = None
         self.summaries: dict[str, str] = {}
+        self.last_nvml = 0.0
+        self.snapshot = snapshot  # --snapshot: the allocator's history around the growth
+        self.recording = False
+        self.dumped_growth = False
 
     # -- the protocol (rank/hooks.py) ------------------------------------------------------------------
     def after_forward(self, model: Any) -> None:
@@ -212,34 +237,75 @@ class Memory(RankProbe):
         return None
 
     def _cuda(self) -> dict[str, Any]:
+        """The caching allocator's allocated / reserved / active bytes of this step; NVML's figures (the
+        device's, and this process's, which count what the allocator does not: NCCL's buffers, cuBLAS
+        workspaces) about once every ``NVML_EVERY_S``; the first ``memory_summary`` and, on request, the
+        start of the allocator's history for ``--snapshot``."""
         torch = sys.modules.get("torch")
         try:
             dev = torch.cuda.current_device()
-            st = torch.cuda.memory_stats(dev)
-            out = {
-                "cuda_allocated": st.get("allocated_bytes.all.current", 0),
-                "cuda_reserved": st.get("reserved_bytes.all.current", 0),
-                "cuda_active": st.get("active_bytes.all.current", 0),
+            st = _allocator_stats(torch, dev)
+            out: dict[str, Any] = {
+                "cuda_allocated": st[0],
+                "cuda_reserved": st[1],
+                "cuda_active": st[2],
             }
+        except Exception as e:
+            failures.report(self.p, "memleak CUDA figures", "the CUDA caching allocator's figures per step", e)
+            return {}
+        now = time.perf_counter()
+        if now - self.last_nvml >= NVML_EVERY_S:
+            self.last_nvml = now
             out.update(self._nvml(dev))
-            if out["cuda_allocated"] > self.peak_cuda:
-                self.peak_cuda = out["cuda_allocated"]
-                self.summaries["peak"] = torch.cuda.memory_summary(dev)
-            if "first" not in self.summaries:
+        if "first" not in self.summaries:
+            try:
                 self.summaries["first"] = torch.cuda.memory_summary(dev)
                 self._write_summary("first")
-            return out
-        except Exception:
-            return {}
+            except Exception as e:
+                failures.report(self.p, "memleak CUDA summary", "torch.cuda.memory_summary() of this rank", e)
+                self.summaries["first"] = ""
+            if self.snapshot:
+                self._start_history(torch)
+        return out
 
     def _nvml(self, dev: int) -> dict[str, Any]:
         try:
             import pynvml
 
-            info = pynvml.nvmlDeviceGetMemoryInfo(nvml.handle(dev))
-            return {"nvml_used": int(info.used), "nvml_total": int(info.total)}
-        except Exception:
+            h = nvml.handle(dev)
+            info = pynvml.nvmlDeviceGetMemoryInfo(h)
+            out = {"nvml_used": int(info.used), "nvml_total": int(info.total)}
+        except Exception as e:
+            failures.report(self.p, "memleak NVML", "NVML's GPU memory figures (device and this process)", e)
             return {}
+        try:
+            pid = os.getpid()
+            mine = [p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == pid]
+            if mine and mine[0].usedGpuMemory is not None:
+                out["nvml_process"] = int(mine[0].usedGpuMemory)
+        except Exception as e:
+            # in a container NVML may list host pids, or none: the device figure stays
+            failures.report(self.p, "memleak NVML process", "NVML's memory of this process (outside the allocator)", e)
+        return out
+
+    def _start_history(self, torch: Any) -> None:
+        """``--snapshot``: record the allocator's history (every alloc/free with its stack) from the first
+        step, in a ring of ``SNAPSHOT_ENTRIES``; dumped when a census first sees growth and at the end."""
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_ENTRIES)
+            self.recording = True
+        except Exception as e:
+            failures.report(self.p, "memleak --snapshot", "the CUDA allocator's history (--snapshot)", e)
+
+    def _dump_snapshot(self, which: str) -> None:
+        torch = sys.modules.get("torch")
+        path = os.path.join(self.p.dir, schema.CUDA_SNAPSHOT.format(which))
+        try:
+            torch.cuda.memory._dump_snapshot(path)
+            os.chmod(path, 0o600)
+            self.w.write(schema.K_CUDA_SNAPSHOT, self.p.rank, step=self.step, which=which, path=path)
+        except Exception as e:
+            failures.report(self.p, "memleak --snapshot", "the CUDA allocator's history (--snapshot)", e)
 
     def _write_summary(self, which: str) -> None:
         text = self.summaries.get(which)
@@ -281,6 +347,20 @@ class Memory(RankProbe):
         self.w.write(
             schema.K_CENSUS, self.p.rank, step=self.step, why=why, final=final or None, cost_s=round(cost, 4), **fields
         )
+        if not final and _cuda_in_use():
+            self._cuda_at_census()
+
+    def _cuda_at_census(self) -> None:
+        """The allocator's ``memory_summary`` as of this census (the growing rank's is the one to read), and
+        with ``--snapshot`` the history dumped the first time a census sees growth."""
+        try:
+            self.summaries["census"] = sys.modules["torch"].cuda.memory_summary()
+            self._write_summary("census")
+        except Exception as e:
+            failures.report(self.p, "memleak CUDA summary", "torch.cuda.memory_summary() of this rank", e)
+        if self.recording and self.census_grew and not self.dumped_growth:
+            self.dumped_growth = True
+            self._dump_snapshot("growth")
 
     def _available(self) -> int | None:
         try:
@@ -335,15 +415,24 @@ class Memory(RankProbe):
         try:
             if _cuda_in_use():
                 self.summaries["last"] = sys.modules["torch"].cuda.memory_summary()
-            for which in ("peak", "last"):
-                self._write_summary(which)
+            self._write_summary("last")
         except Exception as e:
             failures.report(self.p, "memleak CUDA summary", "torch.cuda.memory_summary() of this rank", e)
+        if self.recording:
+            self._dump_snapshot("last")
+            try:
+                sys.modules["torch"].cuda.memory._record_memory_history(enabled=None)
+            except Exception as e:
+                failures.report(self.p, "memleak --snapshot", "the CUDA allocator's history (--snapshot)", e)
+        elif self.snapshot:
+            # asked for, but this rank never used CUDA: said in the report, not silently absent
+            self.w.write(schema.K_CUDA_SNAPSHOT, self.p.rank, step=self.step, which="none", path=None)
 
 
 def install(probe: Any, settings: Any = None) -> Memory:
     """The memory probe; ``settings``: {"census_every": N or None}; the run's --steps come from the manifest."""
     census_every = settings.get("census_every") if isinstance(settings, dict) else None
+    snapshot = bool(settings.get("snapshot")) if isinstance(settings, dict) else False
     stop = None
     try:
         from ddpdoctor.rank.rankfiles import read_manifest
@@ -351,4 +440,4 @@ def install(probe: Any, settings: Any = None) -> Memory:
         stop = (read_manifest(probe.run_dir).get("stop") or {}).get("steps")
     except Exception:  # no --steps: the census schedule does not aim at a last step
         pass
-    return Memory(probe, census_every, int(stop) if stop else None)
+    return Memory(probe, census_every, int(stop) if stop else None, snapshot)
