@@ -30,6 +30,7 @@ class Growth:
 
     def __init__(self) -> None:
         self.counts: dict[tuple, int] = {}
+        self.grew_before: set[tuple] = set()  # the groups that grew at the last census
         self.holders: dict[tuple, dict] = {}  # group key -> described holder, from the referrers
         self.roots: dict[tuple, tuple] = {}  # holder key -> (owner ref, key, holder)
         self.searched: set[tuple] = set()  # groups whose holders were searched at least once
@@ -189,6 +190,11 @@ def census(frame: Any, cache: dict, growth: Growth | None = None) -> dict[str, A
                 key=lambda kv: -kv[1],
             )[:GROWN_GROUPS]
         growth.counts = {k: v[0] for k, v in groups.items()}
+        # a group that grew at this census and at the one before: warm-up (optimizer state, caches that
+        # fill once) grows once; only what keeps growing is worth a search for its holder
+        again = [kv for kv in grown if kv[0] in growth.grew_before]
+        growth.grew_before = {k for k, _n in grown}
+        grown = again
         in_top = {k for k, _v in top}
         top += [(k, groups[k]) for k, _n in grown if k not in in_top]
     # old members of the grown groups: gc lists the young generation first, so the tail holds the tensors

@@ -7,7 +7,7 @@ Per step (an optimizer step, or a DDP forward where there is no optimizer) the c
 whatever the step time, within an overhead budget:
 
 - a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
-  run so far: about log2(steps) of them; after step ``EARLY_STEPS``, while nothing grows, only when each
+  run so far: about log2(steps) of them; after step ``FREE_CENSUS_STEPS``, while nothing grows, only when each
   costs at most ``DOUBLING_BUDGET`` of the time since the previous one), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
   while RSS keeps growing and (``GROWTH_BUDGET``) while the censuses see new highs of tensors or graph nodes
   (a growth gets enough points in the run's later half, and each such census names what grew: ``referrers.py``), at evenly spaced points when the run's length is known (``--steps``), every
@@ -40,7 +40,8 @@ from ddpdoctor.record.writer import JsonlWriter, line
 LOCAL_EVERY = 5  # at most one graph scan per this many steps
 SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
-EARLY_STEPS = 64  # censuses at 1, 2, 4, ..., 64 whatever they cost
+EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
+FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 whatever they cost; later doublings within a budget
 BUDGET = 0.0025  # share of the time a census may take in steady state
 DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10  # ... while RSS grows
@@ -218,7 +219,7 @@ class Memory(RankProbe):
             return "planned"
         since = now - self.last_census_t
         if step >= 2 * self.last_census_step and (
-            self.last_census_step < EARLY_STEPS
+            self.last_census_step < FREE_CENSUS_STEPS
             or self.scan_grew
             or self.census_grew
             or since >= self.last_census_cost / DOUBLING_BUDGET
