@@ -108,6 +108,8 @@ K_COUNTERS = "counters"  # counters.json's one object
 
 # memory probes (memory.jsonl)
 K_MEM_OVERHEAD = "mem_overhead"  # what the scans and censuses cost
+K_WORKER_PASS = "worker_pass"  # a DataLoader iterator with worker processes began a pass (pids, the Dataset's stores)
+K_WORKER_MEM = "worker_mem"  # USS, PSS and RSS of one iterator's worker processes, about once a second
 CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/peak/last, per rank
 
 # profile (timeline.jsonl)
