@@ -23,7 +23,7 @@ from ddpdoctor.record.reader import RunRecord
 
 ID = "memleak.dataloader-workers"
 MIN_SAMPLES = 4  # samples of a worker before its growth is judged
-MIN_RISE = 32 * 2**20  # USS growth of one worker that counts (a healthy worker moves by a few MiB)
+MIN_RISE = 16 * 2**20  # USS growth of one worker that counts (a worker reading numpy arrays moves by 1-2 MiB)
 MIN_REL = 0.5  # ... and at least this share of the USS the worker started with
 RSS_FLAT = 0.25  # RSS rose by less than this share of the USS growth (or less than RSS_FLAT_BYTES): flat
 RSS_FLAT_BYTES = 8 * 2**20

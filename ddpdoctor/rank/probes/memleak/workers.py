@@ -275,14 +275,15 @@ def stores(ds: Any) -> list[dict[str, Any]]:
 
 def assign_site(cls: type, attr: str) -> dict[str, Any] | None:
     """``{"file", "line", "func"}`` of the statement in ``cls``'s methods that assigns ``self.<attr>``: a plain
-    assignment in ``__init__`` first, then any in the class, then any store into it (``.append``, ``+=``)."""
+    assignment in ``__init__`` first, then any in the class, then any store into it (``.append``, ``+=``); of
+    several, the last (what the method leaves: an earlier ``self.x = []`` or ``None`` is a placeholder)."""
     best = None
     for code in storesite._class_codes(cls):
         lo, hi = storesite._code_range(code)
         for key, ln, prio, _written, func in storesite._index(code.co_filename):
             if key != ("attr", attr) or not lo <= ln <= hi:
                 continue
-            rank = (func != "__init__", prio != 2, ln)
+            rank = (func != "__init__", prio != 2, -ln)
             if best is None or rank < best[0]:
                 best = (rank, {"file": code.co_filename, "line": ln, "func": func})
     return best[1] if best else None
