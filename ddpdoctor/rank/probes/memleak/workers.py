@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+import threading
 import time
 import weakref
 from typing import Any
@@ -59,6 +60,7 @@ class Workers:
         self.w = writer
         self.step = step  # the memory probe's step counter (a callable), for the records' context
         self.passes: list[_Pass] = []
+        self.lock = threading.Lock()  # the training thread adds passes while the heartbeat thread drops ended ones
         self.loaders: dict[int, tuple[int, Any, int]] = {}  # id(loader) -> (ordinal, weakref, passes so far)
         self.iterators = 0
         self.next_due = 0.0
@@ -131,7 +133,8 @@ class Workers:
             site=sites.user_site(sys._getframe(1)),
             **fields,
         )
-        self.passes = [ps for ps in self.passes if ps.it() is not it] + [_Pass(it, ordinal, mine, k, pids)]
+        with self.lock:
+            self.passes = [ps for ps in self.passes if ps.it() is not it] + [_Pass(it, ordinal, mine, k, pids)]
         self.next_due = 0.0
 
     # -- the heartbeat thread --------------------------------------------------------------------
@@ -145,7 +148,7 @@ class Workers:
         import psutil
 
         c0 = time.thread_time()
-        snap = list(self.passes)  # the training thread may replace the list meanwhile
+        snap = list(self.passes)
         done = set()
         dense = False
         for ps in snap:
@@ -177,7 +180,8 @@ class Workers:
                 schema.K_WORKER_MEM, self.p.rank, loader=ps.loader, it=ps.ordinal, k=ps.k, step=self.step(), w=out
             )
         if done:
-            self.passes = [ps for ps in self.passes if ps not in done]
+            with self.lock:
+                self.passes = [ps for ps in self.passes if ps not in done]
         cost = time.thread_time() - c0
         self.cpu += cost
         self.next_due = time.monotonic() + max(DENSE_S if dense else SAMPLE_S, cost / BUDGET)
@@ -218,8 +222,7 @@ def _store(obj: Any, name: str, v: Any) -> dict[str, Any] | None:
         n = int(v.size)
         if n < MIN_ITEMS or v.dtype != object:
             return None
-        flat = v.reshape(-1)
-        sample = [flat[i * n // SAMPLE_ITEMS] for i in range(SAMPLE_ITEMS)]
+        sample = [v.flat[i * n // SAMPLE_ITEMS] for i in range(SAMPLE_ITEMS)]  # .flat: no copy of the array
     else:
         return None
     elems = [b for _a, b in sample] if isinstance(v, dict) else sample
