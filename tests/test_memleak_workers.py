@@ -49,6 +49,7 @@ def test_list_of_dicts_is_copied_into_every_worker(tmp_path):
         assert w["to"] - w["from"] >= 16 * MiB and abs(w["rss_to"] - w["rss_from"]) < 8 * MiB, w
     # one finding for the workers: the RSS-summed layer does not repeat it
     assert [x["id"] for x in r.report["findings"]].count(ID) == 1
+    assert "private memory (USS, MiB) by step" in (r.run_dir / "report.html").read_text()
 
 
 def test_same_records_in_numpy_arrays_give_no_error(tmp_path):
