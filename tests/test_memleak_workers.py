@@ -125,6 +125,9 @@ def test_a_buffer_filled_once_a_spike_or_a_few_mib_are_not_findings(tmp_path):
     assert _workers_run(tmp_path / "spike", spike, [300] * len(spike)) == []
     few = [20, 22, 24, 26, 28, 30, 30, 30]
     assert _workers_run(tmp_path / "few", few, [300] * len(few)) == []
+    # batches in flight: USS and RSS jump together by tens of MiB around a level that does not grow
+    noisy = [20, 90, 30, 85, 40, 95, 35, 80, 30, 90, 40, 100]
+    assert _workers_run(tmp_path / "noisy", noisy, [300 + u for u in noisy]) == []
 
 
 def test_copy_on_read_is_reported_once_though_summed_worker_rss_grows(tmp_path):

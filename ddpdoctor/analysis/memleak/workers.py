@@ -83,7 +83,15 @@ def _judge(pts: list[dict[str, Any]]) -> dict[str, Any] | None:
     if rss_hi - rss_lo < max(RSS_FLAT_BYTES, RSS_FLAT * rise):
         return dict(out, cause="copy-on-read")
     g = growth([(p["t"], float(p.get(field) or 0)) for p in pts])
-    if g is not None and g["late_total"] >= LATE_RISE and g["up_fraction"] >= 0.5 and g["late_slope"] > 0:
+    if (
+        g is not None
+        # the Theil-Sen slope over the later half, not its end points: batches in flight (shared memory, counted
+        # in the worker's USS and RSS until the rank maps them) make a healthy worker's figures jump both ways
+        and g["late_slope"] * (g["last_step"] - g["first_step"]) / 2 >= LATE_RISE
+        and g["late_total"] >= LATE_RISE
+        and g["up_fraction"] >= 0.5
+        and g["above_prior"] >= LATE_RISE / 2  # new highs, as a leak makes them
+    ):
         return dict(out, cause="allocations")
     return None  # RSS grew with it and then stopped: buffers the workers filled once
 
