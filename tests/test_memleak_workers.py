@@ -74,8 +74,9 @@ def test_reading_in_the_rank_itself_gives_no_error(tmp_path):
 # -- the judgement on hand-built runs ------------------------------------------------------------------
 
 
-def _workers_run(root, uss, rss, census_workers=None):
-    """Two ranks, one loader with one worker each; ``uss``/``rss``: the worker's figures (MiB) once a second."""
+def _workers_run(root, uss, rss, census_workers=None, passes=1):
+    """Two ranks, one loader with one worker each (new workers at each of ``passes``); ``uss``/``rss``: the
+    worker's figures (MiB) once a second."""
     from builder import RunBuilder
 
     from ddpdoctor.analysis import diagnose
@@ -85,10 +86,12 @@ def _workers_run(root, uss, rss, census_workers=None):
     b = RunBuilder(root, command="memleak")
     for r in (0, 1):
         b.start(r)
-        b.add(r, "memory.jsonl", "worker_pass", 1.0, loader=0, it=0, k=0, step=0, pids=[100 + r], stores=[])
-        for i, (u, s) in enumerate(zip(uss, rss)):
-            w = [{"pid": 100 + r, "id": 0, "uss": u * MiB, "pss": u * MiB, "rss": s * MiB}]
-            b.add(r, "memory.jsonl", "worker_mem", 1.0 + i, loader=0, it=0, k=0, step=i * 10, w=w)
+        for k in range(passes):
+            pid, t0 = 100 + r + 10 * k, 1.0 + k * len(uss)
+            b.add(r, "memory.jsonl", "worker_pass", t0, loader=0, it=k, k=k, step=0, pids=[pid], stores=[])
+            for i, (u, s) in enumerate(zip(uss, rss)):
+                w = [{"pid": pid, "id": 0, "uss": u * MiB, "pss": u * MiB, "rss": s * MiB}]
+                b.add(r, "memory.jsonl", "worker_mem", t0 + i, loader=0, it=k, k=k, step=i * 10, w=w)
         for s in range(1, 41):
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 4, step=s, rss=300 * MiB)
             if census_workers and s % 4 == 0:
@@ -136,6 +139,14 @@ def test_copy_on_read_is_reported_once_though_summed_worker_rss_grows(tmp_path):
     assert [f.id for f in fs] == [ID]
     assert fs[0].evidence["cause"] == "copy-on-read" and "RSS stayed flat" in fs[0].message
     assert "no attribute holding" in fs[0].message
+
+
+def test_each_passs_new_workers_copy_again(tmp_path):
+    uss = [10, 40, 70, 90, 95, 95]
+    fs = _workers_run(tmp_path, uss, [350] * len(uss), passes=3)
+    assert [f.id for f in fs] == [ID] and len(fs[0].evidence["workers"]) == 6
+    assert "the new workers of 2 later passes copied again" in fs[0].message
+    assert "2 worker(s) hold about 170 MiB of copies at once" in fs[0].message, fs[0].message
 
 
 # -- the rank side: which Dataset attribute holds the Python objects ------------------------------------

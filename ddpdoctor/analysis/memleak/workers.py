@@ -22,7 +22,7 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 ID = "memleak.dataloader-workers"
-MIN_SAMPLES = 4  # samples of a worker before its growth is judged
+MIN_SAMPLES = 3  # samples of a worker before its growth is judged (the end level is the median of the last 3)
 MIN_RISE = 16 * 2**20  # USS growth of one worker that counts (a worker reading numpy arrays moves by 1-2 MiB)
 MIN_REL = 0.5  # ... and at least this share of the USS the worker started with
 RSS_FLAT = 0.25  # RSS rose by less than this share of the USS growth (or less than RSS_FLAT_BYTES): flat
@@ -129,16 +129,33 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     culprits = sorted({h["rank"] for h in shown})
     all_ranks = sorted(record.ranks)
     field = shown[0]["field"].upper()
-    many_passes = len({(h["rank"], h["loader"], h["it"]) for h in shown}) > len(culprits)
-    per = []
-    for h in shown[:SHOWN]:
-        when = f" (pass {h['pass'] + 1})" if many_passes else ""
-        per.append(
-            f"rank {h['rank']} worker {h['worker']}{when}: {field} {_mib(h['from'])} -> {_mib(h['to'])} "
-            f"in {h['seconds']:.1f} s"
-        )
-    more = f" and {len(shown) - SHOWN} more" if len(shown) > SHOWN else ""
-    extra = sum(h["to"] - h["from"] for h in shown)
+    # one line per worker of each rank's first growing pass; later passes' new workers only copy again
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for h in shown:
+        groups.setdefault((h["rank"], h["loader"], h["it"]), []).append(h)
+    first: dict[int, list[dict[str, Any]]] = {}
+    for (r, _l, _i), hs in sorted(groups.items()):
+        first.setdefault(r, hs)
+    listed = [h for r in culprits for h in first[r]]
+    per = [
+        f"rank {h['rank']} worker {h['worker']}: {field} {_mib(h['from'])} -> {_mib(h['to'])} in {h['seconds']:.1f} s"
+        for h in listed[:SHOWN]
+    ]
+    more = f" and {len(listed) - SHOWN} more" if len(listed) > SHOWN else ""
+    later = max(sum(1 for g in groups if g[0] == r) for r in culprits) - 1
+    again = (
+        ""
+        if not later
+        else "; the next pass's new workers copied again"
+        if later == 1
+        else f"; the new workers of {later} later passes copied again"
+    )
+    # what the workers hold at once: per rank, the pass whose copies add up to most (its workers live together)
+    peak: dict[int, float] = {}
+    for (r, _l, _i), hs in groups.items():
+        peak[r] = max(peak.get(r, 0.0), sum(float(h["to"] - h["from"]) for h in hs))
+    extra = sum(peak.values())
+    n_at_once = sum(len(first[r]) for r in culprits)
     stores = {r: _stores(passes.get(r, []), next(h["loader"] for h in shown if h["rank"] == r)) for r in culprits}
     s0 = next((s[0] for s in stores.values() if s), None)
     locs = tuple(
@@ -157,10 +174,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         )
         msg = (
             f"DataLoader workers copy the Dataset's Python objects on read {_who(culprits, all_ranks)}: each "
-            f"worker's private memory ({field}) grows towards a copy of {what}: {'; '.join(per)}{more}. Their RSS "
+            f"worker's private memory ({field}) grows towards a copy of {what}: {'; '.join(per)}{more}{again}. Their RSS "
             f"stayed flat (at about {_mib(median(rss))}): the forked pages were already counted as shared, and "
             "reading a Python object writes its reference count, which copies its page into the worker "
-            f"(pytorch/pytorch#13246). {len(shown)} worker(s) hold {_mib(extra)} of copies"
+            f"(pytorch/pytorch#13246). {n_at_once} worker(s) hold about {_mib(extra)} of copies at once"
         )
         hint = (
             (f"Keep `{s0['attr']}` " if s0 else "Keep the samples ")
@@ -172,7 +189,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         )
     else:
         msg = (
-            f"DataLoader worker processes' own memory grows {_who(culprits, all_ranks)}: {'; '.join(per)}{more}; "
+            f"DataLoader worker processes' own memory grows {_who(culprits, all_ranks)}: {'; '.join(per)}{more}{again}; "
             f"their RSS grew with it (to about {_mib(median(rss))}): the workers allocate it themselves"
         )
         hint = (

@@ -6,8 +6,8 @@ copies the object's page into the worker. RSS does not show it (the page was alr
 USS (private pages) and PSS do. Reading them takes ``/proc/PID/smaps_rollup`` (psutil's
 ``memory_full_info``: a page-table walk, about a millisecond, more on a busy host), so they are sampled on
 the heartbeat thread on a time schedule, never per step: every ``DENSE_S`` for the first ``DENSE`` samples
-of a pass (the copy grows fastest at first), then every ``SAMPLE_S``, and never more than ``BUDGET`` of the
-heartbeat thread's CPU time.
+of a pass (the copy grows fastest at first; at most ``DENSE_BUDGET`` of the heartbeat thread's CPU time),
+then every ``SAMPLE_S`` (at most ``BUDGET``).
 
 The training thread pays once per pass of a loader with workers (``_MultiProcessingDataLoaderIter._reset``,
 called when the iterator is made and at every epoch of ``persistent_workers``): the worker pids, and on
@@ -32,6 +32,7 @@ DENSE = 6  # samples of a pass taken every DENSE_S
 DENSE_S = 0.5
 SAMPLE_S = 1.0  # then this often
 BUDGET = 0.02  # share of the heartbeat thread's CPU time the samples may take (a slower schedule beyond)
+DENSE_BUDGET = 0.05  # ... while a pass is young: a short epoch still gets its points (the copy fills in seconds)
 MIN_ITEMS = 1000  # a Dataset attribute shorter than this is not what a worker copies in bulk
 MIN_BYTES = 1 << 20  # ... nor one whose objects take less than this
 SAMPLE_ITEMS = 32  # elements sized to estimate an attribute's bytes
@@ -184,7 +185,9 @@ class Workers:
                 self.passes = [ps for ps in self.passes if ps not in done]
         cost = time.thread_time() - c0
         self.cpu += cost
-        self.next_due = time.monotonic() + max(DENSE_S if dense else SAMPLE_S, cost / BUDGET)
+        self.next_due = time.monotonic() + (
+            max(DENSE_S, cost / DENSE_BUDGET) if dense else max(SAMPLE_S, cost / BUDGET)
+        )
 
 
 def _is_dataset(v: Any) -> bool:
