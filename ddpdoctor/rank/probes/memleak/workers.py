@@ -38,6 +38,7 @@ MIN_BYTES = 1 << 20  # ... nor one whose objects take less than this
 SAMPLE_ITEMS = 32  # elements sized to estimate an attribute's bytes
 MAX_DATASETS = 16  # Dataset objects looked at per loader (wrappers, ConcatDataset parts)
 MAX_STORES = 4  # attributes recorded per loader, biggest first
+MAX_LOADERS = 64  # loaders remembered (past this, the ones already freed are forgotten)
 
 
 class _Pass:
@@ -63,6 +64,7 @@ class Workers:
         self.passes: list[_Pass] = []
         self.lock = threading.Lock()  # the training thread adds passes while the heartbeat thread drops ended ones
         self.loaders: dict[int, tuple[int, Any, int]] = {}  # id(loader) -> (ordinal, weakref, passes so far)
+        self.n_loaders = 0
         self.iterators = 0
         self.next_due = 0.0
         self.cpu = 0.0  # heartbeat CPU seconds the samples took
@@ -100,7 +102,10 @@ class Workers:
         known = self.loaders.get(id(loader))
         first = known is None or known[1]() is not loader  # a recycled id is a new loader
         if first:
-            known = (len(self.loaders), weakref.ref(loader), 0)
+            if len(self.loaders) >= MAX_LOADERS:  # a script that makes a DataLoader per epoch: forget the freed ones
+                self.loaders = {i: v for i, v in self.loaders.items() if v[1]() is not None}
+            self.n_loaders += 1
+            known = (self.n_loaders - 1, weakref.ref(loader), 0)
         assert known is not None
         ordinal, ref, k = known
         self.loaders[id(loader)] = (ordinal, ref, k + 1)
