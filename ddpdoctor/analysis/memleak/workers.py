@@ -143,12 +143,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     ]
     more = f" and {len(listed) - SHOWN} more" if len(listed) > SHOWN else ""
     later = max(sum(1 for g in groups if g[0] == r) for r in culprits) - 1
+    verb = "copied" if copy else "grew"
     again = (
         ""
         if not later
-        else "; the next pass's new workers copied again"
+        else f"; the next pass's new workers {verb} again"
         if later == 1
-        else f"; the new workers of {later} later passes copied again"
+        else f"; the new workers of {later} later passes {verb} again"
     )
     # what the workers hold at once: per rank, the pass whose copies add up to most (its workers live together)
     peak: dict[int, float] = {}
@@ -194,7 +195,8 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         )
         hint = (
             "Look at what the Dataset keeps inside each worker (a cache filled in `__getitem__` lives once per "
-            "worker and keeps growing): bound it, or build it before the DataLoader starts its workers."
+            "worker and keeps growing): bound it, or fill it once before the DataLoader starts its workers, in numpy "
+            "arrays or tensors (a list of Python objects built before the fork is copied on read)."
         )
     evidence = {
         "cause": "copy-on-read" if copy else "allocations",
