@@ -108,6 +108,8 @@ K_COUNTERS = "counters"  # counters.json's one object
 
 # memory probes (memory.jsonl)
 K_MEM_OVERHEAD = "mem_overhead"  # what the scans and censuses cost
+K_WORKER_PASS = "worker_pass"  # a DataLoader iterator with worker processes began a pass (pids, the Dataset's stores)
+K_WORKER_MEM = "worker_mem"  # USS, PSS and RSS of one iterator's worker processes, about once a second
 CUDA_SUMMARY = "cuda_memory_summary_{}.txt"  # torch.cuda.memory_summary at first/census/last, per rank
 CUDA_SNAPSHOT = "cuda_snapshot_{}.pickle"  # --snapshot: the allocator's history (growth/last), for memory_viz
 K_CUDA_SNAPSHOT = "cuda_snapshot"  # a --snapshot dump written (or "none": no CUDA on this rank)

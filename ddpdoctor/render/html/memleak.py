@@ -1,5 +1,5 @@
 """The memory part of the HTML report: memory per rank per step (the SVG charts of ``render.svg``),
-autograd graph nodes and the growing tensor groups over the censuses, and the holders with their line.
+DataLoader workers' USS, autograd graph nodes and the growing tensor groups over the censuses, and the holders with their line.
 Past a few ranks the charts show the culprits one by one and the other ranks as median and max."""
 
 from __future__ import annotations
@@ -55,6 +55,13 @@ def section(report: Report, record: Any, src: Sources) -> str:
             line_chart("CUDA allocated per rank (MiB) by step", _series(cuda, culprits, "CUDA"), "MiB", 900),
             "</div>",
         ]
+    uss = _worker_uss(record, culprits)
+    if uss:
+        out += [
+            '<div class="chart">',
+            line_chart("DataLoader workers' private memory (USS, MiB) by step", uss, "MiB", 900),
+            "</div>",
+        ]
     censuses = {r: [x for x in rec.memory if x.get("kind") == schema.K_CENSUS] for r, rec in record.ranks.items()}
     nodes = {
         r: [(float(c["step"]), float(c.get("graph_nodes", 0))) for c in cs if not c.get("final") and "step" in c]
@@ -77,6 +84,22 @@ def section(report: Report, record: Any, src: Sources) -> str:
     out.append(_holders(report, src))
     out.append("</section>")
     return "".join(out)
+
+
+def _worker_uss(record: Any, culprits: set[int]) -> dict[str, list[tuple[float, float]]]:
+    """USS of each DataLoader worker by the rank's step at the sample (``worker_mem``): the culprit ranks'
+    workers first, at most ``PER_RANK`` series."""
+    per: dict[tuple, list[tuple[float, float]]] = {}
+    for r, rec in record.ranks.items():
+        for x in rec.memory:
+            if x.get("kind") == schema.K_WORKER_MEM:
+                for w in x.get("w") or ():
+                    key = (r not in culprits, r, w.get("pid"), w.get("id", 0))
+                    per.setdefault(key, []).append((float(x.get("step", 0)), float(w.get("uss") or 0)))
+    return {
+        f"rank {r} worker {wid} (pid {pid})": sorted(pts)
+        for (_c, r, pid, wid), pts in sorted(per.items(), key=lambda kv: kv[0][:2])[:PER_RANK]
+    }
 
 
 def _census_table(censuses: dict[int, list[dict]], culprits: set[int]) -> str:

@@ -21,6 +21,9 @@ A healthy loop thus pays about 2 % (issue 10: at most 1.05 in-loop with the ledg
 more, and is diagnosed. The per-step lines are kept in memory and written together every
 ``FLUSH_S`` (a rank killed by a signal loses at most that much of its RSS series; its censuses and the
 lines before are on disk); RSS is read from ``/proc/self/statm`` through a file kept open.
+
+DataLoader workers' USS, PSS and RSS are sampled about once a second from the heartbeat thread
+(``workers.py``: copy-on-read growth shows in USS, not in RSS).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from ddpdoctor.rank import failures, nvml
 from ddpdoctor.rank.hooks import RankProbe
 from ddpdoctor.rank.probes.memleak import census as census_mod
+from ddpdoctor.rank.probes.memleak import workers as workers_mod
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, line
 
@@ -147,6 +151,17 @@ class Memory(RankProbe):
         self.snapshot = snapshot  # --snapshot: the allocator's history around the growth
         self.recording = False
         self.dumped_growth = False
+        # DataLoader workers' USS/PSS/RSS, sampled on the heartbeat thread (workers.py)
+        self.workers = workers_mod.Workers(probe, self.w, lambda: self.step)
+        try:
+            self.workers.install()
+        except Exception as e:
+            failures.report(
+                probe,
+                "memleak DataLoader workers",
+                "the memory of the DataLoader's worker processes (their copy-on-read growth goes unseen)",
+                e,
+            )
 
     # -- the protocol (rank/hooks.py) ------------------------------------------------------------------
     def after_forward(self, model: Any) -> None:
@@ -155,6 +170,9 @@ class Memory(RankProbe):
 
     def after_optimizer_step(self, opt: Any) -> None:
         self.on_step("optimizer")
+
+    def on_tick(self) -> None:
+        self.workers.tick()
 
     # -- per step ------------------------------------------------------------------------------------
     def on_step(self, source: str) -> None:
@@ -405,6 +423,7 @@ class Memory(RankProbe):
                 step=self.step,
                 censuses=self.censuses,
                 overhead_s=round(self.overhead, 4),
+                workers_cpu_s=round(self.workers.cpu, 4) or None,  # the heartbeat thread's, not the loop's
             )
         except Exception as e:
             failures.report(
