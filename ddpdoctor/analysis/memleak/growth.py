@@ -17,9 +17,14 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
+MIN_SPAN_STEPS = 16  # a growth is judged over at least this many steps after the warm-up (a few points of
+# a short run, 9 -> 10 -> 16 graph nodes over steps 2-8, are the first steps settling, not a leak)
+
+
 def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> bool:
     return bool(
         g
+        and g["steps"] >= MIN_SPAN_STEPS
         and g["late_slope"] >= min_slope
         and g["late_total"] >= min_total
         and g["up_fraction"] >= 0.5
@@ -77,6 +82,7 @@ def _rank_set(
     if not hits:
         return [], []
     slope = median(g["late_slope"] for g in hits.values())
+    total = median(g["late_total"] for g in hits.values())
     lo = min(g["first_step"] for g in hits.values())
     hi = max(g["last_step"] for g in hits.values())
     growing, unknown = set(hits), []
@@ -88,7 +94,13 @@ def _rank_set(
             g = growth([p for p in pts if p[0] >= lo - (hi - lo)])
             if g is None or g["last_step"] - g["first_step"] < (hi - lo) / 2:
                 continue
-            if g["late_slope"] >= slope / 3 and g["late_total"] > 0 and g["up_fraction"] >= 0.3:
+            # growth of its own, not a wobble: a third of the growing ranks' rate and rise, new highs late
+            if (
+                g["late_slope"] >= slope / 3
+                and g["late_total"] >= total / 3
+                and g["up_fraction"] >= 0.5
+                and g["above_prior"] > 0
+            ):
                 verdict = "grows"
                 break
             if g["late_slope"] <= slope / 10:

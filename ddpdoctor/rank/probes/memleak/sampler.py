@@ -7,8 +7,9 @@ Per step (an optimizer step, or a DDP forward where there is no optimizer) the c
 whatever the step time, within an overhead budget:
 
 - a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
-  run so far: about log2(steps) of them; after step ``FREE_CENSUS_STEPS``, while nothing grows, only when each
-  costs at most ``DOUBLING_BUDGET`` of the time since the previous one), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
+  run so far: about log2(steps) of them; up to step ``FREE_CENSUS_STEPS`` while the probes' time so far is
+  at most ``FREE_CENSUS_S`` or ``FREE_SHARE`` of the run's, after that while growth is seen as long as the
+  probes' time stays within ``RSS_BUDGET`` of the run's, while nothing grows at most ``DOUBLING_BUDGET``), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
   while RSS keeps growing and (``GROWTH_BUDGET``) while the censuses see new highs of tensors or graph nodes
   (a growth gets enough points in the run's later half, and each such census names what grew: ``referrers.py``), at evenly spaced points when the run's length is known (``--steps``), every
   ``census_every`` steps when asked, and once more when the script returns (``final``: what module-level
@@ -45,7 +46,9 @@ LOCAL_EVERY = 5  # at most one graph scan per this many steps
 SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
-FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 whatever they cost; later doublings within a budget
+FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 while the probes' time so far is at most
+FREE_CENSUS_S = 2.0  # ... this, or FREE_SHARE of the run's time so far; later doublings within a budget
+FREE_SHARE = 0.1
 BUDGET = 0.0025  # share of the time a census may take in steady state
 DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10  # ... while RSS grows
@@ -126,6 +129,7 @@ class Memory(RankProbe):
         self.step = 0
         self.by_optimizer = False
         self.last_census_t = 0.0
+        self.t_first = 0.0  # the first step's time (the early censuses' budget counts from it)
         self.last_census_cost = 0.0
         self.last_census_step = 0
         self.last_census_rss = 0
@@ -181,6 +185,8 @@ class Memory(RankProbe):
         elif self.by_optimizer:
             return  # with an optimizer, a step is an optimizer step
         self.step += 1
+        if self.step == 1:
+            self.t_first = time.perf_counter()
         rss = self.rss()
         fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
         now = time.perf_counter()
@@ -236,10 +242,18 @@ class Memory(RankProbe):
                 self.plan.pop(0)
             return "planned"
         since = now - self.last_census_t
+        # the early doublings are free while the probes' time so far is small: a census over a heap of
+        # millions of objects (a Dataset of Python dicts) costs seconds, and then takes its budget like any other
+        free = self.last_census_step < FREE_CENSUS_STEPS and self.overhead <= max(
+            FREE_CENSUS_S, FREE_SHARE * (now - self.t_first)
+        )
         if step >= 2 * self.last_census_step and (
-            self.last_census_step < FREE_CENSUS_STEPS
-            or self.scan_grew
-            or self.census_grew
+            free
+            # while growth is seen: doublings as long as the probes' time stays within RSS_BUDGET of the run's
+            or (
+                (self.scan_grew or self.census_grew)
+                and self.overhead <= max(FREE_CENSUS_S, RSS_BUDGET * (now - self.t_first))
+            )
             or since >= self.last_census_cost / DOUBLING_BUDGET
         ):
             return "doubling"
