@@ -1,0 +1,143 @@
+"""`ddpdoctor attach` and torch's flight recorder (FR) of a running job started without ddpdoctor.
+
+Real gloo ranks under plain torchrun (tests/frjobs/attachjob.py, hung for good: rank 1's extra all_reduce on a
+second group). With torch's debug server started in the job, attach takes every rank's FR through it (torch 2.13's
+worker server runs on CPU) and the report names the culprit from the dumps too; with the FR off it says in one line
+that it rests on stacks only, and which variable turns the FR on. NCCL's dump pipe needs a GPU:
+tests/gpu/test_attach_nccl_fr.py. The tests of ``poke`` below exercise only our FIFO-writing code against a FIFO
+this test opens itself; they say nothing about NCCL's heartbeat monitor reading it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from frjobs.jobs import JOB as _FRJOB
+from helpers import ddpdoctor, finding, lines_of, marker_line
+from test_attach import Job, _attach
+
+from ddpdoctor.attach.flight import poke, ring_size, summary
+from ddpdoctor.postmortem import flight as frdump
+
+JOB = _FRJOB.parent / "attachjob.py"
+pytestmark = pytest.mark.skipif(
+    not os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK),
+    reason="py-spy is not installed next to this Python",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _torchrun_job(tmp: Path, env: dict[str, str]) -> Job:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB)]
+    job = Job(argv, tmp, env)
+    try:
+        job.wait_hung(JOB, {0: marker_line(JOB, "REGULAR"), 1: marker_line(JOB, "EXTRA")})
+    except BaseException:
+        job.end()
+        raise
+    return job
+
+
+def _notes(rep: dict, start: str) -> list[str]:
+    return [n for n in rep["notes"] if n.startswith(start)]
+
+
+def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: Path) -> None:
+    pytest.importorskip("tabulate", reason="torch's debug server (rank 0's frontend) imports tabulate")
+    job = _torchrun_job(tmp_path, {"TORCH_FR_BUFFER_SIZE": "100", "ATTACHJOB_DEBUG_PORT": str(_free_port())})
+    try:
+        run_dir = tmp_path / "attach-run"
+        code, rep, err = _attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
+        assert code == 3, err
+        f = finding(rep, "hang.rank-conditional-collective")
+        assert f["culprits"] == [1]
+        assert "from the flight recorder" in f["message"] and "group 1" in f["message"]
+        assert lines_of(f, 1) == {marker_line(JOB, "EXTRA")}  # the dumps hold no lines: the stacks give them
+        assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+        [note] = _notes(rep, "flight recorder taken from")
+        assert "ranks 0, 1 through torch's debug server (JSON" in note
+        for r in (0, 1):  # as torch's worker server gave them, read with the post-mortem's reader
+            d = frdump.load(str(run_dir / "fr" / f"rank_{r}"))
+            assert d.fmt == "json" and any(e.op == "all_reduce" for e in d.entries)
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["attach"]["fr"]["ranks"]["1"]["how"] == "torch's debug server"
+        assert job.alive(), "attach must leave the job running"
+        # analyze of the run directory reads the same dumps with the same stacks (no torch)
+        jpath = tmp_path / "analyze.json"
+        res = ddpdoctor(["analyze", str(run_dir), "--json", str(jpath)], tmp_path, json_report=False)
+        assert res.code == 3, res.err
+        again = json.loads(jpath.read_text())
+        g = finding(again, "hang.rank-conditional-collective")
+        assert g["culprits"] == [1] and "from the flight recorder" in g["message"]
+        assert _notes(again, "flight recorder taken from") == [note]
+    finally:
+        job.end()
+
+
+def test_attach_with_the_flight_recorder_off_says_stacks_only_in_one_line(tmp_path: Path) -> None:
+    job = _torchrun_job(tmp_path, {"TORCH_FR_BUFFER_SIZE": "0"})
+    try:
+        run_dir = tmp_path / "attach-run"
+        code, rep, err = _attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
+        assert code == 3, err
+        f = finding(rep, "hang.rank-conditional-collective")
+        assert f["culprits"] == [1] and "stacks only" in f["message"]
+        [note] = [n for n in rep["notes"] if "flight recorder" in n]
+        assert note.startswith("stacks only, no flight recorder: ranks 0, 1: its flight recorder is off")
+        assert "TORCH_FR_BUFFER_SIZE=0" in note and "TORCH_FR_BUFFER_SIZE=2000" in note
+        assert not (run_dir / "fr").exists()
+        assert job.alive()
+    finally:
+        job.end()
+
+
+# -- our FIFO writer and the one line, without a job ------------------------------------------------------------
+
+
+def test_poke_writes_only_our_fifo_writer_code(tmp_path: Path) -> None:
+    """Our pipe-writing code only: a FIFO this test opens for reading itself, not NCCL's watchdog."""
+    pipe = tmp_path / "fr_pipe_0.pipe"
+    os.mkfifo(pipe)
+    assert "nothing reads" in poke(str(pipe))  # no reader: ENXIO, never a blocked attach
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # as torch's DumpPipe opens it
+    try:
+        assert poke(str(pipe)) == ""
+        assert os.read(fd, 128) == b"ddpdoctor attach\n"
+    finally:
+        os.close(fd)
+    plain = tmp_path / "plain.pipe"
+    plain.write_text("")
+    assert "not a named pipe" in poke(str(plain)) and plain.read_text() == ""
+    link = tmp_path / "link.pipe"
+    link.symlink_to(pipe)
+    assert "not a named pipe" in poke(str(link))
+    assert "does not exist" in poke(str(tmp_path / "missing.pipe"))
+
+
+def test_ring_size_reads_torchs_variables_in_torchs_order() -> None:
+    assert ring_size({}) is None
+    assert ring_size({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}) == 0
+    assert ring_size({"TORCH_FR_BUFFER_SIZE": "100", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}) == 100
+    assert ring_size({"TORCH_FR_BUFFER_SIZE": "x"}) is None
+
+
+def test_summary_is_one_line_naming_what_would_turn_it_on() -> None:
+    from ddpdoctor.attach.flight import Outcome, Taken
+
+    gloo = "gloo has no dump trigger and no debug server runs: start the job's ranks with X"
+    line = summary(Outcome([Taken(0, why=gloo), Taken(1, why=gloo)]))
+    assert line == f"stacks only, no flight recorder: ranks 0, 1: {gloo}" and "\n" not in line
+    line = summary(Outcome([Taken(0, "NCCL's dump pipe", "/x", "pickle", 3), Taken(1, why="nothing reads p")]))
+    assert (
+        line == "flight recorder taken from rank 0 through NCCL's dump pipe (pickle); not from rank 1: nothing reads p"
+    )
