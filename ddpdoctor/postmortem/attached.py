@@ -55,6 +55,9 @@ def with_flight_recorder(report: Report, run_dirs: list[str], fail_on: str) -> R
         except DdpdoctorError as e:  # attach checked every dump it kept: one that no longer reads was changed
             notes.append(f"the flight-recorder dumps were not used: {e}")
     out = combine(report, fr) if fr is not None else report
+    if fr is not None and not fr.findings:
+        # nothing pending in any rank's ring: whatever the stacks show, the ranks are not stuck in a collective
+        notes.append("the flight recorder shows every collective the ranks issued completed")
     return dataclasses.replace(out, notes=out.notes + tuple(notes))
 
 
