@@ -37,8 +37,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _torchrun_job(tmp: Path, env: dict[str, str]) -> Job:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB)]
+def _torchrun_job(tmp: Path, env: dict[str, str], socket_dir: Path | None = None) -> Job:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    if socket_dir is None:
+        argv.append(str(JOB))
+    else:  # one socket per rank, in the rank's own environment from its start (torchrun gives all ranks one)
+        run = f'TORCH_WORKER_SERVER_SOCKET={socket_dir}/ws_$LOCAL_RANK.sock exec "{sys.executable}" "{JOB}"'
+        argv += ["--no-python", "sh", "-c", run]
     job = Job(argv, tmp, env)
     try:
         job.wait_hung(JOB, {0: marker_line(JOB, "REGULAR"), 1: marker_line(JOB, "EXTRA")})
@@ -80,6 +85,22 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         g = finding(again, "hang.rank-conditional-collective")
         assert g["culprits"] == [1] and "from the flight recorder" in g["message"]
         assert _notes(again, "flight recorder taken from") == [note]
+    finally:
+        job.end()
+
+
+def test_attach_takes_the_flight_recorder_through_the_worker_socket(tmp_path: Path) -> None:
+    job = _torchrun_job(tmp_path, {}, socket_dir=tmp_path)
+    try:
+        run_dir = tmp_path / "attach-run"
+        code, rep, err = _attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
+        assert code == 3, err
+        f = finding(rep, "hang.rank-conditional-collective")
+        assert f["culprits"] == [1] and "from the flight recorder" in f["message"]
+        assert lines_of(f, 1) == {marker_line(JOB, "EXTRA")}
+        [note] = _notes(rep, "flight recorder taken from")
+        assert "ranks 0, 1 through torch's worker socket (JSON" in note
+        assert job.alive()
     finally:
         job.end()
 
@@ -141,3 +162,74 @@ def test_summary_is_one_line_naming_what_would_turn_it_on() -> None:
     assert (
         line == "flight recorder taken from rank 0 through NCCL's dump pipe (pickle); not from rank 1: nothing reads p"
     )
+
+
+def _dump_bytes(n: int) -> bytes:
+    import pickle
+
+    entries = [
+        {"record_id": i, "collective_seq_id": i + 1, "pg_id": 0, "process_group": ["0", "default_pg"],
+         "profiling_name": "nccl:all_reduce", "state": "completed", "input_sizes": [[16]], "frames": []}
+        for i in range(n)
+    ]  # fmt: skip
+    return pickle.dumps({"version": "2.10", "entries": entries, "pg_config": {}, "pg_status": {}}, protocol=2)
+
+
+def test_pipe_wait_only_our_code_against_a_fake_writer_not_nccls_watchdog(tmp_path: Path) -> None:
+    """Our bounded wait for the dump file only: a thread of this test plays the rank (reads the FIFO, then writes
+    the dump in place in two halves, as torch's DebugInfoWriter writes without a rename). NCCL's own reader is
+    tests/gpu/test_attach_nccl_fr.py."""
+    import threading
+    import time
+
+    from ddpdoctor.attach.discover import RankProc
+    from ddpdoctor.attach.flight import Outcome, Taken, _pipe
+
+    (tmp_path / "dumps").mkdir()
+    target = tmp_path / "dumps" / "rank_3"
+    target.write_bytes(b"the job's earlier dump")
+    os.mkfifo(tmp_path / "p_3.pipe")
+    env = {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "p_", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "dumps" / "rank_")}
+    rp = RankProc(os.getpid(), 3, 0, 4, [sys.executable], str(tmp_path), 0.0, env)  # a relative pipe: the rank's cwd
+    reader = os.open(tmp_path / "p_3.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    data = _dump_bytes(7)
+
+    def rank() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if os.read(reader, 128):
+                    break
+            except BlockingIOError:
+                pass
+            time.sleep(0.05)
+        with open(target, "wb") as f:  # in place, half now, the rest later: attach must not take the half
+            f.write(data[: len(data) // 2])
+            f.flush()
+            time.sleep(0.8)
+            f.write(data[len(data) // 2 :])
+
+    t = threading.Thread(target=rank)
+    t.start()
+    outcome, taken = Outcome(), {3: Taken(3)}
+    (tmp_path / "fr").mkdir()
+    try:
+        _pipe([rp], str(tmp_path / "fr"), str(tmp_path / "earlier"), time.monotonic() + 10, outcome, taken)
+    finally:
+        t.join(timeout=15)
+        os.close(reader)
+    assert taken[3].how == "NCCL's dump pipe" and taken[3].fmt == "pickle" and taken[3].entries == 7, taken[3]
+    assert (tmp_path / "fr" / "rank_3").read_bytes() == data
+    assert (tmp_path / "earlier" / "rank_3").read_bytes() == b"the job's earlier dump"
+    # a rank that never dumps: the wait ends at its deadline and says so
+    os.unlink(tmp_path / "p_3.pipe")
+    os.mkfifo(tmp_path / "p_3.pipe")
+    reader = os.open(tmp_path / "p_3.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        taken = {3: Taken(3)}
+        t0 = time.monotonic()
+        _pipe([rp], str(tmp_path / "fr"), str(tmp_path / "earlier"), t0 + 1.5, Outcome(), taken)
+        assert time.monotonic() - t0 < 3 and not taken[3].how
+        assert "no new dump appeared" in taken[3].why
+    finally:
+        os.close(reader)

@@ -227,13 +227,13 @@ def _registered(job: Job, ranks: list[RankProc], timeout: float) -> tuple[dict[i
     if not addr or not port:
         return {}, "its environment names no MASTER_ADDR/MASTER_PORT (the job's TCPStore)"
     keys = [f"debug_server/rank{r.rank}" for r in ranks]
-    exes: list[str] = []
+    # the rank's argv[0] first: a venv's python is a symlink, and only its own path finds the venv's torch
+    exes = [ranks[0].cmdline[0]] if ranks[0].cmdline and os.path.isabs(ranks[0].cmdline[0]) else []
     try:
         exes.append(psutil.Process(ranks[0].pid).exe())
     except psutil.Error:
         pass
-    if sys.executable not in exes:
-        exes.append(sys.executable)
+    exes = list(dict.fromkeys(exes + [sys.executable]))  # each once, in that order
     why = ""
     for exe in exes:
         try:
@@ -256,7 +256,10 @@ def _registered(job: Job, ranks: list[RankProc], timeout: float) -> tuple[dict[i
             err = (cp.stderr or "").strip().splitlines()
             why = f"cannot ask the job's TCPStore ({addr}:{port}): {err[-1][:200] if err else 'no answer'}"
             continue
-        got = json.loads(line.split(" ", 1)[1])
+        try:
+            got = json.loads(line.split(" ", 1)[1])
+        except ValueError:
+            got = {}
         return {r.rank: got[f"debug_server/rank{r.rank}"] for r in ranks if f"debug_server/rank{r.rank}" in got}, ""
     return {}, why
 
@@ -327,21 +330,25 @@ def _take_server(rp: RankProc, connect: Any, how: str, out_dir: str, taken: dict
 # -- NCCL's dump pipe -------------------------------------------------------------------------------------------
 
 
-def poke(pipe: str) -> str:
-    """Write to a rank's dump FIFO without blocking; "" when written, else why not. Only a FIFO of this user
-    (never a regular file, a symlink's target or someone else's pipe) is written."""
+def open_pipe(pipe: str) -> tuple[int, str]:
+    """Open a rank's dump FIFO for writing without blocking: (fd, "") where a reader holds it open, else
+    (-1, why not). Only a FIFO of this user (never a regular file, a symlink or someone else's pipe)."""
     try:
         st = os.lstat(pipe)
     except OSError:
-        return f"{pipe} does not exist (the rank has no NCCL process group yet, or its torch predates the pipe)"
+        return -1, f"{pipe} does not exist (the rank has no NCCL process group yet, or its torch predates the pipe)"
     if not stat.S_ISFIFO(st.st_mode) or not _mine(st):
-        return f"{pipe} is not a named pipe of this user"
+        return -1, f"{pipe} is not a named pipe of this user"
     try:
-        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        return os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW), ""
     except OSError as e:
         if e.errno == errno.ENXIO:  # a FIFO without a reader: no heartbeat monitor holds it open
-            return f"nothing reads {pipe} (the NCCL process group that made it is gone)"
-        return f"cannot open {pipe}: {e.strerror}"
+            return -1, f"nothing reads {pipe} (the NCCL process group that made it is gone)"
+        return -1, f"cannot open {pipe}: {e.strerror}"
+
+
+def write_pipe(fd: int, pipe: str) -> str:
+    """Ask for one dump through an open FIFO (any bytes do; torch reads up to 128) and close it; "" or why not."""
     try:
         os.write(fd, b"ddpdoctor attach\n")
     except OSError as e:
@@ -349,6 +356,12 @@ def poke(pipe: str) -> str:
     finally:
         os.close(fd)
     return ""
+
+
+def poke(pipe: str) -> str:
+    """Open and write a rank's dump FIFO: "" when written, else why not."""
+    fd, why = open_pipe(pipe)
+    return why or write_pipe(fd, pipe)
 
 
 def _sig(path: str) -> tuple[int, int] | None:
@@ -365,6 +378,11 @@ def _pipe(
     """Ask every rank with a dump pipe for a dump, then wait (until ``deadline``) for each new dump file."""
     waiting: dict[int, tuple[RankProc, str, tuple[int, int] | None]] = {}
     for rp in ranks:
+        pipe = in_rank(rp, f"{rp.env[PIPE_VAR]}{rp.rank}.pipe")
+        fd, why = open_pipe(pipe)
+        if why:
+            taken[rp.rank].why = why
+            continue
         target = dump_file(rp)
         before = _sig(target)
         if before is not None:  # the new dump overwrites it: keep what the job had written (e.g. a timeout's)
@@ -372,7 +390,7 @@ def _pipe(
             kept = os.path.join(earlier_dir, f"rank_{rp.rank}")
             if _copy(target, kept):
                 outcome.earlier.append(kept)
-        why = poke(in_rank(rp, f"{rp.env[PIPE_VAR]}{rp.rank}.pipe"))
+        why = write_pipe(fd, pipe)
         if why:
             taken[rp.rank].why = why
             continue

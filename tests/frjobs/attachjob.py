@@ -5,7 +5,9 @@ next regular all_reduce (REGULAR) and both block there for as long as the test l
 With ``ATTACHJOB_DEBUG_PORT`` set, every rank starts torch's debug server first
 (``torch.distributed.debug.start_debug_server``: a worker server per rank, registered in the job's TCPStore as
 ``debug_server/rank<N>``; rank 0 also starts the HTTP frontend on that port). The flight recorder is whatever the
-environment says (``TORCH_FR_BUFFER_SIZE``; torch 2.13's default ring is 2000 entries).
+environment says (``TORCH_FR_BUFFER_SIZE``; torch 2.13's default ring is 2000 entries). Under
+``torch.distributed.elastic.control_plane.worker_main()`` with ``TORCH_WORKER_SERVER_SOCKET`` set (one path per
+rank, in the rank's environment from its start), the same worker server listens on that Unix socket instead.
 """
 
 import datetime
@@ -37,4 +39,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("TORCH_WORKER_SERVER_SOCKET"):
+        from torch.distributed.elastic.control_plane import worker_main
+
+        with worker_main():
+            main()
+    else:
+        main()
