@@ -85,6 +85,13 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         g = finding(again, "hang.rank-conditional-collective")
         assert g["culprits"] == [1] and "from the flight recorder" in g["message"]
         assert _notes(again, "flight recorder taken from") == [note]
+        # --no-fr: stacks only, nothing asked of the job, no line about it
+        quiet = tmp_path / "quiet-run"
+        code, rep, err = _attach(
+            tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(quiet)
+        )
+        assert code == 3, err
+        assert not (quiet / "fr").exists() and not [n for n in rep["notes"] if "flight recorder" in n]
     finally:
         job.end()
 

@@ -1,7 +1,7 @@
 """Take torch's flight-recorder (FR) state from the running ranks ``attach`` found, where the job exposes a
 trigger, into ``<run dir>/fr/rank_<r>``; else say in one line why only stacks were taken.
 
-What torch 2.13 offers (read from its source; docs/postmortem.md has the details):
+What torch 2.13 offers (read from its source; docs/attach.md has the details):
 
 - **torch's debug server** (``torch.distributed.debug.start_debug_server()``, started by the job): every rank
   runs a worker HTTP server (threads named ``pt_workerserver``) and registers ``http://<host>:<port>`` in the
@@ -20,7 +20,7 @@ What torch 2.13 offers (read from its source; docs/postmortem.md has the details
   stopped growing and reads as a whole dump. The job goes on.
 - **gloo** has no trigger of its own: only its watchdog-less ``_dump_fr_trace()`` from inside the process.
 
-Nothing taken is run or unpickled into objects: each dump is checked with the post-mortem's safe reader.
+Nothing taken is ever run: each dump is checked with the post-mortem's reader (a pickle resolves no global).
 Every wait is bounded (one deadline for the whole job); every file a rank names is read through
 ``/proc/<pid>/root`` (its own mount namespace) and only if it belongs to this user.
 """

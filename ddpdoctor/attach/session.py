@@ -23,7 +23,6 @@ class Attached:
     job: Job
     run_dir: str
     seconds: float
-    fr_note: str = ""  # the flight recorder: where it came from, or why only stacks were taken
 
 
 def _cpu(pids: list[int]) -> dict[int, float]:
@@ -136,18 +135,19 @@ def attach(
             },
         )
         write(path, job, first, last, nat, t0, t1, cpu)
-        note = ""
         if fr_timeout is not None:
             from ddpdoctor.attach import flight
 
-            fr = flight.take(job, path, fr_timeout)
-            note = fr.note
+            try:
+                fr = flight.take(job, path, fr_timeout).as_manifest()
+            except OSError as e:  # the stacks are taken: a file the FR needed does not fail the whole attach
+                fr = {"note": f"stacks only, no flight recorder: {e.strerror or e} ({e.filename})"}
             mpath = os.path.join(path, schema.MANIFEST)
             with open(mpath, encoding="utf-8") as f:
                 manifest = json.load(f)
-            manifest["attach"]["fr"] = fr.as_manifest()
+            manifest["attach"]["fr"] = fr
             write_json_atomic(mpath, manifest)
-        out.append(Attached(job, path, time.monotonic() - start, note))
+        out.append(Attached(job, path, time.monotonic() - start))
     return out
 
 

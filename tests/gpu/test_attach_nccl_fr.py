@@ -60,7 +60,7 @@ def test_attach_takes_the_nccl_flight_recorder_through_its_dump_pipe(tmp_path: P
         run_dir = tmp_path / "attach-run"
         code, rep, err = _attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
         assert code in (0, 3), err  # 3: the stacks see a rank blocked outside a collective (it sleeps)
-        notes = [n for n in rep["notes"] if "flight recorder" in n]
+        notes = [n for n in rep["notes"] if n.startswith("flight recorder taken from")]
         assert notes == [
             "flight recorder taken from rank 0 through NCCL's dump pipe (pickle); the dumps the job "
             "had written before are kept in fr-earlier/"
@@ -84,7 +84,7 @@ def test_attach_takes_the_nccl_flight_recorder_through_torchs_debug_server(tmp_p
         run_dir = tmp_path / "attach-run"
         code, rep, err = _attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
         assert code in (0, 3), err  # 3: the stacks see a rank blocked outside a collective (it sleeps)
-        notes = [n for n in rep["notes"] if "flight recorder" in n]
+        notes = [n for n in rep["notes"] if n.startswith("flight recorder taken from")]
         assert notes == ["flight recorder taken from rank 0 through torch's debug server (pickle)"], notes
         d = flight.load(str(run_dir / "fr" / "rank_0"))
         assert d.fmt == "pickle" and d.stacks and any(e.backend == "nccl" for e in d.entries)
