@@ -69,7 +69,7 @@ def attach(
     """Diagnose a running DDP job started without ddpdoctor: every rank's stacks (py-spy), same findings as hang.
 
     Where the job offers a trigger (torch's debug server; NCCL's dump pipe), each rank's flight recorder too
-    (docs/postmortem.md); else the report says in one line why it rests on stacks only.
+    (docs/attach.md); else the report says in one line why it rests on stacks only.
 
     \b
     ddpdoctor attach                      # every torchrun / mp.spawn job of this user on this host
