@@ -14,7 +14,8 @@ What torch 2.13 offers (read from its source; docs/attach.md has the details):
   > 0, default 2000), the heartbeat monitor of the rank's first NCCL group creates the FIFO
   ``<stem><rank>.pipe`` (``mkfifo``, opened ``O_RDONLY|O_NONBLOCK``) and reads it every
   ``TORCH_NCCL_COORD_CHECK_MILSEC`` (1 s; every ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``, 480 s, when
-  ``TORCH_NCCL_DUMP_ON_TIMEOUT=0``). Any bytes written make it dump (pickle, with stacks) to
+  ``TORCH_NCCL_DUMP_ON_TIMEOUT=0``; none with ``TORCH_NCCL_BLOCKING_WAIT=1``, which starts no watchdog and so no
+  monitor). Any bytes written make it dump (pickle, with stacks) to
   ``TORCH_FR_DUMP_TEMP_FILE<rank>`` (old name ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``; default
   ``~/.cache/torch/comm_lib_trace_rank_<rank>``), written in place (no rename): the file is taken once it
   stopped growing and reads as a whole dump. The job goes on.
@@ -381,6 +382,8 @@ def _pipe(
         pipe = in_rank(rp, f"{rp.env[PIPE_VAR]}{rp.rank}.pipe")
         fd, why = open_pipe(pipe)
         if why:
+            if rp.env.get("TORCH_NCCL_BLOCKING_WAIT", "").lower() in ("1", "true", "yes", "on"):
+                why += "; TORCH_NCCL_BLOCKING_WAIT=1 runs no watchdog, so no heartbeat monitor makes or reads it"
             taken[rp.rank].why = why
             continue
         target = dump_file(rp)
