@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks in one go (under 7 minutes on one GPU): NCCL ledger and Work tracking, CUDA memory figures
-# (allocated vs reserved, memory_summary, --snapshot, NVML per process), nsys when installed, and the CUDA
-# memleak test of the main suite.
+# The GPU checks in one go (under 8 minutes on one GPU): NCCL ledger and Work tracking, CUDA memory figures
+# (allocated vs reserved, memory_summary, --snapshot, NVML per process), nsys when installed, the CUDA memleak
+# test of the main suite, and attach taking a running NCCL rank's flight recorder through NCCL's dump pipe
+# and torch's debug server (needs py-spy, tabulate).
 # Usage: bash benchmarks/gpu_check.sh   (from the repository root, with ddpdoctor and pytest installed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch
       "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 PY
 echo "== tests"
-timeout 420 $PY -m pytest -q -rs tests/gpu tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu
+timeout 420 $PY -m pytest -q -rs tests/gpu --deselect tests/gpu/test_attach_nccl_fr.py \
+  tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu
+echo "== attach: the flight recorder of a running NCCL job (dump pipe, debug server)"
+timeout 120 $PY -m pytest -q -rs tests/gpu/test_attach_nccl_fr.py

@@ -42,7 +42,7 @@ def _user_line(pid: int, script: Path) -> int | None:
 class Job:
     """A DDP job started the way a user starts it, in its own session; ended by process group."""
 
-    def __init__(self, argv: list[str], tmp: Path) -> None:
+    def __init__(self, argv: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
         self.token = uuid.uuid4().hex
         self.log = open(tmp / f"job-{self.token[:6]}.log", "w")
         self.proc = subprocess.Popen(
@@ -51,7 +51,7 @@ class Job:
             stderr=subprocess.STDOUT,
             cwd=tmp,
             start_new_session=True,
-            env=dict(os.environ, **{TOKEN_VAR: self.token}),
+            env=dict(os.environ, **(env or {}), **{TOKEN_VAR: self.token}),
         )
 
     def ranks(self) -> list[psutil.Process]:
@@ -119,6 +119,12 @@ def test_attach_torchrun_rank_conditional_then_analyze(tmp_path: Path) -> None:
         assert marker_line(script, "EXTRA") in lines_of(f, 0)
         assert marker_line(script, "END") in lines_of(f, 1)
         assert "stacks only" in f["message"]
+        # torch 2.13 keeps a flight recorder by default, but gloo offers no trigger without the debug server
+        fr = [n for n in rep["notes"] if "flight recorder" in n]
+        assert fr == [
+            "stacks only, no flight recorder: ranks 0, 1: gloo has no dump trigger and no debug server "
+            "runs: start the job's ranks with torch.distributed.debug.start_debug_server()"
+        ], fr
         assert job.alive(), "attach must leave the job running"
         assert took < 30, f"attach took {took:.1f} s"
         assert (run_dir.stat().st_mode & 0o777) == 0o700

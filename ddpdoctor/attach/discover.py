@@ -27,6 +27,18 @@ _JOB_KEYS = (
     "TORCH_FR_BUFFER_SIZE",
     "TORCH_NCCL_TRACE_BUFFER_SIZE",
 )
+# what decides whether, and how, attach can take a rank's flight recorder (ddpdoctor/attach/flight.py)
+FR_ENV_KEYS = (
+    "TORCH_FR_DUMP_DYNAMIC_FILE_NAME",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    "TORCH_NCCL_BLOCKING_WAIT",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "TORCH_NCCL_COORD_CHECK_MILSEC",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "TORCH_WORKER_SERVER_SOCKET",
+    "XDG_CACHE_HOME",
+    "HOME",
+)
 
 
 @dataclass
@@ -38,7 +50,7 @@ class RankProc:
     cmdline: list[str]
     cwd: str
     create_time: float
-    env: dict[str, str] = field(default_factory=dict)  # only the keys in _RANK_KEYS + _JOB_KEYS
+    env: dict[str, str] = field(default_factory=dict)  # only the keys in _RANK_KEYS + _JOB_KEYS + FR_ENV_KEYS
 
 
 @dataclass
@@ -175,7 +187,7 @@ def find_jobs(pid: int | None = None) -> list[Job]:
                 cmd,
                 cwd,
                 ct,
-                {k: env[k] for k in _RANK_KEYS + _JOB_KEYS if k in env},
+                {k: env[k] for k in _RANK_KEYS + _JOB_KEYS + FR_ENV_KEYS if k in env},
             )
         )
     # mp.spawn: multiprocessing.spawn children of a Python parent that is not itself a rank's helper
@@ -201,7 +213,14 @@ def find_jobs(pid: int | None = None) -> list[Job]:
         script = script_of(pinfo[0], pinfo[1])
         ranks = [
             RankProc(
-                q, i, i, len(kids), cmd, cwd, ct, {k: envs.get(q, {})[k] for k in _JOB_KEYS if k in envs.get(q, {})}
+                q,
+                i,
+                i,
+                len(kids),
+                cmd,
+                cwd,
+                ct,
+                {k: envs.get(q, {})[k] for k in _JOB_KEYS + FR_ENV_KEYS if k in envs.get(q, {})},
             )
             for i, (ct, q, cmd, cwd) in enumerate(kids)
         ]

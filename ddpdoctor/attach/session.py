@@ -4,6 +4,7 @@ once more with native frames for the ranks that did not move, write a run direct
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -56,9 +57,19 @@ def describe(job: Job) -> str:
 
 
 def attach(
-    pid: int | None, run_dir: str | None, interval: float, timeout: float, native: bool, several_ok: bool
+    pid: int | None,
+    run_dir: str | None,
+    interval: float,
+    timeout: float,
+    native: bool,
+    several_ok: bool,
+    fr_timeout: float | None = None,
 ) -> list[Attached]:
+    """Attach to the job(s) ``pid`` names (or every job of this user here); one run directory per job. With
+    ``fr_timeout``, also take each rank's flight recorder where the job offers a trigger (attach/flight.py),
+    after the stacks (so that the stacks show the job as it was), within that many seconds."""
     from ddpdoctor.launch import rundir
+    from ddpdoctor.record.writer import write_json_atomic
 
     exe = dumps.py_spy()
     jobs = find_jobs(pid)
@@ -124,6 +135,18 @@ def attach(
             },
         )
         write(path, job, first, last, nat, t0, t1, cpu)
+        if fr_timeout is not None:
+            from ddpdoctor.attach import flight
+
+            try:
+                fr = flight.take(job, path, fr_timeout).as_manifest()
+            except OSError as e:  # the stacks are taken: a file the FR needed does not fail the whole attach
+                fr = {"note": f"stacks only, no flight recorder: {e.strerror or e} ({e.filename})"}
+            mpath = os.path.join(path, schema.MANIFEST)
+            with open(mpath, encoding="utf-8") as f:
+                manifest = json.load(f)
+            manifest["attach"]["fr"] = fr
+            write_json_atomic(mpath, manifest)
         out.append(Attached(job, path, time.monotonic() - start))
     return out
 

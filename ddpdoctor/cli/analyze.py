@@ -50,9 +50,12 @@ def analyze(
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
     spec = spec_of(command)
-    report = attach_pictures(
-        diagnose(record, Config(timeout=t, fail_on=fail_on), command), record, spec.pictures if spec else (), html_path
-    )
+    report = diagnose(record, Config(timeout=t, fail_on=fail_on), command)
+    if command == "attach":  # the flight-recorder dumps attach took, with the stacks (postmortem/attached.py)
+        from ddpdoctor.postmortem.attached import with_flight_recorder
+
+        report = with_flight_recorder(report, dirs, fail_on)
+    report = attach_pictures(report, record, spec.pictures if spec else (), html_path)
     if pm is not None:
         report = postmortem.merge(report, pm)
     emit(report, json_path, junit_path)

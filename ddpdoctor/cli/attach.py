@@ -30,6 +30,20 @@ from ddpdoctor.cli.options import output_options
 )
 @click.option("--no-native", is_flag=True, help="Leave out the native frames (their dump pauses a stuck rank ~1 s).")
 @click.option(
+    "--fr-timeout",
+    type=click.FloatRange(min=1, max=600),
+    default=15.0,
+    show_default=True,
+    help="Seconds to take the ranks' flight recorder, where the job offers a trigger (torch's debug server; "
+    "NCCL's TORCH_NCCL_DEBUG_INFO_PIPE_FILE).",
+)
+@click.option(
+    "--no-fr",
+    is_flag=True,
+    help="Stacks only: do not ask the ranks for their flight recorder (a dump through NCCL's pipe overwrites "
+    "the rank's TORCH_FR_DUMP_TEMP_FILE; attach keeps the old one in fr-earlier/).",
+)
+@click.option(
     "--kill", is_flag=True, help="End the job afterwards (launcher first; TERM, then KILL). Default: leave it running."
 )
 @click.option(
@@ -43,6 +57,8 @@ def attach(
     interval: float,
     timeout: float,
     no_native: bool,
+    fr_timeout: float,
+    no_fr: bool,
     kill: bool,
     run_dir: str | None,
     json_path: str | None,
@@ -51,6 +67,9 @@ def attach(
     html_path: str | None = None,
 ) -> None:
     """Diagnose a running DDP job started without ddpdoctor: every rank's stacks (py-spy), same findings as hang.
+
+    Where the job offers a trigger (torch's debug server; NCCL's dump pipe), each rank's flight recorder too
+    (docs/attach.md); else the report says in one line why it rests on stacks only.
 
     \b
     ddpdoctor attach                      # every torchrun / mp.spawn job of this user on this host
@@ -62,13 +81,20 @@ def attach(
     from ddpdoctor.attach.session import describe
     from ddpdoctor.attach.session import kill as end_job
     from ddpdoctor.launch.command import attach_pictures, check_html_path, check_writable, emit
+    from ddpdoctor.postmortem.attached import with_flight_recorder
     from ddpdoctor.record.reader import load_run
 
     check_html_path(html_path)
     check_writable(json_path)
     check_writable(junit_path)
     done = run_attach(
-        pid, run_dir, interval, timeout, not no_native, several_ok=not (json_path or junit_path or html_path)
+        pid,
+        run_dir,
+        interval,
+        timeout,
+        not no_native,
+        several_ok=not (json_path or junit_path or html_path),
+        fr_timeout=None if no_fr else fr_timeout,
     )
     code = 0
     for a in done:
@@ -76,9 +102,10 @@ def attach(
             f"ddpdoctor: attach: {describe(a.job)}; stacks read in {a.seconds:.1f} s; records in {a.run_dir}", err=True
         )
         record = load_run(a.run_dir)
-        report = attach_pictures(
-            diagnose(record, Config(timeout=interval, fail_on=fail_on), "attach"), record, ("html",), html_path
+        report = with_flight_recorder(
+            diagnose(record, Config(timeout=interval, fail_on=fail_on), "attach"), [a.run_dir], fail_on
         )
+        report = attach_pictures(report, record, ("html",), html_path)
         emit(report, json_path, junit_path)
         code = max(code, report.exit_code)
         if kill:

@@ -154,6 +154,8 @@ OTHER = frozenset(
 # `ddpdoctor attach` (a job started without ddpdoctor; stacks read from outside with py-spy)
 CMD_ATTACH = "attach"  # manifest "command" of an attach run directory
 K_GONE = "gone"  # attach: a rank of this node had exited before ddpdoctor attached
+FR_DIR = "fr"  # attach: the flight-recorder dumps taken from the running ranks (rank_<r>, as torch wrote them)
+FR_EARLIER_DIR = "fr-earlier"  # attach: a rank's dump file as it was before attach asked for a new one
 # the states of a ledger entry ("st"): written "issued", folded by the reader from its cend line
 ST_ISSUED = "issued"  # issued, not returned yet (its sequence range predicted)
 ST_DONE = "done"  # returned (entries without "st", from older runs, are done too)

@@ -16,7 +16,6 @@ from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-
 MIN_SPAN_STEPS = 16  # a growth is judged over at least this many steps after the warm-up (a few points of
 # a short run, 9 -> 10 -> 16 graph nodes over steps 2-8, are the first steps settling, not a leak)
 
