@@ -60,6 +60,11 @@ NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of
 SNAPSHOT_ENTRIES = 100_000  # the allocator history's ring for --snapshot
 
 
+# what a scan or a census costs the loop: the training thread's CPU time. Wall time would count the moments
+# the thread was preempted (a loaded host), and one inflated cost puts the next scan seconds away
+_cpu = getattr(time, "thread_time", time.process_time)
+
+
 def _cuda_in_use() -> bool:
     """Has this process initialised CUDA (a plain flag: the per-step check costs nothing on CPU)?"""
     torch = sys.modules.get("torch")
@@ -147,7 +152,7 @@ class Memory(RankProbe):
             else []
         )
         self.censuses = 0
-        self.overhead = 0.0  # seconds the scans and censuses took inside the loop
+        self.overhead = 0.0  # CPU seconds the scans and censuses took on the training thread
         self.names: dict = {}  # holder -> its description (name, storing line): found once
         self.growth = census_mod.Growth()  # what the censuses remember between them (census.py)
         self.summaries: dict[str, str] = {}
@@ -197,6 +202,7 @@ class Memory(RankProbe):
             step - self.last_scan_step >= LOCAL_EVERY and now - self.last_scan_t >= self.last_scan_cost / scan_budget
         ):
             fields.setdefault("rss", rss)
+            c0 = _cpu()
             try:
                 nodes, roots, holder = census_mod.local_graphs(frame, self.names, self.growth)
                 fields["local_graph"] = nodes
@@ -212,9 +218,9 @@ class Memory(RankProbe):
                     "the scan of the autograd graphs the script's names reach (a kept graph may go without its holder)",
                     e,
                 )
-            t1 = time.perf_counter()
-            self.last_scan_cost, self.last_scan_t, self.last_scan_step = t1 - now, t1, step
-            self.overhead += t1 - now
+            cost = _cpu() - c0
+            self.last_scan_cost, self.last_scan_t, self.last_scan_step = cost, time.perf_counter(), step
+            self.overhead += cost
         if fields:
             self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
         else:  # the common line, formatted by hand (the same bytes as writer.line)
@@ -351,7 +357,7 @@ class Memory(RankProbe):
     # -- census --------------------------------------------------------------------------------------
     def census(self, frame: Any, why: str, rss: int | None = None, final: bool = False) -> None:
         self.flush()
-        t0 = time.perf_counter()
+        c0 = _cpu()
         try:
             fields = census_mod.census(frame, self.names, self.growth)
         except Exception as e:
@@ -365,7 +371,7 @@ class Memory(RankProbe):
         fields["workers"] = self._worker_rss()
         fields["uss"] = self._uss()
         fields["host_available"] = self._available()
-        cost = time.perf_counter() - t0
+        cost = _cpu() - c0
         counts = (int(fields.get("tensors") or 0), int(fields.get("graph_nodes") or 0))
         if not final:
             hi = self.last_counts
