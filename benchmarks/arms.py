@@ -4,6 +4,10 @@ run. The comm-heavy loop (benchmarks/comm_loop.py), 2 ranks, gloo.
 
     python benchmarks/arms.py --steps 3000 --reps 10 hang check memleak profile
     python benchmarks/arms.py --reps 8 profile --json out.json
+    python benchmarks/arms.py --reps 24 memleak profile --tree old=/path/to/older/checkout
+
+``--tree NAME=PATH`` adds, for every command, an arm ``NAME:command`` that runs the ddpdoctor of another
+checkout (``PYTHONPATH=PATH``, the same Python and torch): before/after figures from one session.
 
 Prints per arm: median steps/s, the ratio of the medians (bare/arm), the median of the reps' own ratios
 with their range, and the median of the reps' CPU-time-per-step ratios (arm/bare).
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -23,7 +28,11 @@ from pathlib import Path
 LOOP = Path(__file__).resolve().parent / "comm_loop.py"
 
 
-def run_arm(arm: str, steps: int, tmp: str) -> tuple[float, float]:
+def run_arm(arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None) -> tuple[float, float]:
+    env = None
+    if ":" in arm:  # another checkout's ddpdoctor
+        name, arm = arm.split(":", 1)
+        env = dict(os.environ, PYTHONPATH=(trees or {})[name])
     if arm == "bare":
         argv = [
             sys.executable,
@@ -52,7 +61,7 @@ def run_arm(arm: str, steps: int, tmp: str) -> tuple[float, float]:
             "--steps",
             str(steps),
         ]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     text = r.stdout + r.stderr
     sps = [float(x) for x in re.findall(r"STEPS_PER_S ([\d.]+)", text)]
     cpu = [float(x) for x in re.findall(r"CPU_MS_PER_STEP ([\d.]+)", text)]
@@ -67,14 +76,16 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--json", help="write the raw runs and the summary here")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH", help="another checkout's arms too")
     args = ap.parse_args()
-    arms = ["bare", *args.arms]
+    trees = dict(t.split("=", 1) for t in args.tree)
+    arms = ["bare", *args.arms, *(f"{n}:{a}" for n in trees for a in args.arms)]
     sps: dict[str, list[float]] = {a: [] for a in arms}
     cpu: dict[str, list[float]] = {a: [] for a in arms}
     with tempfile.TemporaryDirectory(prefix="ddpd-arms-") as tmp:
         for i in range(args.reps):
             for arm in arms if i % 2 == 0 else arms[::-1]:
-                s, c = run_arm(arm, args.steps, tmp)
+                s, c = run_arm(arm, args.steps, tmp, trees)
                 sps[arm].append(s)
                 cpu[arm].append(c)
             print(f"rep {i + 1}: " + ", ".join(f"{a} {sps[a][-1]:.1f}" for a in arms), flush=True)
