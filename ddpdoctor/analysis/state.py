@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ _WHAT = re.compile(r"what\(\):\s*(.+)")
 def is_user_path(path: str, record: RunRecord) -> bool:
     """The user's code: the script's folder, or anything outside installed packages and the stdlib."""
     script = str(record.manifest.get("script") or "")
+    absolute = path.startswith(os.sep) and script.startswith(os.sep)
+    return _is_user_path(path, script, "" if absolute else os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_path(path: str, script: str, _cwd: str) -> bool:
+    # cached: the live judge of a job asks this for every rank's line on every look (1,024 ranks a second),
+    # and a run has few distinct lines; the working directory is in the key where abspath reads it
     home = (os.path.dirname(os.path.abspath(script)) + os.sep,) if script else ()
     return record_paths.is_user_path(path, home, lib_markers=record_paths.LIB_MARKERS)
 
