@@ -22,7 +22,9 @@ whose values stopped for ``LOST_S`` while it had not finished is *lost*: its las
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import gc
 import os
 import socket
 import threading
@@ -34,6 +36,7 @@ from typing import Any, Callable
 from ddpdoctor.analysis import live
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ranks_phrase
+from ddpdoctor.analysis.state import RankState, all_states
 from ddpdoctor.launch.launchers import max_nodes
 from ddpdoctor.record import nodeview, schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
@@ -186,6 +189,14 @@ class JobLink:
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
         self._judge_gone: tuple[float, dict[str, Any]] | None = None
+        # the judge: the other nodes' values change about once a second, so their ranks are rebuilt, and
+        # the job judged, once per new value (or second), not on every poll (a fifth of a second)
+        self._gen = 0  # bumped when some node's value changed
+        # (gen, built at, ranks, with their ledgers)
+        self._built: tuple[int, float, dict[int, RankRecord], bool] | None = None
+        self._merged: tuple[tuple, RunRecord] | None = None  # (key, view) of the last poll
+        self._states: tuple[RunRecord, float, dict[int, RankState]] | None = None  # (view, now, its states)
+        self._remote_waiting = False  # some other node's rank waits (as of the last judgement)
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobstore", daemon=True)
         self._thread.start()
 
@@ -218,28 +229,92 @@ class JobLink:
         """Time to publish again: the monitor reads its ranks' ledgers first (the judge's proof needs them)."""
         return now - self._own_t >= PUBLISH_S * 0.9
 
-    def remote_ranks(self) -> dict[int, RankRecord]:
-        """The other nodes' ranks as last read (the judge)."""
+    def remote_ranks(self, now: float | None = None, ledger: bool = True) -> dict[int, RankRecord]:
+        """The other nodes' ranks as last read (the judge). With ``now``, each node's ranks have their
+        times moved onto this clock as of when that node published them (:meth:`_shift`); ``ledger=False``
+        leaves their ledgers out."""
         with self._lock:
-            nodes = list(self._remote.values())
+            nodes = [(d, self._seen.get(n)) for n, d in self._remote.items()]
         out: dict[int, RankRecord] = {}
-        for n in nodes:
+        for n, seen in nodes:
+            shift = self._shift(n, seen, now) if now is not None else 0.0
             for d in n.get("ranks") or ():
-                rec = nodeview.rank_from_summary(d) if isinstance(d, dict) else None
+                rec = nodeview.rank_from_summary(d, shift, ledger) if isinstance(d, dict) else None
                 if rec is not None:
                     out[rec.rank] = rec
         return out
 
-    def view(self, record: RunRecord) -> RunRecord:
-        """The record over every node's ranks (the judge), else this node's own."""
+    def _shift(self, doc: dict[str, Any], seen: tuple[float, float] | None, now: float) -> float:
+        """How far to move a node's times so that its value reads as of now. A value is a snapshot that
+        is up to a second or two old when judged (a second between publications, another between reads):
+        measured to ``now``, a rank seen 20 ms into its loss all_reduce would look like it had waited for
+        over a second, and two such snapshots of a healthy job at different steps would "prove" a deadlock.
+        So a node's value counts as current while the node keeps publishing (``now - t``: its own clock's
+        offset cancels too); once its value is ``stale`` s older than when this judge first saw it, its
+        ranks age again, and go stale as ranks whose heartbeats stopped (a lost node is named at LOST_S)."""
+        try:
+            t = float(doc.get("t") or 0.0)
+        except (TypeError, ValueError):
+            return 0.0
+        if not t:
+            return 0.0
+        seen_at = seen[1] if seen else now
+        return min(now, seen_at + self.cfg.stale) - t
+
+    def view(self, record: RunRecord, now: float | None = None, full: bool = True) -> RunRecord:
+        """The record over every node's ranks (the judge), else this node's own. The other nodes' ranks
+        are rebuilt when a new value arrived or a second passed (see :meth:`fresh`), this node's every poll.
+        ``full=False``: without the other nodes' ledgers, as the monitor's cheap poll reads its own ranks
+        (the deadlock proof reads ledgers only when some rank waits: then the monitor asks again, in full)."""
         if not (self.judge and self.state == "linked"):
             return record
-        extra = {r: rec for r, rec in self.remote_ranks().items() if r not in record.ranks}
-        if not extra:
-            return record
-        from dataclasses import replace
+        now = time.time() if now is None else now
+        with self._lock:
+            gen = self._gen
+        b = self._built
+        # rebuilt on a new value, or after two seconds without one (the store stalls: the shift ages them)
+        if b is None or b[0] != gen or now - b[1] >= 2 * PUBLISH_S or (full and not b[3]):
+            b = self._built = (gen, now, self.remote_ranks(now, full), full)
+        gen, built_at, remote, with_ledgers = b
+        key = (gen, built_at, with_ledgers, tuple(map(id, record.ranks.values())), len(record.monitor))
+        if self._merged is not None and self._merged[0] == key:
+            return dataclasses.replace(
+                self._merged[1], manifest=record.manifest, monitor=record.monitor, launcher=record.launcher
+            )
+        extra = {r: rec for r, rec in remote.items() if r not in record.ranks}
+        merged = dataclasses.replace(record, ranks=dict(sorted({**record.ranks, **extra}.items()))) if extra else record
+        self._merged = (key, merged)
+        return merged
 
-        return replace(record, ranks=dict(sorted({**record.ranks, **extra}.items())))
+    def fresh(self, now: float) -> bool:
+        """This poll's view holds the other nodes' ranks as rebuilt now: the judge judges (and redraws)
+        the job on these polls only, about once a second, when the other nodes' values have changed;
+        in between, nothing but this node's ranks could have moved. Always true on the other nodes."""
+        if not (self.judge and self.state == "linked"):
+            return True
+        return self._built is not None and self._built[1] == now
+
+    def states(self, merged: RunRecord, now: float) -> dict[int, RankState] | None:
+        """The judge: every rank's state in this view at ``now`` when already computed this poll (the
+        monitor's status line shares it), else None."""
+        st = self._states
+        return st[2] if st is not None and st[0] is merged and st[1] == now else None
+
+    def _states_of(self, merged: RunRecord, now: float) -> dict[int, RankState]:
+        """Every rank's state at ``now``, computed once per view (the waiting check and the verdict share it)."""
+        if self._states is None or self._states[0] is not merged or self._states[1] != now:
+            self._states = (merged, now, all_states(merged, now, self.cfg))  # holds merged: no id reuse
+        return self._states[2]
+
+    def anyone_waiting(self, record: RunRecord, merged: RunRecord, now: float) -> bool:
+        """live.anyone_waiting over the job (the judge: over every rank when :meth:`fresh`, else over this
+        node's ranks and what the last judgement saw of the others), so the ledgers are read when needed."""
+        if not (self.judge and self.linked()):
+            return live.anyone_waiting(merged, self.cfg, now)
+        if self.fresh(now):
+            self._remote_waiting = live.anyone_waiting(merged, self.cfg, now, self._states_of(merged, now))
+            return self._remote_waiting
+        return self._remote_waiting or live.anyone_waiting(record, self.cfg, now)
 
     def linked(self) -> bool:
         """The store answers: verdicts come from the judge."""
@@ -254,7 +329,9 @@ class JobLink:
             with self._lock:
                 v = (self._job or {}).get("verdict")
             return (str(v.get("mode")), f"{v.get('reason')} (judged on node {self._job_node()})") if v else None
-        got = live.live_verdict(merged, self.cfg, now)
+        if not self.fresh(now):
+            return None  # judged with the next view of every node's ranks, at most a second away
+        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now))
         lost = self._lost_now(now)
         if got is None and lost:
             n, info = next(iter(lost.items()))
@@ -555,6 +632,11 @@ class JobLink:
                 master_listen_fd=fd,
             )
             self.judge = True
+            # the judge decodes a thousand ranks' values a second: each collection of the oldest generation
+            # would walk every object torch's import made (a few hundred thousand) for nothing (they live
+            # as long as this process). Freeze them out of the collector's walks (the monitor's process is
+            # ddpdoctor's own: no user code runs in it)
+            gc.freeze()
         deadline = time.time() + CONNECT_S
         while True:
             try:
@@ -624,7 +706,8 @@ class JobLink:
 
     def _read_nodes(self) -> None:
         keys = [self.prefix + f"node/{n}" for n in range(self.addr.nnodes) if n != self.node]
-        present = [k for k in keys if self._store.check([k])]
+        # one call while every node has published (a check per key would be nnodes round trips a second)
+        present = keys if keys and self._store.check(keys) else [k for k in keys if self._store.check([k])]
         if not present:
             return
         values = self._store.multi_get(present)
@@ -637,14 +720,22 @@ class JobLink:
                 continue
             n = doc["node"]
             t = float(doc.get("t") or 0.0)
-            prev = self._seen.get(n)
-            if prev is None or prev[0] != t:
-                self._seen[n] = (t, now)
             with self._lock:
+                prev = self._seen.get(n)
+                if prev is None or prev[0] != t:
+                    self._seen[n] = (t, now)
+                    self._gen += 1
                 self._remote[n] = doc
 
     def _read_job(self) -> None:
-        doc = self._get_doc("job", nodeview.S_VERDICT)
+        # once the job's value exists it is never deleted: one get a second, not a check and a get (the
+        # judge's store serves every node)
+        if self._job is not None:
+            doc, note = nodeview.parse(bytes(self._store.get(self.prefix + "job")), nodeview.S_VERDICT, self.addr.job)
+            if note:
+                self._note(note)
+        else:
+            doc = self._get_doc("job", nodeview.S_VERDICT)
         if doc is not None:
             with self._lock:
                 first = self._job is None

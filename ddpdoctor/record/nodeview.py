@@ -25,7 +25,7 @@ from typing import Any
 from . import schema
 from .reader import RankRecord
 
-NODE_VERSION = 1
+NODE_VERSION = 2  # 2: a rank summary's ledger entries are one JSON text, decoded only when needed
 S_NODE = "ddpdoctor.node"  # live summary of one node
 S_FINAL = "ddpdoctor.node-final"  # one node's records after its run ended
 S_VERDICT = "ddpdoctor.job-verdict"  # the judging node's verdict (and the job's nodes)
@@ -106,7 +106,11 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
     if rec.error:
         err = {k: rec.error.get(k) for k in ("type", "user_frame", "op", "fatal") if k in rec.error}
         err["message"] = _cut(str(rec.error.get("message", "")), 600)
-    ledger = [{k: e[k] for k in _LEDGER_KEYS if k in e} for e in rec.ledger[-LIVE_LEDGER:]]
+    # one JSON text, not a list: the judge of a job decodes a thousand ranks' values a second, and needs
+    # their ledgers only while some rank waits (the deadlock proof): parsed as a string, they cost nothing
+    ledger = json.dumps(
+        [{k: e[k] for k in _LEDGER_KEYS if k in e} for e in rec.ledger[-LIVE_LEDGER:]], separators=(",", ":")
+    )
     return {
         "r": rec.rank,
         "hb": hb,
@@ -122,25 +126,62 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
     }
 
 
-def rank_from_summary(d: dict[str, Any]) -> RankRecord | None:
-    """A RankRecord from :func:`rank_summary` (None when ``d`` is not one)."""
+def _shifted(t: Any, shift: float) -> Any:
+    return t + shift if shift and isinstance(t, (int, float)) else t
+
+
+def _shift_wait(w: Any, shift: float) -> Any:
+    """A pending/awaiting collective with its ``since`` moved by ``shift`` (a copy; ``w`` is kept)."""
+    if shift and isinstance(w, dict) and isinstance(w.get("since"), (int, float)):
+        return dict(w, since=w["since"] + shift)
+    return w
+
+
+def summary_ledger(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ledger entries of a rank summary (``led``: a JSON text, or a list as version 1 wrote it)."""
+    led = d.get("led")
+    if isinstance(led, str):
+        try:
+            led = json.loads(led)
+        except ValueError:
+            return []
+    return [e for e in led or () if isinstance(e, dict)] if isinstance(led, list) else []
+
+
+def rank_from_summary(d: dict[str, Any], shift: float = 0.0, ledger: bool = True) -> RankRecord | None:
+    """A RankRecord from :func:`rank_summary` (None when ``d`` is not one); ``ledger=False`` leaves its
+    ledger out (empty, ``ledger_trimmed``): a view that nothing waits in needs none. ``shift`` is added to the times
+    the live detectors measure durations from (the heartbeat's time, its waits' ``since``, when the sequence
+    numbers and the progress last moved, the finish event's time): the judge passes ``now - t`` of the
+    node's value, so that a rank's waits are as long as they were when its node published them, however
+    late the judge reads them and whatever the two clocks say."""
     try:
         rank = int(d["r"])
     except (KeyError, TypeError, ValueError):
         return None
-    hb = d.get("hb") if isinstance(d.get("hb"), dict) else None
+    hb = d.get("hb")
+    if isinstance(hb, dict) and hb:
+        hb = dict(hb, rank=rank, kind=schema.K_HB)  # one copy (the judge rebuilds a thousand ranks a second)
+        if shift:
+            hb["t"] = _shifted(hb.get("t"), shift)
+            hb["pending"] = _shift_wait(hb.get("pending"), shift)
+            hb["awaiting"] = _shift_wait(hb.get("awaiting"), shift)
+    else:
+        hb = None
     ev = [e for e in d.get("ev") or () if isinstance(e, dict)]
-    led = [dict(e, rank=rank) for e in d.get("led") or () if isinstance(e, dict)]
+    if shift:
+        ev = [dict(e, t=_shifted(e.get("t"), shift)) if e.get("kind") == schema.K_FINISH else e for e in ev]
+    led = [dict(e, rank=rank) for e in summary_ledger(d)] if ledger else []
     ctr = d.get("ctr")
     return RankRecord(
         rank=rank,
         events=ev,
-        last_hb=dict(hb, rank=rank, kind=schema.K_HB) if hb else None,
+        last_hb=hb,
         n_hb=int(d.get("n_hb") or 0),
-        seq_changed_t=d.get("sct"),
-        progress_t=d.get("pt"),
+        seq_changed_t=_shifted(d.get("sct"), shift),
+        progress_t=_shifted(d.get("pt"), shift),
         ledger=led,
-        ledger_trimmed=bool(led),
+        ledger_trimmed=bool(led) or not ledger,
         error=d.get("err") if isinstance(d.get("err"), dict) else None,
         counters=ctr if isinstance(ctr, dict) else {},
         fatal=str(d.get("fatal") or ""),
