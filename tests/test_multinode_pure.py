@@ -348,3 +348,23 @@ def test_linear_deadlock_proof_gives_the_reference_answer_on_random_jobs():
             assert live.certain_deadlock(record, states, cfg, now) == want, seed
         answers.add(next((k for k in ("exited", "on group", "waits in", "issued") if want and k in want), want))
     assert answers >= {None, "exited", "on group", "waits in", "issued"}  # every kind of proof, and none
+
+
+def test_job_store_option_wins_over_the_environment_and_is_checked(tmp_path, capsys):
+    args = ["--nnodes", "2", "--rdzv-endpoint", "head:29400", "--rdzv-id", "j"]
+    env = {"DDPDOCTOR_JOB_STORE": "10.0.0.9:7000"}
+    a = jobstore.resolve(args, env, "10.0.0.7:7100")
+    assert (a.host, a.port, a.source, a.job) == ("10.0.0.7", 7100, "--job-store", "j")
+    assert jobstore.resolve(args, env, None).source == "DDPDOCTOR_JOB_STORE"
+    assert jobstore.resolve(args, {}, "[::1]:7100").host == "::1"
+    assert jobstore.resolve(["--nproc-per-node", "2", "--standalone"], env, "h:1") is None  # one node: no store
+    from ddpdoctor.cli import main
+
+    for bad in ("head", "head:0", "head:70000", "head:port"):
+        with pytest.raises(SystemExit) as ex:
+            main(["hang", "--job-store", bad, "--nnodes", "2", "--run-dir", str(tmp_path / "r")])
+        assert ex.value.code == 2 and "--job-store must be HOST:PORT" in capsys.readouterr().err, bad
+        assert not (tmp_path / "r").exists()  # refused before anything ran
+    with pytest.raises(SystemExit):
+        main(["hang", "--help"])
+    assert "--job-store" in capsys.readouterr().out

@@ -66,7 +66,7 @@ class StoreAddr:
     port: int
     job: str
     nnodes: int
-    source: str  # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE"
+    source: str  # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE", "--job-store"
 
 
 def _opt(args: list[str] | tuple[str, ...], name: str) -> str | None:
@@ -89,13 +89,22 @@ def _hostport(text: str, default_port: int) -> tuple[str, int]:
     return host, int(port)
 
 
-def resolve(torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | Any) -> StoreAddr | None:
-    """The job store of a multi-node run (None for a single node, or when no rendezvous host is known)."""
+def store_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT``) as (host, port); None when it is not one."""
+    host, port = _hostport(text, 0)
+    return (host, port) if host and 0 < port < 65536 else None
+
+
+def resolve(
+    torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | Any, option: str | None = None
+) -> StoreAddr | None:
+    """The job store of a multi-node run (None for a single node, or when no rendezvous host is known):
+    ``option`` (--job-store), else $DDPDOCTOR_JOB_STORE, else the rendezvous host at its port + 1."""
     nnodes = max_nodes(_opt(torchrun_args, "--nnodes"))
     if nnodes <= 1 or "--standalone" in torchrun_args:
         return None
     rdzv_id = _opt(torchrun_args, "--rdzv-id")
-    given = env.get("DDPDOCTOR_JOB_STORE")
+    given, named = (option, "--job-store") if option else (env.get("DDPDOCTOR_JOB_STORE"), "DDPDOCTOR_JOB_STORE")
     endpoint = _opt(torchrun_args, "--rdzv-endpoint")
     addr = _opt(torchrun_args, "--master-addr")
     if endpoint:
@@ -108,8 +117,8 @@ def resolve(torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | An
         host, port, source = "", 0, ""
     job = rdzv_id if rdzv_id and rdzv_id != "none" else f"{host}:{port}"
     if given:
-        h, p = _hostport(given, 0)
-        return StoreAddr(h, p, job, nnodes, "DDPDOCTOR_JOB_STORE") if h and p else None
+        hp = store_address(given)
+        return StoreAddr(hp[0], hp[1], job, nnodes, named) if hp else None
     if not host:
         return None
     return StoreAddr(host, port + 1, job, nnodes, source)
@@ -774,8 +783,13 @@ class JobLink:
 
 
 def link(
-    torchrun_args: tuple[str, ...] | list[str], run_dir: str, cfg: Config, say: Callable[[str], None]
+    torchrun_args: tuple[str, ...] | list[str],
+    run_dir: str,
+    cfg: Config,
+    say: Callable[[str], None],
+    option: str | None = None,
 ) -> JobLink | None:
-    """The job store link of a multi-node run (None on one node): started now, on its own thread."""
-    addr = resolve(torchrun_args, os.environ)
+    """The job store link of a multi-node run (None on one node): started now, on its own thread.
+    ``option``: --job-store HOST:PORT, which wins over $DDPDOCTOR_JOB_STORE."""
+    addr = resolve(torchrun_args, os.environ, option)
     return JobLink(addr, run_dir, cfg, say) if addr is not None else None

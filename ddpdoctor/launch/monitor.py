@@ -38,6 +38,7 @@ class LaunchSpec:
     stop_steps: int | None = None  # end the run once every rank made this many DDP steps
     stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
     wrapper: tuple[str, ...] = ()  # a program each rank runs under (nsys profile ...), via --no-python
+    job_store: str | None = None  # --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,8 @@ class Monitor:
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
-        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say)  # multi-node: the job store
+        # multi-node: the job store
+        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
         t_start = time.time()
         last_status, last_text = 0.0, None
         text: str | None = None
