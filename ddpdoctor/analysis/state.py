@@ -36,10 +36,14 @@ RECVS = frozenset({"recv", "irecv"})  # point-to-point receives
 def loc(rank: int, site: Any, role: str = "") -> Location | None:
     """A Location from a recorded site ``[file, line, func]``; None when ``site`` is not one."""
     if isinstance(site, (list, tuple)) and len(site) >= 2 and isinstance(site[1], int):
-        return Location(
-            rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "", role=role
-        )
+        return _location(rank, str(site[0]), site[1], str(site[2]) if len(site) > 2 else "", role)
     return None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _location(rank: int, file: str, line: int, func: str, role: str) -> Location:
+    # Location is frozen: the same one serves every look (the live judge of a job makes two per rank a second)
+    return Location(rank=rank, file=file, line=line, func=func, role=role)
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')

@@ -164,12 +164,15 @@ def rank_from_summary(d: dict[str, Any], shift: float = 0.0, ledger: bool = True
         hb = dict(hb, rank=rank, kind=schema.K_HB)  # one copy (the judge rebuilds a thousand ranks a second)
         if shift:
             hb["t"] = _shifted(hb.get("t"), shift)
-            hb["pending"] = _shift_wait(hb.get("pending"), shift)
-            hb["awaiting"] = _shift_wait(hb.get("awaiting"), shift)
+            if hb.get("pending"):
+                hb["pending"] = _shift_wait(hb["pending"], shift)
+            if hb.get("awaiting"):
+                hb["awaiting"] = _shift_wait(hb["awaiting"], shift)
     else:
         hb = None
-    ev = [e for e in d.get("ev") or () if isinstance(e, dict)]
-    if shift:
+    ev = d.get("ev") or []
+    ev = [e for e in ev if isinstance(e, dict)] if isinstance(ev, list) else []
+    if shift and any(e.get("kind") == schema.K_FINISH for e in ev):
         ev = [dict(e, t=_shifted(e.get("t"), shift)) if e.get("kind") == schema.K_FINISH else e for e in ev]
     led = [dict(e, rank=rank) for e in summary_ledger(d)] if ledger else []
     ctr = d.get("ctr")
