@@ -336,8 +336,8 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
             part = others[i * per : (i + 1) * per]
             if not part:
                 continue
-            cmd = [sys.executable, "-W", "ignore", os.path.abspath(__file__), "--worker", "--first", str(part[0]), "--count",
-                   str(len(part)), "--port", str(port), "--nodes", str(a.nodes), "--ranks-per-node",
+            cmd = [sys.executable, "-W", "ignore", os.path.abspath(__file__), "--worker", "--first", str(part[0]),
+                   "--count", str(len(part)), "--port", str(port), "--nodes", str(a.nodes), "--ranks-per-node",
                    str(a.ranks_per_node), "--t0", repr(t0), "--div-file", div_file, "--until", repr(until),
                    "--step-s", repr(a.step_s), "--culprit", str(culprit)]  # fmt: skip
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))

@@ -368,3 +368,19 @@ def test_job_store_option_wins_over_the_environment_and_is_checked(tmp_path, cap
     with pytest.raises(SystemExit):
         main(["hang", "--help"])
     assert "--job-store" in capsys.readouterr().out
+
+
+def test_a_node_says_when_a_verdict_may_be_near(tmp_path):
+    """The judge of a job rebuilds and judges every rank each second only while some node's value says
+    live.verdict_near: true wherever live_verdict gives a verdict, false for a long healthy forward."""
+    cfg = Config()
+    rec = _divergent_run(tmp_path / "div")
+    assert live.live_verdict(rec, cfg, 10.2) and live.verdict_near(rec, cfg, 10.2)
+    b = RunBuilder(tmp_path / "fwd")
+    for r in (0, 1):
+        b.start(r)
+        b.hb(r, 1.0, 4, step=4).hb(r, 9.0, 4, step=4, in_ddp_forward=True)  # a 5 s forward: seq stable, healthy
+    fwd = load_run(str(tmp_path / "fwd"))
+    assert live.anyone_waiting(fwd, cfg, 9.1)  # the ledgers are read ...
+    assert not live.verdict_near(fwd, cfg, 9.1) and live.live_verdict(fwd, cfg, 9.1) is None  # ... no verdict near
+    assert live.verdict_near(fwd, cfg, 9.1 + cfg.timeout)  # half the timeout without progress: near

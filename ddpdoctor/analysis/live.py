@@ -162,6 +162,22 @@ def anyone_waiting(record: RunRecord, cfg: Config, now: float, states: dict[int,
     return False
 
 
+def verdict_near(record: RunRecord, cfg: Config, now: float) -> bool:
+    """Could :func:`live_verdict` give a verdict within a few seconds? Every path to one starts with a rank
+    that waits in a collective (the deadlock proof's waiting ranks, and the timeout of a wait), one that
+    ended (an exited peer, every rank of a node done), or one without progress for ``timeout`` (in DDP's
+    forward or backward, or busy): this is True when some rank is half way there. A node's ddpdoctor says
+    so in its value, and the judge of a job rebuilds and judges the job's ranks every second only then."""
+    for s in all_states(record, now, cfg).values():
+        if s.ended or (s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2):
+            return True
+        if s.state == "ddp-wait" and s.seq_stable_for >= cfg.timeout / 2:
+            return True
+        if s.state == "busy" and s.stalled_for >= cfg.timeout / 2:
+            return True
+    return False
+
+
 def live_verdict(
     record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None
 ) -> tuple[str, str] | None:

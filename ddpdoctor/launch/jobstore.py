@@ -11,9 +11,12 @@ The ddpdoctor that can bind the address serves the store and judges (on the rend
 for a static rendezvous); every other one connects as a client. Once a second each node writes one JSON value
 of its ranks' summaries (record/nodeview.py); the judge reads the others' (``nnodes`` values a second), runs the
 live detectors over every rank and writes the job's verdict (one value), which the others read: store traffic
-is O(nodes) a second. Every store call runs on this module's thread with a bounded timeout, so the monitor's
-poll loop never waits on the network. A node that cannot reach the store keeps today's behaviour (its own
-ranks, ``multinode.partial-view`` naming the nodes it could not see).
+is O(nodes) a second. The judge moves each node's times to when that node published (:meth:`JobLink._shift`:
+a value a second old must not make a 20 ms wait look like a second), and rebuilds and judges the job's ranks
+once per new value while some node says a verdict may be near (``hot``), else every ``REDRAW_S``
+(benchmarks/multinode_scale.py, docs/benchmarks.md). Every store call runs on this module's thread with a
+bounded timeout, so the monitor's poll loop never waits on the network. A node that cannot reach the store
+keeps today's behaviour (its own ranks, ``multinode.partial-view`` naming the nodes it could not see).
 
 After the run: each node writes its records (bounded, compressed), the judge gathers every node's (a node
 whose values stopped for ``LOST_S`` while it had not finished is *lost*: its last summary is kept), writes
@@ -50,6 +53,7 @@ FINAL_WAIT_S = 30.0  # after the run: how long the judge waits for a running nod
 DONE_WAIT_S = 45.0  # ... and a node for the judge's "done"
 ACK_WAIT_S = 10.0  # the judge keeps the store up until every node has copied the records, at most this long
 DUMP_ACK_S = 4.0  # after a verdict the judge waits this long for the other nodes' stack dumps before ending
+REDRAW_S = 5.0  # the judge: while no rank anywhere waits, it looks at every rank this often (the live table)
 # what a store call raises: torch's DistError family (RuntimeError), sockets, a value that does not decode,
 # and no torch at all
 STORE_ERRORS = (RuntimeError, OSError, ValueError, ImportError)
@@ -206,6 +210,8 @@ class JobLink:
         self._merged: tuple[tuple, RunRecord] | None = None  # (key, view) of the last poll
         self._states: tuple[RunRecord, float, dict[int, RankState]] | None = None  # (view, now, its states)
         self._remote_waiting = False  # some other node's rank waits (as of the last judgement)
+        self._hot: set[int] = set()  # the nodes whose latest value says that some rank of theirs waits
+        self.redraw_s = REDRAW_S  # the monitor sets PUBLISH_S when a stop rule (--steps, --epochs) is on
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobstore", daemon=True)
         self._thread.start()
 
@@ -230,6 +236,8 @@ class JobLink:
                 "t": now,
                 "dumped": self.dumped,
                 "nranks": len(ranks),
+                # some rank of this node waits (or ended, or stalls): the judge needs to look at the job now
+                "hot": live.verdict_near(record, self.cfg, now),
             }
             self._own_t = now
         self._wake.set()
@@ -281,8 +289,17 @@ class JobLink:
         with self._lock:
             gen = self._gen
         b = self._built
-        # rebuilt on a new value, or after two seconds without one (the store stalls: the shift ages them)
-        if b is None or b[0] != gen or now - b[1] >= 2 * PUBLISH_S or (full and not b[3]):
+        # Rebuilt on a new value while a verdict may be near (a node says so, or this node's own ranks),
+        # else every redraw_s (the live table, the stop rules): every path to a live verdict starts with a
+        # rank that live.verdict_near sees on its own node (a wait, an end, a stall), so a job where no node
+        # says so cannot give one, and a thousand ranks need not be rebuilt and judged every second. Also
+        # after two seconds without a new value (the store stalls: the shift ages them), and in full.
+        if (
+            b is None
+            or (full and not b[3])
+            or now - b[1] >= self.redraw_s
+            or ((b[0] != gen or now - b[1] >= 2 * PUBLISH_S) and self._job_hot(record, now))
+        ):
             b = self._built = (gen, now, self.remote_ranks(now, full), full)
         gen, built_at, remote, with_ledgers = b
         key = (gen, built_at, with_ledgers, tuple(map(id, record.ranks.values())), len(record.monitor))
@@ -294,6 +311,12 @@ class JobLink:
         merged = dataclasses.replace(record, ranks=dict(sorted({**record.ranks, **extra}.items()))) if extra else record
         self._merged = (key, merged)
         return merged
+
+    def _job_hot(self, record: RunRecord, now: float) -> bool:
+        """Some node's latest value says that a verdict may be near (live.verdict_near), or this node's ranks do."""
+        with self._lock:
+            hot = bool(self._hot)
+        return hot or live.verdict_near(record, self.cfg, now)
 
     def fresh(self, now: float) -> bool:
         """This poll's view holds the other nodes' ranks as rebuilt now: the judge judges (and redraws)
@@ -338,9 +361,9 @@ class JobLink:
             with self._lock:
                 v = (self._job or {}).get("verdict")
             return (str(v.get("mode")), f"{v.get('reason')} (judged on node {self._job_node()})") if v else None
-        if not self.fresh(now):
-            return None  # judged with the next view of every node's ranks, at most a second away
-        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now))
+        # the job is judged on the views of every node's ranks rebuilt now (see view); lost nodes always
+        fresh = self.fresh(now)
+        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now)) if fresh else None
         lost = self._lost_now(now)
         if got is None and lost:
             n, info = next(iter(lost.items()))
@@ -735,6 +758,10 @@ class JobLink:
                     self._seen[n] = (t, now)
                     self._gen += 1
                 self._remote[n] = doc
+                if doc.get("hot", True):  # a value that does not say: as if it waited
+                    self._hot.add(n)
+                else:
+                    self._hot.discard(n)
 
     def _read_job(self) -> None:
         # once the job's value exists it is never deleted: one get a second, not a check and a get (the

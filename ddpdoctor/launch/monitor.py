@@ -174,6 +174,8 @@ class Monitor:
         reader = RunReader(self.run_dir)
         # multi-node: the job store
         job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
+        if job and (self.spec.stop_steps or self.spec.stop_epochs):
+            job.redraw_s = jobstore.PUBLISH_S  # a stop rule looks at every rank's steps every second
         t_start = time.time()
         last_status, last_text = 0.0, None
         text: str | None = None
