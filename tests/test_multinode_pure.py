@@ -384,3 +384,50 @@ def test_a_node_says_when_a_verdict_may_be_near(tmp_path):
     assert live.anyone_waiting(fwd, cfg, 9.1)  # the ledgers are read ...
     assert not live.verdict_near(fwd, cfg, 9.1) and live.live_verdict(fwd, cfg, 9.1) is None  # ... no verdict near
     assert live.verdict_near(fwd, cfg, 9.1 + cfg.timeout)  # half the timeout without progress: near
+
+
+def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
+    """A node that draws a live table says so in its value; the judge then shares the job's table in the
+    job's value, and that node reads it back (real TCPStore on loopback, the links' own store calls)."""
+    from ddpdoctor.render.live.rows import Row, View, view_from_dict, view_to_dict
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    addr = jobstore.StoreAddr("127.0.0.1", port, "jobT", 2, "test")
+    links = []
+    try:
+        for n in (0, 1):
+            (tmp_path / f"n{n}").mkdir()
+            links.append(jobstore.JobLink(addr, str(tmp_path / f"n{n}"), Config(), lambda _m: None))
+            deadline = time.time() + 30
+            while links[-1].state == "connecting" and time.time() < deadline:
+                time.sleep(0.05)
+        judge, other = links
+        assert judge.judge and not other.judge and other.linked()
+        judge.node = 0
+        b = RunBuilder(tmp_path / "n1")
+        b.add(1, "events.jsonl", "start", 0.0, pid=1, node_rank=1, host="h1").hb(1, time.time(), 3)
+        other.wants_table = True
+        other.update(load_run(str(tmp_path / "n1")), time.time())
+        other._publish()
+        judge._read_nodes()
+        assert judge.table_wanted()
+        view = View(
+            "hang 3 s · 1024 ranks",
+            (Row("1023 ranks [0-514,516-1023]", (0, 1), "40", "2.0", "201", "running", "", "running"),),
+            1024,
+            (("running", 1024),),
+        )
+        judge.share_table(view_to_dict(view))
+        judge._publish()
+        other._read_job()
+        table, node = other.job_table()
+        assert node == 0 and view_from_dict(table) == view
+        assert view_from_dict({"rows": [{"label": 1}]}) is None  # what the store says is checked
+    finally:
+        for link in links:
+            link._stop.set()
+            link._wake.set()
+            link._thread.join(timeout=10)
+            link._close()

@@ -212,6 +212,9 @@ class JobLink:
         self._remote_waiting = False  # some other node's rank waits (as of the last judgement)
         self._hot: set[int] = set()  # the nodes whose latest value says that some rank of theirs waits
         self.redraw_s = REDRAW_S  # the monitor sets PUBLISH_S when a stop rule (--steps, --epochs) is on
+        self.wants_table = False  # the monitor sets it on a node that draws the live table
+        self._wanted: set[int] = set()  # the judge: the nodes that draw a live table
+        self._table: dict[str, Any] | None = None  # the judge: the job's table, shared in the job's value
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobstore", daemon=True)
         self._thread.start()
 
@@ -238,6 +241,7 @@ class JobLink:
                 "nranks": len(ranks),
                 # some rank of this node waits (or ended, or stalls): the judge needs to look at the job now
                 "hot": live.verdict_near(record, self.cfg, now),
+                "wants_table": self.wants_table,  # this node draws a live table: the judge shares the job's
             }
             self._own_t = now
         self._wake.set()
@@ -311,6 +315,24 @@ class JobLink:
         merged = dataclasses.replace(record, ranks=dict(sorted({**record.ranks, **extra}.items()))) if extra else record
         self._merged = (key, merged)
         return merged
+
+    def table_wanted(self) -> bool:
+        """The judge: some other node draws a live table, so the job's table is worth sharing."""
+        with self._lock:
+            return self.judge and self.linked() and bool(self._wanted)
+
+    def share_table(self, table: dict[str, Any]) -> None:
+        """The judge: the job's live table (render/live/rows.view_to_dict), published with the verdict."""
+        with self._lock:
+            self._table = table
+
+    def job_table(self) -> tuple[dict[str, Any], Any] | None:
+        """The other nodes: the job's live table as the judge last drew it, and the judge's node."""
+        if self.judge or not self.linked():
+            return None
+        with self._lock:
+            t = (self._job or {}).get("table")
+        return (t, self._job_node()) if isinstance(t, dict) else None
 
     def _job_hot(self, record: RunRecord, now: float) -> bool:
         """Some node's latest value says that a verdict may be near (live.verdict_near), or this node's ranks do."""
@@ -732,6 +754,7 @@ class JobLink:
                     verdict=verdict,
                     stop=stop,
                     nodes=nodes,
+                    table=self._table if self._wanted else None,
                     t=time.time(),
                 ),
             )
@@ -758,6 +781,10 @@ class JobLink:
                     self._seen[n] = (t, now)
                     self._gen += 1
                 self._remote[n] = doc
+                if doc.get("wants_table"):
+                    self._wanted.add(n)
+                else:
+                    self._wanted.discard(n)
                 if doc.get("hot", True):  # a value that does not say: as if it waited
                     self._hot.add(n)
                 else:

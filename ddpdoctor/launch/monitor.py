@@ -26,6 +26,7 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunReader, RunRecord
 from ddpdoctor.record.writer import JsonlWriter
 from ddpdoctor.render.live import terminal as live_view
+from ddpdoctor.render.live.rows import view_from_dict, view_to_dict
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ class Monitor:
         job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
         if job and (self.spec.stop_steps or self.spec.stop_epochs):
             job.redraw_s = jobstore.PUBLISH_S  # a stop rule looks at every rank's steps every second
+        if job and view:
+            job.wants_table = True  # a node that draws the table shows the job's (the judge shares it)
         t_start = time.time()
         last_status, last_text = 0.0, None
         text: str | None = None
@@ -221,10 +224,21 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
                     break
+                if fresh and (view or (job and job.table_wanted())):
+                    rates.observe(merged)
+                    states = job.states(merged, now) if job else None
+                    table = live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start), states)
+                    if job and job.table_wanted():  # the judge: the job's table for the nodes that draw one
+                        job.share_table(view_to_dict(table))
+                    shared = job.job_table() if job else None  # the other nodes: the job's, as the judge drew it
+                    if shared is not None:
+                        got = view_from_dict(
+                            shared[0], f"{_title(record, now - t_start)} · the job, judged on node {shared[1]}"
+                        )
+                        table = got or table
+                    if view:
+                        view.update(table)
                 if view:
-                    if fresh:
-                        rates.observe(merged)
-                        view.update(live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start)))
                     time.sleep(POLL_S)
                     continue
                 if fresh:
