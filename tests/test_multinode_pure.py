@@ -431,3 +431,20 @@ def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
             link._wake.set()
             link._thread.join(timeout=10)
             link._close()
+
+
+def test_a_node_value_is_a_header_line_then_its_ranks(tmp_path):
+    """The judge decodes every node's header each second and its ranks only when it looks at the job."""
+    rec = _divergent_run(tmp_path / "run")
+    summ = [nodeview.rank_summary(r) for r in rec.ranks.values()]
+    raw = nodeview.node_value("j", node=1, host="h1", t=10.0, ranks=summ, hot=True)
+    head, _, body = raw.partition(b"\n")
+    assert b"\n" not in body and json.loads(head)["rids"] == [0, 1] and json.loads(head)["running"] == [0, 1]
+    doc, note = nodeview.parse(raw, nodeview.S_NODE, "j")
+    assert note is None and "ranks" not in doc and doc["hot"] is True
+    assert [d["r"] for d in nodeview.node_ranks(doc)] == [0, 1] and "_body" not in doc  # decoded once, kept
+    doc, _ = nodeview.parse(raw, nodeview.S_NODE, "j")
+    nodeview.write_live_mirror(str(tmp_path / "m"), doc)  # a lost node's mirror holds its ranks, decoded
+    assert [d["r"] for d in json.loads((tmp_path / "m" / nodeview.LIVE_ONLY).read_text())["ranks"]] == [0, 1]
+    bad, _ = nodeview.parse(raw.split(b"\n")[0] + b"\nnot json", nodeview.S_NODE, "j")
+    assert nodeview.node_ranks(bad) == []

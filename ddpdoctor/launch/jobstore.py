@@ -259,7 +259,7 @@ class JobLink:
         out: dict[int, RankRecord] = {}
         for n, seen in nodes:
             shift = self._shift(n, seen, now) if now is not None else 0.0
-            for d in n.get("ranks") or ():
+            for d in nodeview.node_ranks(n):
                 rec = nodeview.rank_from_summary(d, shift, ledger) if isinstance(d, dict) else None
                 if rec is not None:
                     out[rec.rank] = rec
@@ -604,7 +604,7 @@ class JobLink:
     def _lost_info(self, n: int, now: float) -> dict[str, Any]:
         d = self._remote.get(n) or {}
         seen = self._seen.get(n, (0.0, 0.0))[1]
-        ranks = [int(x["r"]) for x in d.get("ranks") or () if isinstance(x, dict) and isinstance(x.get("r"), int)]
+        ranks = [int(r) for r in d.get("rids") or () if isinstance(r, int)]
         clock = time.strftime("%H:%M:%S", time.localtime(seen)) if seen else "?"
         why = (
             f"its ddpdoctor stopped writing to the job store at {clock} and had not come back {now - seen:.0f} s later"
@@ -622,11 +622,7 @@ class JobLink:
             seen = self._seen.get(n, (0.0, now))[1]
             if now - seen < LOST_S:
                 continue
-            running = [
-                x
-                for x in d.get("ranks") or ()
-                if isinstance(x, dict) and not any(e.get("kind") == schema.K_FINISH for e in x.get("ev") or ())
-            ]
+            running = d.get("running")  # the value's header: its ranks that had not finished
             if running or final:
                 out[n] = self._lost_info(n, now)
         return out
@@ -736,11 +732,10 @@ class JobLink:
         with self._lock:
             own, verdict, stop = self._own, self._verdict, self._stopping
         if own is not None:
-            self._set(f"node/{own['node']}", nodeview.envelope(nodeview.S_NODE, self.addr.job, **own))
+            self._set(f"node/{own['node']}", nodeview.node_value(self.addr.job, **own))
         if self.judge:
             nodes = {
-                str(n): {"host": d.get("host"), "ranks": [x.get("r") for x in d.get("ranks") or ()]}
-                for n, d in self._remote.items()
+                str(n): {"host": d.get("host"), "ranks": list(d.get("rids") or ())} for n, d in self._remote.items()
             }
             if own is not None:
                 nodes[str(own["node"])] = {"host": own["host"], "ranks": [x.get("r") for x in own["ranks"]]}
