@@ -112,7 +112,7 @@ def test_store_values_of_another_job_or_version_are_ignored_with_a_note():
     assert nodeview.parse(raw, nodeview.S_NODE, "job-a")[0]["node"] == 1
     doc, note = nodeview.parse(raw, nodeview.S_NODE, "job-b")
     assert doc is None and "another job id" in note
-    doc, note = nodeview.parse(raw.replace(b'"v":1', b'"v":99'), nodeview.S_NODE, "job-a")
+    doc, note = nodeview.parse(raw.replace(b'"v":%d' % nodeview.NODE_VERSION, b'"v":99'), nodeview.S_NODE, "job-a")
     assert doc is None and "version 99" in note
     assert (
         nodeview.parse(b"\x80pickle", nodeview.S_NODE, "job-a")[1] == "ignored a ddpdoctor.node value that is not JSON"
@@ -247,3 +247,204 @@ def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
         link._close()
     notes = (tmp_path / "run" / "monitor.jsonl").read_text()
     assert "another job id" in notes
+
+
+def _reference_deadlock(record, states, cfg, now):
+    """live.certain_deadlock as it was before it was made linear (quadratic in the ranks): the oracle."""
+    from ddpdoctor.analysis.state import P2P, describe_op, ledger_entry_at
+
+    live_ = [s for s in states.values() if not s.ended and s.state != "not-started"]
+    waiting = [s for s in live_ if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
+    for a in waiting:
+        p = a.pending or {}
+        op, g, seq = p.get("op"), p.get("group"), p.get("seq")
+        if op in P2P:
+            continue
+        what = live.waits_text(a, now)
+        pos = "" if a.blocked is not None else f" (#{seq})"
+        for b in states.values():
+            if b.rank == a.rank or not b.seq or g not in b.seq:
+                continue
+            if b.ended:
+                if b.ended_t is None or (a.hb_t or 0) - b.ended_t >= cfg.settle:
+                    return f"{what}; rank {b.rank} has exited"
+                continue
+            if b.stale or b.state == "not-started":
+                continue
+            if b.proof_waiting:
+                q = b.pending or {}
+                if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
+                    continue
+                if q.get("group") != g:
+                    if all(s in waiting for s in live_):
+                        return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
+                    continue
+                if q.get("seq") != seq or live.op_key(q) != live.op_key(p):
+                    return (
+                        f"{what}{pos}; rank {b.rank} waits in "
+                        f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})"
+                    )
+                continue
+            bs = b.seq.get(g)
+            if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
+                e = ledger_entry_at(record.ranks[b.rank], g, seq)
+                if e is None or live.op_key(e) != live.op_key(p):
+                    other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
+                    return f"{what}{pos}; rank {b.rank} issued {other} at that position"
+    return None
+
+
+def test_linear_deadlock_proof_gives_the_reference_answer_on_random_jobs():
+    """The judge of 1,024 ranks needs certain_deadlock linear; it must say exactly what the quadratic one said."""
+    import random
+
+    from ddpdoctor.analysis.state import RankState
+    from ddpdoctor.record.reader import RankRecord, RunRecord
+
+    cfg, now = Config(), 100.0
+    ops = [("all_reduce", [[4]]), ("all_reduce", [[1]]), ("barrier", []), ("broadcast", [[4]]), ("recv", [])]
+    answers: set[str | None] = set()
+    for seed in range(600):
+        rnd = random.Random(seed)
+        n = rnd.choice([2, 3, 5, 8, 16])
+        states, ranks = {}, {}
+        for r in range(n):
+            groups = {"0": rnd.randint(5, 8)} | ({"1": rnd.randint(1, 3)} if rnd.random() < 0.3 else {})
+            kind = rnd.choices(
+                ["waiting", "busy", "ddp-wait", "finished", "crashed", "not-started"], [6, 2, 1, 1, 1, 1]
+            )[0]
+            op, shapes = rnd.choice(ops)
+            g = rnd.choice(sorted(groups))
+            pend = {
+                "op": op,
+                "group": g,
+                "seq": rnd.randint(5, 8),
+                "shapes": shapes,
+                "dtypes": ["float32"] * len(shapes),
+            }
+            ended = kind in ("finished", "crashed")
+            states[r] = RankState(
+                r,
+                kind,
+                since=rnd.choice([None, 90.0, 98.5, 99.5]) if kind == "waiting" else None,
+                pending=pend if kind == "waiting" else None,
+                seq=groups if kind != "not-started" else None,
+                seq_stable_for=rnd.choice([0.0, 0.5, 2.0]),
+                stale=rnd.random() < 0.1,
+                ended_t=rnd.choice([None, 97.0, 99.9]) if ended else None,
+                hb_t=rnd.choice([None, 99.0, 99.8]),
+            )
+            led = [
+                {"group": "0", "seq": [s, s], "op": rnd.choice(ops)[0], "shapes": [[4]], "dtypes": ["float32"]}
+                for s in range(3, 9)
+                if rnd.random() < 0.6
+            ]
+            ranks[r] = RankRecord(rank=r, ledger=led)
+        record = RunRecord("/x", {}, ranks, [])
+        want = _reference_deadlock(record, states, cfg, now)
+        if not (  # the every-rank-receives case is the same code in both
+            states and all(s.state == "waiting" and (s.pending or {}).get("op") == "recv" for s in states.values())
+        ):
+            assert live.certain_deadlock(record, states, cfg, now) == want, seed
+        answers.add(next((k for k in ("exited", "on group", "waits in", "issued") if want and k in want), want))
+    assert answers >= {None, "exited", "on group", "waits in", "issued"}  # every kind of proof, and none
+
+
+def test_job_store_option_wins_over_the_environment_and_is_checked(tmp_path, capsys):
+    args = ["--nnodes", "2", "--rdzv-endpoint", "head:29400", "--rdzv-id", "j"]
+    env = {"DDPDOCTOR_JOB_STORE": "10.0.0.9:7000"}
+    a = jobstore.resolve(args, env, "10.0.0.7:7100")
+    assert (a.host, a.port, a.source, a.job) == ("10.0.0.7", 7100, "--job-store", "j")
+    assert jobstore.resolve(args, env, None).source == "DDPDOCTOR_JOB_STORE"
+    assert jobstore.resolve(args, {}, "[::1]:7100").host == "::1"
+    assert jobstore.resolve(["--nproc-per-node", "2", "--standalone"], env, "h:1") is None  # one node: no store
+    from ddpdoctor.cli import main
+
+    for bad in ("head", "head:0", "head:70000", "head:port"):
+        with pytest.raises(SystemExit) as ex:
+            main(["hang", "--job-store", bad, "--nnodes", "2", "--run-dir", str(tmp_path / "r")])
+        assert ex.value.code == 2 and "--job-store must be HOST:PORT" in capsys.readouterr().err, bad
+        assert not (tmp_path / "r").exists()  # refused before anything ran
+    with pytest.raises(SystemExit):
+        main(["hang", "--help"])
+    assert "--job-store" in capsys.readouterr().out
+
+
+def test_a_node_says_when_a_verdict_may_be_near(tmp_path):
+    """The judge of a job rebuilds and judges every rank each second only while some node's value says
+    live.verdict_near: true wherever live_verdict gives a verdict, false for a long healthy forward."""
+    cfg = Config()
+    rec = _divergent_run(tmp_path / "div")
+    assert live.live_verdict(rec, cfg, 10.2) and live.verdict_near(rec, cfg, 10.2)
+    b = RunBuilder(tmp_path / "fwd")
+    for r in (0, 1):
+        b.start(r)
+        b.hb(r, 1.0, 4, step=4).hb(r, 9.0, 4, step=4, in_ddp_forward=True)  # a 5 s forward: seq stable, healthy
+    fwd = load_run(str(tmp_path / "fwd"))
+    assert live.anyone_waiting(fwd, cfg, 9.1)  # the ledgers are read ...
+    assert not live.verdict_near(fwd, cfg, 9.1) and live.live_verdict(fwd, cfg, 9.1) is None  # ... no verdict near
+    assert live.verdict_near(fwd, cfg, 9.1 + cfg.timeout)  # half the timeout without progress: near
+
+
+def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
+    """A node that draws a live table says so in its value; the judge then shares the job's table in the
+    job's value, and that node reads it back (real TCPStore on loopback, the links' own store calls)."""
+    from ddpdoctor.render.live.rows import Row, View, view_from_dict, view_to_dict
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    addr = jobstore.StoreAddr("127.0.0.1", port, "jobT", 2, "test")
+    links = []
+    try:
+        for n in (0, 1):
+            (tmp_path / f"n{n}").mkdir()
+            links.append(jobstore.JobLink(addr, str(tmp_path / f"n{n}"), Config(), lambda _m: None))
+            deadline = time.time() + 30
+            while links[-1].state == "connecting" and time.time() < deadline:
+                time.sleep(0.05)
+        judge, other = links
+        assert judge.judge and not other.judge and other.linked()
+        judge.node = 0
+        b = RunBuilder(tmp_path / "n1")
+        b.add(1, "events.jsonl", "start", 0.0, pid=1, node_rank=1, host="h1").hb(1, time.time(), 3)
+        other.wants_table = True
+        other.update(load_run(str(tmp_path / "n1")), time.time())
+        other._publish()
+        judge._read_nodes()
+        assert judge.table_wanted()
+        view = View(
+            "hang 3 s · 1024 ranks",
+            (Row("1023 ranks [0-514,516-1023]", (0, 1), "40", "2.0", "201", "running", "", "running"),),
+            1024,
+            (("running", 1024),),
+        )
+        judge.share_table(view_to_dict(view))
+        judge._publish()
+        other._read_job()
+        table, node = other.job_table()
+        assert node == 0 and view_from_dict(table) == view
+        assert view_from_dict({"rows": [{"label": 1}]}) is None  # what the store says is checked
+    finally:
+        for link in links:
+            link._stop.set()
+            link._wake.set()
+            link._thread.join(timeout=10)
+            link._close()
+
+
+def test_a_node_value_is_a_header_line_then_its_ranks(tmp_path):
+    """The judge decodes every node's header each second and its ranks only when it looks at the job."""
+    rec = _divergent_run(tmp_path / "run")
+    summ = [nodeview.rank_summary(r) for r in rec.ranks.values()]
+    raw = nodeview.node_value("j", node=1, host="h1", t=10.0, ranks=summ, hot=True)
+    head, _, body = raw.partition(b"\n")
+    assert b"\n" not in body and json.loads(head)["rids"] == [0, 1] and json.loads(head)["running"] == [0, 1]
+    doc, note = nodeview.parse(raw, nodeview.S_NODE, "j")
+    assert note is None and "ranks" not in doc and doc["hot"] is True
+    assert [d["r"] for d in nodeview.node_ranks(doc)] == [0, 1] and "_body" not in doc  # decoded once, kept
+    doc, _ = nodeview.parse(raw, nodeview.S_NODE, "j")
+    nodeview.write_live_mirror(str(tmp_path / "m"), doc)  # a lost node's mirror holds its ranks, decoded
+    assert [d["r"] for d in json.loads((tmp_path / "m" / nodeview.LIVE_ONLY).read_text())["ranks"]] == [0, 1]
+    bad, _ = nodeview.parse(raw.split(b"\n")[0] + b"\nnot json", nodeview.S_NODE, "j")
+    assert nodeview.node_ranks(bad) == []

@@ -10,6 +10,7 @@ only after ``timeout`` seconds.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
@@ -29,7 +30,13 @@ def op_key(p: dict[str, Any]) -> tuple:
 
 
 def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
-    """A one-line reason when the current waits can never complete, else None."""
+    """A one-line reason when the current waits can never complete, else None.
+
+    The first waiting rank (in rank order) that some peer proves stuck, with the first such peer: a member
+    of its group that exited, waits elsewhere, or issued something else at that position. Linear in the
+    ranks: what a peer proves depends only on what the rank waits in (group, position, call), so each
+    distinct wait scans the peers once, not each waiting rank (1,023 ranks waiting in the same barrier
+    while one rank waits elsewhere is the common case of a job across nodes)."""
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
     waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
     if (
@@ -45,43 +52,85 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
             for s in live[:4]
         )
         return f"{text}; every rank waits to receive and none sends"
+    order = list(states.values())
+    all_wait = len(waiting) == len(live)  # waiting is a part of live
+    exited: dict[Any, tuple[list[float], list[tuple[int, RankState]]]] = {}
+    proofs: dict[Any, tuple[int, bool, str] | None] = {}
     for a in waiting:
         p = a.pending or {}
         op, g, seq = p.get("op"), p.get("group"), p.get("seq")
         if op in P2P:
             continue
-        what = waits_text(a, now)
-        pos = "" if a.blocked is not None else f" (#{seq})"
-        for b in states.values():
-            if b.rank == a.rank or not b.seq or g not in b.seq:
-                continue  # not (known to be) a member of that group
-            if b.ended:
-                # still waiting, as seen by a heartbeat written well after the peer ended
-                if b.ended_t is None or (a.hb_t or 0) - b.ended_t >= cfg.settle:
-                    return f"{what}; rank {b.rank} has exited"
+        key = (g, seq, op_key(p))
+        try:
+            proof = (
+                proofs[key]
+                if key in proofs
+                else proofs.setdefault(key, _peer_proof(record, order, p, cfg, now, all_wait))
+            )
+        except TypeError:  # a call that does not hash (odd shapes): no memo
+            proof = _peer_proof(record, order, p, cfg, now, all_wait)
+        gone = _first_exited(exited, order, g, (a.hb_t or 0) - cfg.settle)
+        if gone is not None and (proof is None or gone[0] < proof[0]):
+            return f"{waits_text(a, now)}; rank {gone[1].rank} has exited"
+        if proof is not None:
+            pos = "" if a.blocked is not None else f" (#{seq})"
+            return f"{waits_text(a, now)}{pos if proof[1] else ''}{proof[2]}"
+    return None
+
+
+def _first_exited(
+    cache: dict[Any, tuple[list[float], list[tuple[int, RankState]]]],
+    order: list[RankState],
+    g: Any,
+    before: float,
+) -> tuple[int, RankState] | None:
+    """The first member of group ``g`` (in rank order) that exited at or before ``before`` (still waiting,
+    as seen by a heartbeat written ``settle`` after the peer ended), or whose end time is unknown."""
+    if g not in cache:
+        ends = [(i, b) for i, b in enumerate(order) if b.ended and b.seq and g in b.seq]
+        low, m = [], float("inf")
+        for _i, b in ends:  # the earliest end so far, negated: a non-decreasing list to bisect
+            m = min(m, float("-inf") if b.ended_t is None else b.ended_t)
+            low.append(-m)
+        cache[g] = (low, ends)
+    low, ends = cache[g]
+    i = bisect.bisect_left(low, -before)
+    return ends[i] if i < len(ends) else None
+
+
+def _peer_proof(
+    record: RunRecord, order: list[RankState], p: dict[str, Any], cfg: Config, now: float, all_wait: bool
+) -> tuple[int, bool, str] | None:
+    """The first live peer (in rank order) that proves a wait in ``p`` can never complete: (its index, whether
+    the reason names the position, the reason after the waiting rank's words); None if none does. A rank
+    waiting in ``p`` itself never proves anything against ``p``, so this holds for every rank waiting in it."""
+    g, seq = p.get("group"), p.get("seq")
+    want = op_key(p)
+    for i, b in enumerate(order):
+        if b.ended or not b.seq or g not in b.seq or b.stale or b.state == "not-started":
+            continue  # not (known to be) a member of that group, or exited (see _first_exited), or not seen
+        if b.proof_waiting:
+            q = b.pending or {}
+            if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
                 continue
-            if b.stale or b.state == "not-started":
+            if q.get("group") != g:
+                if all_wait:
+                    return i, False, f" on group {g}; rank {b.rank} waits on group {q.get('group')}"
                 continue
-            if b.proof_waiting:
-                q = b.pending or {}
-                if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
-                    continue
-                if q.get("group") != g:
-                    if all(s in waiting for s in live):
-                        return f"{what} on group {g}; rank {b.rank} waits on group {q.get('group')}"
-                    continue
-                if q.get("seq") != seq or op_key(q) != op_key(p):
-                    return (
-                        f"{what}{pos}; rank {b.rank} waits in "
-                        f"{describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})"
-                    )
-                continue
-            bs = b.seq.get(g)
-            if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
-                e = ledger_entry_at(record.ranks[b.rank], g, seq)
-                if e is None or op_key(e) != op_key(p):
-                    other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
-                    return f"{what}{pos}; rank {b.rank} issued {other} at that position"
+            if q.get("seq") != seq or op_key(q) != want:
+                return (
+                    i,
+                    True,
+                    f"; rank {b.rank} waits in {describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})",
+                )
+            continue
+        bs = b.seq.get(g)
+        if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
+            e = ledger_entry_at(record.ranks[b.rank], g, seq)
+            if e is None or op_key(e) != want:
+                other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
+                return i, True, f"; rank {b.rank} issued {other} at that position"
     return None
 
 
@@ -98,9 +147,10 @@ def waits_text(s: RankState, now: float) -> str:
     return f"rank {s.rank} waits {now - (s.since or now):.1f} s in {op}"
 
 
-def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
-    """Has some rank sat in a collective (or DDP backward) long enough that a verdict may be near?"""
-    for s in all_states(record, now, cfg).values():
+def anyone_waiting(record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None) -> bool:
+    """Has some rank sat in a collective (or DDP backward) long enough that a verdict may be near?
+    ``states``: ``all_states(record, now, cfg)`` when the caller has it already (the judge of a job)."""
+    for s in (states if states is not None else all_states(record, now, cfg)).values():
         if s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2:
             return True
         if s.state == "ddp-wait" and s.seq_stable_for >= cfg.settle / 2:
@@ -112,9 +162,28 @@ def anyone_waiting(record: RunRecord, cfg: Config, now: float) -> bool:
     return False
 
 
-def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] | None:
-    """("certain", reason) or ("timeout", reason) when the monitor should stop the run."""
-    states = all_states(record, now, cfg)
+def verdict_near(record: RunRecord, cfg: Config, now: float) -> bool:
+    """Could :func:`live_verdict` give a verdict within a few seconds? Every path to one starts with a rank
+    that waits in a collective (the deadlock proof's waiting ranks, and the timeout of a wait), one that
+    ended (an exited peer, every rank of a node done), or one without progress for ``timeout`` (in DDP's
+    forward or backward, or busy): this is True when some rank is half way there. A node's ddpdoctor says
+    so in its value, and the judge of a job rebuilds and judges the job's ranks every second only then."""
+    for s in all_states(record, now, cfg).values():
+        if s.ended or (s.state == "waiting" and s.since and now - s.since >= cfg.settle / 2):
+            return True
+        if s.state == "ddp-wait" and s.seq_stable_for >= cfg.timeout / 2:
+            return True
+        if s.state == "busy" and s.stalled_for >= cfg.timeout / 2:
+            return True
+    return False
+
+
+def live_verdict(
+    record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None
+) -> tuple[str, str] | None:
+    """("certain", reason) or ("timeout", reason) when the monitor should stop the run. ``states``:
+    ``all_states(record, now, cfg)`` when the caller has it already."""
+    states = states if states is not None else all_states(record, now, cfg)
     reason = certain_deadlock(record, states, cfg, now)
     if reason:
         return "certain", reason
@@ -149,9 +218,10 @@ def live_verdict(record: RunRecord, cfg: Config, now: float) -> tuple[str, str] 
     return None
 
 
-def status_line(record: RunRecord, cfg: Config, now: float) -> str | None:
-    """The live line shown while some rank waits: who waits where, who is busy where."""
-    states = all_states(record, now, cfg)
+def status_line(record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None) -> str | None:
+    """The live line shown while some rank waits: who waits where, who is busy where. ``states``:
+    ``all_states(record, now, cfg)`` when the caller has it already."""
+    states = states if states is not None else all_states(record, now, cfg)
     parts, anyone_waits = [], False
     for s in states.values():
         if s.state == "waiting" and s.since and now - s.since >= 2.0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -35,10 +36,14 @@ RECVS = frozenset({"recv", "irecv"})  # point-to-point receives
 def loc(rank: int, site: Any, role: str = "") -> Location | None:
     """A Location from a recorded site ``[file, line, func]``; None when ``site`` is not one."""
     if isinstance(site, (list, tuple)) and len(site) >= 2 and isinstance(site[1], int):
-        return Location(
-            rank=rank, file=str(site[0]), line=site[1], func=str(site[2]) if len(site) > 2 else "", role=role
-        )
+        return _location(rank, str(site[0]), site[1], str(site[2]) if len(site) > 2 else "", role)
     return None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _location(rank: int, file: str, line: int, func: str, role: str) -> Location:
+    # Location is frozen: the same one serves every look (the live judge of a job makes two per rank a second)
+    return Location(rank=rank, file=file, line=line, func=func, role=role)
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
@@ -48,6 +53,14 @@ _WHAT = re.compile(r"what\(\):\s*(.+)")
 def is_user_path(path: str, record: RunRecord) -> bool:
     """The user's code: the script's folder, or anything outside installed packages and the stdlib."""
     script = str(record.manifest.get("script") or "")
+    absolute = path.startswith(os.sep) and script.startswith(os.sep)
+    return _is_user_path(path, script, "" if absolute else os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_path(path: str, script: str, _cwd: str) -> bool:
+    # cached: the live judge of a job asks this for every rank's line on every look (1,024 ranks a second),
+    # and a run has few distinct lines; the working directory is in the key where abspath reads it
     home = (os.path.dirname(os.path.abspath(script)) + os.sep,) if script else ()
     return record_paths.is_user_path(path, home, lib_markers=record_paths.LIB_MARKERS)
 

@@ -74,6 +74,13 @@ def run_options(f: Callable) -> Callable:
     )(f)
     f = torchrun_options(f)
     f = click.option(
+        "--job-store",
+        metavar="HOST:PORT",
+        default=None,
+        help="Multi-node: where the nodes' ddpdoctors share their ranks (docs/multinode.md), the same on every "
+        "node; the ddpdoctor on HOST serves it. Default: $DDPDOCTOR_JOB_STORE, else the rendezvous port + 1.",
+    )(f)
+    f = click.option(
         "--script", type=click.Path(dir_okay=False), help="The training script. Default: the built-in healthy probe."
     )(f)
     return f

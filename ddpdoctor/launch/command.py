@@ -160,6 +160,7 @@ _COMMON = (
     "fail_on",
     "script_args",
     "html_path",
+    "job_store",
 )
 
 
@@ -183,6 +184,7 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
         common["junit_path"],
         quiet=quiet,
         html_path=common["html_path"],
+        job_store=common["job_store"],
     )
 
 
@@ -200,8 +202,10 @@ def run_command(
     junit_path: str | None,
     quiet: bool = False,
     html_path: str | None = None,
+    job_store: str | None = None,
 ) -> Report:
-    """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return."""
+    """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return.
+    ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -216,6 +220,11 @@ def run_command(
     check_html_path(html_path)
     if json_path == "-" and junit_path == "-":
         raise DdpdoctorError("--json - and --junit -: only one report can go to standard output")
+    if job_store is not None:
+        from ddpdoctor.launch.jobstore import store_address
+
+        if store_address(job_store) is None:
+            raise DdpdoctorError(f"--job-store must be HOST:PORT with a port from 1 to 65535 (got {job_store!r})")
     script = script or probe_path("healthy.py")
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
@@ -241,7 +250,9 @@ def run_command(
         wrapper = tuple(
             os.path.join(path, schema.NSYS_DIR, "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper
         )
-    launch_spec = LaunchSpec(script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper)
+    launch_spec = LaunchSpec(
+        script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper, job_store
+    )
     if not quiet:
         click.echo(
             f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",

@@ -11,9 +11,12 @@ The ddpdoctor that can bind the address serves the store and judges (on the rend
 for a static rendezvous); every other one connects as a client. Once a second each node writes one JSON value
 of its ranks' summaries (record/nodeview.py); the judge reads the others' (``nnodes`` values a second), runs the
 live detectors over every rank and writes the job's verdict (one value), which the others read: store traffic
-is O(nodes) a second. Every store call runs on this module's thread with a bounded timeout, so the monitor's
-poll loop never waits on the network. A node that cannot reach the store keeps today's behaviour (its own
-ranks, ``multinode.partial-view`` naming the nodes it could not see).
+is O(nodes) a second. The judge moves each node's times to when that node published (:meth:`JobLink._shift`:
+a value a second old must not make a 20 ms wait look like a second), and rebuilds and judges the job's ranks
+once per new value while some node says a verdict may be near (``hot``), else every ``REDRAW_S``
+(benchmarks/multinode_scale.py, docs/benchmarks.md). Every store call runs on this module's thread with a
+bounded timeout, so the monitor's poll loop never waits on the network. A node that cannot reach the store
+keeps today's behaviour (its own ranks, ``multinode.partial-view`` naming the nodes it could not see).
 
 After the run: each node writes its records (bounded, compressed), the judge gathers every node's (a node
 whose values stopped for ``LOST_S`` while it had not finished is *lost*: its last summary is kept), writes
@@ -22,7 +25,9 @@ whose values stopped for ``LOST_S`` while it had not finished is *lost*: its las
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import gc
 import os
 import socket
 import threading
@@ -34,6 +39,7 @@ from typing import Any, Callable
 from ddpdoctor.analysis import live
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import ranks_phrase
+from ddpdoctor.analysis.state import RankState, all_states
 from ddpdoctor.launch.launchers import max_nodes
 from ddpdoctor.record import nodeview, schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
@@ -47,6 +53,7 @@ FINAL_WAIT_S = 30.0  # after the run: how long the judge waits for a running nod
 DONE_WAIT_S = 45.0  # ... and a node for the judge's "done"
 ACK_WAIT_S = 10.0  # the judge keeps the store up until every node has copied the records, at most this long
 DUMP_ACK_S = 4.0  # after a verdict the judge waits this long for the other nodes' stack dumps before ending
+REDRAW_S = 5.0  # the judge: while no rank anywhere waits, it looks at every rank this often (the live table)
 # what a store call raises: torch's DistError family (RuntimeError), sockets, a value that does not decode,
 # and no torch at all
 STORE_ERRORS = (RuntimeError, OSError, ValueError, ImportError)
@@ -63,7 +70,7 @@ class StoreAddr:
     port: int
     job: str
     nnodes: int
-    source: str  # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE"
+    source: str  # how it was found: "rdzv-endpoint", "master-addr", "DDPDOCTOR_JOB_STORE", "--job-store"
 
 
 def _opt(args: list[str] | tuple[str, ...], name: str) -> str | None:
@@ -86,13 +93,22 @@ def _hostport(text: str, default_port: int) -> tuple[str, int]:
     return host, int(port)
 
 
-def resolve(torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | Any) -> StoreAddr | None:
-    """The job store of a multi-node run (None for a single node, or when no rendezvous host is known)."""
+def store_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT``) as (host, port); None when it is not one."""
+    host, port = _hostport(text, 0)
+    return (host, port) if host and 0 < port < 65536 else None
+
+
+def resolve(
+    torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | Any, option: str | None = None
+) -> StoreAddr | None:
+    """The job store of a multi-node run (None for a single node, or when no rendezvous host is known):
+    ``option`` (--job-store), else $DDPDOCTOR_JOB_STORE, else the rendezvous host at its port + 1."""
     nnodes = max_nodes(_opt(torchrun_args, "--nnodes"))
     if nnodes <= 1 or "--standalone" in torchrun_args:
         return None
     rdzv_id = _opt(torchrun_args, "--rdzv-id")
-    given = env.get("DDPDOCTOR_JOB_STORE")
+    given, named = (option, "--job-store") if option else (env.get("DDPDOCTOR_JOB_STORE"), "DDPDOCTOR_JOB_STORE")
     endpoint = _opt(torchrun_args, "--rdzv-endpoint")
     addr = _opt(torchrun_args, "--master-addr")
     if endpoint:
@@ -105,8 +121,8 @@ def resolve(torchrun_args: list[str] | tuple[str, ...], env: dict[str, str] | An
         host, port, source = "", 0, ""
     job = rdzv_id if rdzv_id and rdzv_id != "none" else f"{host}:{port}"
     if given:
-        h, p = _hostport(given, 0)
-        return StoreAddr(h, p, job, nnodes, "DDPDOCTOR_JOB_STORE") if h and p else None
+        hp = store_address(given)
+        return StoreAddr(hp[0], hp[1], job, nnodes, named) if hp else None
     if not host:
         return None
     return StoreAddr(host, port + 1, job, nnodes, source)
@@ -186,6 +202,19 @@ class JobLink:
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
         self._judge_gone: tuple[float, dict[str, Any]] | None = None
+        # the judge: the other nodes' values change about once a second, so their ranks are rebuilt, and
+        # the job judged, once per new value (or second), not on every poll (a fifth of a second)
+        self._gen = 0  # bumped when some node's value changed
+        # (gen, built at, ranks, with their ledgers)
+        self._built: tuple[int, float, dict[int, RankRecord], bool] | None = None
+        self._merged: tuple[tuple, RunRecord] | None = None  # (key, view) of the last poll
+        self._states: tuple[RunRecord, float, dict[int, RankState]] | None = None  # (view, now, its states)
+        self._remote_waiting = False  # some other node's rank waits (as of the last judgement)
+        self._hot: set[int] = set()  # the nodes whose latest value says that some rank of theirs waits
+        self.redraw_s = REDRAW_S  # the monitor sets PUBLISH_S when a stop rule (--steps, --epochs) is on
+        self.wants_table = False  # the monitor sets it on a node that draws the live table
+        self._wanted: set[int] = set()  # the judge: the nodes that draw a live table
+        self._table: dict[str, Any] | None = None  # the judge: the job's table, shared in the job's value
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-jobstore", daemon=True)
         self._thread.start()
 
@@ -210,6 +239,9 @@ class JobLink:
                 "t": now,
                 "dumped": self.dumped,
                 "nranks": len(ranks),
+                # some rank of this node waits (or ended, or stalls): the judge needs to look at the job now
+                "hot": live.verdict_near(record, self.cfg, now),
+                "wants_table": self.wants_table,  # this node draws a live table: the judge shares the job's
             }
             self._own_t = now
         self._wake.set()
@@ -218,28 +250,125 @@ class JobLink:
         """Time to publish again: the monitor reads its ranks' ledgers first (the judge's proof needs them)."""
         return now - self._own_t >= PUBLISH_S * 0.9
 
-    def remote_ranks(self) -> dict[int, RankRecord]:
-        """The other nodes' ranks as last read (the judge)."""
+    def remote_ranks(self, now: float | None = None, ledger: bool = True) -> dict[int, RankRecord]:
+        """The other nodes' ranks as last read (the judge). With ``now``, each node's ranks have their
+        times moved onto this clock as of when that node published them (:meth:`_shift`); ``ledger=False``
+        leaves their ledgers out."""
         with self._lock:
-            nodes = list(self._remote.values())
+            nodes = [(d, self._seen.get(n)) for n, d in self._remote.items()]
         out: dict[int, RankRecord] = {}
-        for n in nodes:
-            for d in n.get("ranks") or ():
-                rec = nodeview.rank_from_summary(d) if isinstance(d, dict) else None
+        for n, seen in nodes:
+            shift = self._shift(n, seen, now) if now is not None else 0.0
+            for d in nodeview.node_ranks(n):
+                rec = nodeview.rank_from_summary(d, shift, ledger) if isinstance(d, dict) else None
                 if rec is not None:
                     out[rec.rank] = rec
         return out
 
-    def view(self, record: RunRecord) -> RunRecord:
-        """The record over every node's ranks (the judge), else this node's own."""
+    def _shift(self, doc: dict[str, Any], seen: tuple[float, float] | None, now: float) -> float:
+        """How far to move a node's times so that its value reads as of now. A value is a snapshot that
+        is up to a second or two old when judged (a second between publications, another between reads):
+        measured to ``now``, a rank seen 20 ms into its loss all_reduce would look like it had waited for
+        over a second, and two such snapshots of a healthy job at different steps would "prove" a deadlock.
+        So a node's value counts as current while the node keeps publishing (``now - t``: its own clock's
+        offset cancels too); once its value is ``stale`` s older than when this judge first saw it, its
+        ranks age again, and go stale as ranks whose heartbeats stopped (a lost node is named at LOST_S)."""
+        try:
+            t = float(doc.get("t") or 0.0)
+        except (TypeError, ValueError):
+            return 0.0
+        if not t:
+            return 0.0
+        seen_at = seen[1] if seen else now
+        return min(now, seen_at + self.cfg.stale) - t
+
+    def view(self, record: RunRecord, now: float | None = None, full: bool = True) -> RunRecord:
+        """The record over every node's ranks (the judge), else this node's own. The other nodes' ranks
+        are rebuilt when a new value arrived or a second passed (see :meth:`fresh`), this node's every poll.
+        ``full=False``: without the other nodes' ledgers, as the monitor's cheap poll reads its own ranks
+        (the deadlock proof reads ledgers only when some rank waits: then the monitor asks again, in full)."""
         if not (self.judge and self.state == "linked"):
             return record
-        extra = {r: rec for r, rec in self.remote_ranks().items() if r not in record.ranks}
-        if not extra:
-            return record
-        from dataclasses import replace
+        now = time.time() if now is None else now
+        with self._lock:
+            gen = self._gen
+        b = self._built
+        # Rebuilt on a new value while a verdict may be near (a node says so, or this node's own ranks),
+        # else every redraw_s (the live table, the stop rules): every path to a live verdict starts with a
+        # rank that live.verdict_near sees on its own node (a wait, an end, a stall), so a job where no node
+        # says so cannot give one, and a thousand ranks need not be rebuilt and judged every second. Also
+        # after two seconds without a new value (the store stalls: the shift ages them), and in full.
+        if (
+            b is None
+            or (full and not b[3])
+            or now - b[1] >= self.redraw_s
+            or ((b[0] != gen or now - b[1] >= 2 * PUBLISH_S) and self._job_hot(record, now))
+        ):
+            b = self._built = (gen, now, self.remote_ranks(now, full), full)
+        gen, built_at, remote, with_ledgers = b
+        key = (gen, built_at, with_ledgers, tuple(map(id, record.ranks.values())), len(record.monitor))
+        if self._merged is not None and self._merged[0] == key:
+            return dataclasses.replace(
+                self._merged[1], manifest=record.manifest, monitor=record.monitor, launcher=record.launcher
+            )
+        extra = {r: rec for r, rec in remote.items() if r not in record.ranks}
+        merged = dataclasses.replace(record, ranks=dict(sorted({**record.ranks, **extra}.items()))) if extra else record
+        self._merged = (key, merged)
+        return merged
 
-        return replace(record, ranks=dict(sorted({**record.ranks, **extra}.items())))
+    def table_wanted(self) -> bool:
+        """The judge: some other node draws a live table, so the job's table is worth sharing."""
+        with self._lock:
+            return self.judge and self.linked() and bool(self._wanted)
+
+    def share_table(self, table: dict[str, Any]) -> None:
+        """The judge: the job's live table (render/live/rows.view_to_dict), published with the verdict."""
+        with self._lock:
+            self._table = table
+
+    def job_table(self) -> tuple[dict[str, Any], Any] | None:
+        """The other nodes: the job's live table as the judge last drew it, and the judge's node."""
+        if self.judge or not self.linked():
+            return None
+        with self._lock:
+            t = (self._job or {}).get("table")
+        return (t, self._job_node()) if isinstance(t, dict) else None
+
+    def _job_hot(self, record: RunRecord, now: float) -> bool:
+        """Some node's latest value says that a verdict may be near (live.verdict_near), or this node's ranks do."""
+        with self._lock:
+            hot = bool(self._hot)
+        return hot or live.verdict_near(record, self.cfg, now)
+
+    def fresh(self, now: float) -> bool:
+        """This poll's view holds the other nodes' ranks as rebuilt now: the judge judges (and redraws)
+        the job on these polls only, about once a second, when the other nodes' values have changed;
+        in between, nothing but this node's ranks could have moved. Always true on the other nodes."""
+        if not (self.judge and self.state == "linked"):
+            return True
+        return self._built is not None and self._built[1] == now
+
+    def states(self, merged: RunRecord, now: float) -> dict[int, RankState] | None:
+        """The judge: every rank's state in this view at ``now`` when already computed this poll (the
+        monitor's status line shares it), else None."""
+        st = self._states
+        return st[2] if st is not None and st[0] is merged and st[1] == now else None
+
+    def _states_of(self, merged: RunRecord, now: float) -> dict[int, RankState]:
+        """Every rank's state at ``now``, computed once per view (the waiting check and the verdict share it)."""
+        if self._states is None or self._states[0] is not merged or self._states[1] != now:
+            self._states = (merged, now, all_states(merged, now, self.cfg))  # holds merged: no id reuse
+        return self._states[2]
+
+    def anyone_waiting(self, record: RunRecord, merged: RunRecord, now: float) -> bool:
+        """live.anyone_waiting over the job (the judge: over every rank when :meth:`fresh`, else over this
+        node's ranks and what the last judgement saw of the others), so the ledgers are read when needed."""
+        if not (self.judge and self.linked()):
+            return live.anyone_waiting(merged, self.cfg, now)
+        if self.fresh(now):
+            self._remote_waiting = live.anyone_waiting(merged, self.cfg, now, self._states_of(merged, now))
+            return self._remote_waiting
+        return self._remote_waiting or live.anyone_waiting(record, self.cfg, now)
 
     def linked(self) -> bool:
         """The store answers: verdicts come from the judge."""
@@ -254,7 +383,9 @@ class JobLink:
             with self._lock:
                 v = (self._job or {}).get("verdict")
             return (str(v.get("mode")), f"{v.get('reason')} (judged on node {self._job_node()})") if v else None
-        got = live.live_verdict(merged, self.cfg, now)
+        # the job is judged on the views of every node's ranks rebuilt now (see view); lost nodes always
+        fresh = self.fresh(now)
+        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now)) if fresh else None
         lost = self._lost_now(now)
         if got is None and lost:
             n, info = next(iter(lost.items()))
@@ -473,7 +604,7 @@ class JobLink:
     def _lost_info(self, n: int, now: float) -> dict[str, Any]:
         d = self._remote.get(n) or {}
         seen = self._seen.get(n, (0.0, 0.0))[1]
-        ranks = [int(x["r"]) for x in d.get("ranks") or () if isinstance(x, dict) and isinstance(x.get("r"), int)]
+        ranks = [int(r) for r in d.get("rids") or () if isinstance(r, int)]
         clock = time.strftime("%H:%M:%S", time.localtime(seen)) if seen else "?"
         why = (
             f"its ddpdoctor stopped writing to the job store at {clock} and had not come back {now - seen:.0f} s later"
@@ -491,11 +622,7 @@ class JobLink:
             seen = self._seen.get(n, (0.0, now))[1]
             if now - seen < LOST_S:
                 continue
-            running = [
-                x
-                for x in d.get("ranks") or ()
-                if isinstance(x, dict) and not any(e.get("kind") == schema.K_FINISH for e in x.get("ev") or ())
-            ]
+            running = d.get("running")  # the value's header: its ranks that had not finished
             if running or final:
                 out[n] = self._lost_info(n, now)
         return out
@@ -555,6 +682,11 @@ class JobLink:
                 master_listen_fd=fd,
             )
             self.judge = True
+            # the judge decodes a thousand ranks' values a second: each collection of the oldest generation
+            # would walk every object torch's import made (a few hundred thousand) for nothing (they live
+            # as long as this process). Freeze them out of the collector's walks (the monitor's process is
+            # ddpdoctor's own: no user code runs in it)
+            gc.freeze()
         deadline = time.time() + CONNECT_S
         while True:
             try:
@@ -600,11 +732,10 @@ class JobLink:
         with self._lock:
             own, verdict, stop = self._own, self._verdict, self._stopping
         if own is not None:
-            self._set(f"node/{own['node']}", nodeview.envelope(nodeview.S_NODE, self.addr.job, **own))
+            self._set(f"node/{own['node']}", nodeview.node_value(self.addr.job, **own))
         if self.judge:
             nodes = {
-                str(n): {"host": d.get("host"), "ranks": [x.get("r") for x in d.get("ranks") or ()]}
-                for n, d in self._remote.items()
+                str(n): {"host": d.get("host"), "ranks": list(d.get("rids") or ())} for n, d in self._remote.items()
             }
             if own is not None:
                 nodes[str(own["node"])] = {"host": own["host"], "ranks": [x.get("r") for x in own["ranks"]]}
@@ -618,13 +749,15 @@ class JobLink:
                     verdict=verdict,
                     stop=stop,
                     nodes=nodes,
+                    table=self._table if self._wanted else None,
                     t=time.time(),
                 ),
             )
 
     def _read_nodes(self) -> None:
         keys = [self.prefix + f"node/{n}" for n in range(self.addr.nnodes) if n != self.node]
-        present = [k for k in keys if self._store.check([k])]
+        # one call while every node has published (a check per key would be nnodes round trips a second)
+        present = keys if keys and self._store.check(keys) else [k for k in keys if self._store.check([k])]
         if not present:
             return
         values = self._store.multi_get(present)
@@ -637,14 +770,30 @@ class JobLink:
                 continue
             n = doc["node"]
             t = float(doc.get("t") or 0.0)
-            prev = self._seen.get(n)
-            if prev is None or prev[0] != t:
-                self._seen[n] = (t, now)
             with self._lock:
+                prev = self._seen.get(n)
+                if prev is None or prev[0] != t:
+                    self._seen[n] = (t, now)
+                    self._gen += 1
                 self._remote[n] = doc
+                if doc.get("wants_table"):
+                    self._wanted.add(n)
+                else:
+                    self._wanted.discard(n)
+                if doc.get("hot", True):  # a value that does not say: as if it waited
+                    self._hot.add(n)
+                else:
+                    self._hot.discard(n)
 
     def _read_job(self) -> None:
-        doc = self._get_doc("job", nodeview.S_VERDICT)
+        # once the job's value exists it is never deleted: one get a second, not a check and a get (the
+        # judge's store serves every node)
+        if self._job is not None:
+            doc, note = nodeview.parse(bytes(self._store.get(self.prefix + "job")), nodeview.S_VERDICT, self.addr.job)
+            if note:
+                self._note(note)
+        else:
+            doc = self._get_doc("job", nodeview.S_VERDICT)
         if doc is not None:
             with self._lock:
                 first = self._job is None
@@ -683,8 +832,13 @@ class JobLink:
 
 
 def link(
-    torchrun_args: tuple[str, ...] | list[str], run_dir: str, cfg: Config, say: Callable[[str], None]
+    torchrun_args: tuple[str, ...] | list[str],
+    run_dir: str,
+    cfg: Config,
+    say: Callable[[str], None],
+    option: str | None = None,
 ) -> JobLink | None:
-    """The job store link of a multi-node run (None on one node): started now, on its own thread."""
-    addr = resolve(torchrun_args, os.environ)
+    """The job store link of a multi-node run (None on one node): started now, on its own thread.
+    ``option``: --job-store HOST:PORT, which wins over $DDPDOCTOR_JOB_STORE."""
+    addr = resolve(torchrun_args, os.environ, option)
     return JobLink(addr, run_dir, cfg, say) if addr is not None else None

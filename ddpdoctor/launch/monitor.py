@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -23,9 +23,10 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.launch import jobstore
 from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
-from ddpdoctor.record.reader import RunReader
+from ddpdoctor.record.reader import RunReader, RunRecord
 from ddpdoctor.record.writer import JsonlWriter
 from ddpdoctor.render.live import terminal as live_view
+from ddpdoctor.render.live.rows import view_from_dict, view_to_dict
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class LaunchSpec:
     stop_steps: int | None = None  # end the run once every rank made this many DDP steps
     stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
     wrapper: tuple[str, ...] = ()  # a program each rank runs under (nsys profile ...), via --no-python
+    job_store: str | None = None  # --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,21 @@ def _forward(pipe: Any, out: Any | None, log: Any) -> None:
 
 
 POLL_S = 0.2  # the heartbeat period is 0.25 s: polling faster only costs the ranks CPU
+
+
+def poll_records(
+    refresh: Callable[..., RunRecord], job: jobstore.JobLink | None, cfg: Config, now: float
+) -> tuple[RunRecord, RunRecord]:
+    """One poll's records: this node's ranks (``refresh(full=...)``, e.g. RunReader.refresh) and the view
+    the verdict is judged on (every node's ranks on the judging node, else the same record). The ledgers
+    are read in full only when the judge publishes next or some rank waits: the deadlock proof needs them.
+    A function of its own so that benchmarks/multinode_scale.py runs the judge's poll as the monitor does."""
+    record = refresh(full=bool(job and job.due(now)))  # the judge reads our ledgers
+    merged = job.view(record, now, full=False) if job else record  # every node's ranks (the judging node)
+    if job.anyone_waiting(record, merged, now) if job else live.anyone_waiting(record, cfg, now):
+        record = refresh(full=True)  # the deadlock proof needs the ledgers
+        merged = job.view(record, now, full=True) if job else record
+    return record, merged
 
 
 def _title(record: Any, elapsed: float) -> str:
@@ -156,18 +173,20 @@ class Monitor:
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
-        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say)  # multi-node: the job store
+        # multi-node: the job store
+        job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
+        if job and (self.spec.stop_steps or self.spec.stop_epochs):
+            job.redraw_s = jobstore.PUBLISH_S  # a stop rule looks at every rank's steps every second
+        if job and view:
+            job.wants_table = True  # a node that draws the table shows the job's (the judge shares it)
         t_start = time.time()
         last_status, last_text = 0.0, None
+        text: str | None = None
         verdict = None
         try:
             while proc.poll() is None:
                 now = time.time()
-                record = reader.refresh(full=bool(job and job.due(now)))  # the judge reads our ledgers
-                merged = job.view(record) if job else record  # every node's ranks (the judging node)
-                if live.anyone_waiting(merged, self.cfg, now):
-                    record = reader.refresh(full=True)  # the deadlock proof needs the ledgers
-                    merged = job.view(record) if job else record
+                record, merged = poll_records(reader.refresh, job, self.cfg, now)
                 self._remember(record)  # this node's processes only: the others' pids are not ours
                 if job:
                     job.update(record, now)
@@ -189,7 +208,9 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
                     break
-                done = self._enough(merged) or (job.stop_rule() if job else None)
+                # the judge of a job looks at every rank once per view of them (job.fresh), not every poll
+                fresh = job.fresh(now) if job else True
+                done = (self._enough(merged) if fresh else None) or (job.stop_rule() if job else None)
                 if done:
                     if job:
                         job.stopping(done)
@@ -203,12 +224,25 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
                     break
-                if view:
+                if fresh and (view or (job and job.table_wanted())):
                     rates.observe(merged)
-                    view.update(live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start)))
+                    states = job.states(merged, now) if job else None
+                    table = live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start), states)
+                    if job and job.table_wanted():  # the judge: the job's table for the nodes that draw one
+                        job.share_table(view_to_dict(table))
+                    shared = job.job_table() if job else None  # the other nodes: the job's, as the judge drew it
+                    if shared is not None:
+                        got = view_from_dict(
+                            shared[0], f"{_title(record, now - t_start)} · the job, judged on node {shared[1]}"
+                        )
+                        table = got or table
+                    if view:
+                        view.update(table)
+                if view:
                     time.sleep(POLL_S)
                     continue
-                text = live.status_line(merged, self.cfg, now)
+                if fresh:
+                    text = live.status_line(merged, self.cfg, now, job.states(merged, now) if job else None)
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
                     last_status, last_text = now, text

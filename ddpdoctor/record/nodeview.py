@@ -25,7 +25,7 @@ from typing import Any
 from . import schema
 from .reader import RankRecord
 
-NODE_VERSION = 1
+NODE_VERSION = 2  # 2: a rank summary's ledger entries are one JSON text, decoded only when needed
 S_NODE = "ddpdoctor.node"  # live summary of one node
 S_FINAL = "ddpdoctor.node-final"  # one node's records after its run ended
 S_VERDICT = "ddpdoctor.job-verdict"  # the judging node's verdict (and the job's nodes)
@@ -77,10 +77,48 @@ def envelope(kind: str, job: str, **fields: Any) -> bytes:
     return json.dumps({"schema": kind, "v": NODE_VERSION, "job": job, **fields}, separators=(",", ":")).encode()
 
 
+def node_value(job: str, **fields: Any) -> bytes:
+    """A node's live value: its header (everything but ``ranks``: the node, its clock, ``hot``, its ranks'
+    ids, which of them still run, its dump acknowledgement) as one JSON line, then ``{"ranks": [...]}``. The
+    judge reads every node's header each second, and decodes the ranks only when it looks at the job (while
+    a verdict may be near, else every few seconds): 1,024 ranks' summaries are 1.8 MB of JSON."""
+    ranks = fields.pop("ranks", None) or []
+    fields.setdefault("rids", [x.get("r") for x in ranks if isinstance(x, dict)])
+    fields.setdefault(
+        "running",
+        [
+            x.get("r")
+            for x in ranks
+            if isinstance(x, dict) and not any(e.get("kind") == schema.K_FINISH for e in x.get("ev") or ())
+        ],
+    )
+    body = json.dumps({"ranks": ranks}, separators=(",", ":")).encode()
+    return envelope(S_NODE, job, **fields) + b"\n" + body  # JSON never holds a raw newline: the split is safe
+
+
+def node_ranks(doc: dict[str, Any]) -> list[Any]:
+    """The rank summaries of a node's value (decoded from its second line on first use, then kept)."""
+    body = doc.pop("_body", None)
+    if body is not None:
+        try:
+            got = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            got = None
+        doc["ranks"] = got.get("ranks") if isinstance(got, dict) and isinstance(got.get("ranks"), list) else []
+    ranks = doc.get("ranks")
+    return ranks if isinstance(ranks, list) else []
+
+
 def parse(raw: bytes | str | None, kind: str, job: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(value, None) for a value of this job, schema and version; (None, note) for anything else."""
+    """(value, None) for a value of this job, schema and version; (None, note) for anything else. A node's
+    value (:func:`node_value`): its header is decoded, its ranks are kept for :func:`node_ranks`."""
     if raw is None:
         return None, None
+    body = None
+    if kind == S_NODE:
+        nl = b"\n" if isinstance(raw, bytes) else "\n"
+        raw, sep, rest = raw.partition(nl)  # type: ignore[arg-type]
+        body = rest if sep else None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -91,6 +129,8 @@ def parse(raw: bytes | str | None, kind: str, job: str) -> tuple[dict[str, Any] 
         return None, f"ignored a {kind} value of version {doc.get('v')!r} (this ddpdoctor reads {NODE_VERSION})"
     if doc.get("job") != job:
         return None, f"ignored a {kind} value of another job id ({str(doc.get('job'))[:40]!r}, this job {job!r})"
+    if body is not None:
+        doc["_body"] = body
     return doc, None
 
 
@@ -106,7 +146,11 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
     if rec.error:
         err = {k: rec.error.get(k) for k in ("type", "user_frame", "op", "fatal") if k in rec.error}
         err["message"] = _cut(str(rec.error.get("message", "")), 600)
-    ledger = [{k: e[k] for k in _LEDGER_KEYS if k in e} for e in rec.ledger[-LIVE_LEDGER:]]
+    # one JSON text, not a list: the judge of a job decodes a thousand ranks' values a second, and needs
+    # their ledgers only while some rank waits (the deadlock proof): parsed as a string, they cost nothing
+    ledger = json.dumps(
+        [{k: e[k] for k in _LEDGER_KEYS if k in e} for e in rec.ledger[-LIVE_LEDGER:]], separators=(",", ":")
+    )
     return {
         "r": rec.rank,
         "hb": hb,
@@ -122,25 +166,65 @@ def rank_summary(rec: RankRecord) -> dict[str, Any]:
     }
 
 
-def rank_from_summary(d: dict[str, Any]) -> RankRecord | None:
-    """A RankRecord from :func:`rank_summary` (None when ``d`` is not one)."""
+def _shifted(t: Any, shift: float) -> Any:
+    return t + shift if shift and isinstance(t, (int, float)) else t
+
+
+def _shift_wait(w: Any, shift: float) -> Any:
+    """A pending/awaiting collective with its ``since`` moved by ``shift`` (a copy; ``w`` is kept)."""
+    if shift and isinstance(w, dict) and isinstance(w.get("since"), (int, float)):
+        return dict(w, since=w["since"] + shift)
+    return w
+
+
+def summary_ledger(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ledger entries of a rank summary (``led``: a JSON text, or a list as version 1 wrote it)."""
+    led = d.get("led")
+    if isinstance(led, str):
+        try:
+            led = json.loads(led)
+        except ValueError:
+            return []
+    return [e for e in led or () if isinstance(e, dict)] if isinstance(led, list) else []
+
+
+def rank_from_summary(d: dict[str, Any], shift: float = 0.0, ledger: bool = True) -> RankRecord | None:
+    """A RankRecord from :func:`rank_summary` (None when ``d`` is not one); ``ledger=False`` leaves its
+    ledger out (empty, ``ledger_trimmed``): a view that nothing waits in needs none. ``shift`` is added to the times
+    the live detectors measure durations from (the heartbeat's time, its waits' ``since``, when the sequence
+    numbers and the progress last moved, the finish event's time): the judge passes ``now - t`` of the
+    node's value, so that a rank's waits are as long as they were when its node published them, however
+    late the judge reads them and whatever the two clocks say."""
     try:
         rank = int(d["r"])
     except (KeyError, TypeError, ValueError):
         return None
-    hb = d.get("hb") if isinstance(d.get("hb"), dict) else None
-    ev = [e for e in d.get("ev") or () if isinstance(e, dict)]
-    led = [dict(e, rank=rank) for e in d.get("led") or () if isinstance(e, dict)]
+    hb = d.get("hb")
+    if isinstance(hb, dict) and hb:
+        hb = dict(hb, rank=rank, kind=schema.K_HB)  # one copy (the judge rebuilds a thousand ranks a second)
+        if shift:
+            hb["t"] = _shifted(hb.get("t"), shift)
+            if hb.get("pending"):
+                hb["pending"] = _shift_wait(hb["pending"], shift)
+            if hb.get("awaiting"):
+                hb["awaiting"] = _shift_wait(hb["awaiting"], shift)
+    else:
+        hb = None
+    ev = d.get("ev") or []
+    ev = [e for e in ev if isinstance(e, dict)] if isinstance(ev, list) else []
+    if shift and any(e.get("kind") == schema.K_FINISH for e in ev):
+        ev = [dict(e, t=_shifted(e.get("t"), shift)) if e.get("kind") == schema.K_FINISH else e for e in ev]
+    led = [dict(e, rank=rank) for e in summary_ledger(d)] if ledger else []
     ctr = d.get("ctr")
     return RankRecord(
         rank=rank,
         events=ev,
-        last_hb=dict(hb, rank=rank, kind=schema.K_HB) if hb else None,
+        last_hb=hb,
         n_hb=int(d.get("n_hb") or 0),
-        seq_changed_t=d.get("sct"),
-        progress_t=d.get("pt"),
+        seq_changed_t=_shifted(d.get("sct"), shift),
+        progress_t=_shifted(d.get("pt"), shift),
         ledger=led,
-        ledger_trimmed=bool(led),
+        ledger_trimmed=bool(led) or not ledger,
         error=d.get("err") if isinstance(d.get("err"), dict) else None,
         counters=ctr if isinstance(ctr, dict) else {},
         fatal=str(d.get("fatal") or ""),
@@ -215,6 +299,8 @@ def write_mirror(dest: str, bundle: dict[str, Any]) -> int:
 
 def write_live_mirror(dest: str, node: dict[str, Any]) -> None:
     """A lost node: its last live summary (it left no final records) as ``dest/live.json``."""
+    node = dict(node, ranks=node_ranks(node))
+    node.pop("_body", None)
     os.makedirs(dest, mode=0o700, exist_ok=True)
     fd = os.open(os.path.join(dest, LIVE_ONLY), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

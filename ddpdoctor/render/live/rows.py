@@ -5,6 +5,7 @@ presenters are in :mod:`ddpdoctor.render.live.terminal`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 from collections import Counter, deque
@@ -142,9 +143,48 @@ def _rate_text(r: float | None) -> str:
     return "" if r is None else f"{r:.1f}" if r < 100 else f"{r:.0f}"
 
 
-def build_view(record: RunRecord, now: float, cfg: Config, rates: Rates | None = None, title: str = "") -> View:
-    """The table's rows at ``now``: one per rank up to MAX_RANK_ROWS ranks, else groups and outliers."""
-    states = all_states(record, now, cfg)
+def view_to_dict(view: View) -> dict[str, Any]:
+    """A view as JSON-ready data: the judge of a multi-node job shares the job's table with the other nodes."""
+    return dataclasses.asdict(view)
+
+
+def view_from_dict(d: Any, title: str | None = None) -> View | None:
+    """The view of :func:`view_to_dict` (``title`` replaces its title); None when ``d`` is not one (a value
+    from the store is checked, never trusted)."""
+    try:
+        rows = tuple(
+            Row(
+                label=str(r["label"]),
+                ranks=tuple(int(x) for x in r["ranks"]),
+                step=str(r["step"]),
+                rate=str(r["rate"]),
+                ncoll=str(r["ncoll"]),
+                state=str(r["state"]),
+                where=str(r["where"]),
+                kind=str(r["kind"]),
+                note=str(r.get("note") or ""),
+            )
+            for r in d["rows"]
+        )
+        counts = tuple((str(k), int(n)) for k, n in d["counts"])
+        return View(
+            str(d["title"]) if title is None else title, rows, int(d["n_ranks"]), counts, int(d.get("hidden") or 0)
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def build_view(
+    record: RunRecord,
+    now: float,
+    cfg: Config,
+    rates: Rates | None = None,
+    title: str = "",
+    states: dict[int, RankState] | None = None,
+) -> View:
+    """The table's rows at ``now``: one per rank up to MAX_RANK_ROWS ranks, else groups and outliers.
+    ``states``: ``all_states(record, now, cfg)`` when the caller has it already (the judge of a job)."""
+    states = states if states is not None else all_states(record, now, cfg)
     info: dict[int, tuple[RankState, str, str, str, int, int, float | None]] = {}
     for r, s in sorted(states.items()):
         kind, text, key = _state(s, now)
