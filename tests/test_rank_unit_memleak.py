@@ -119,12 +119,11 @@ USER_CODE = textwrap.dedent("""\
 _n = itertools.count()
 
 
-@pytest.fixture
-def user(tmp_path: Path) -> Iterator[Any]:
-    """The user's training module, imported from tmp_path (a module of its own in sys.modules)."""
-    path = tmp_path / "user_train.py"
-    path.write_text(USER_CODE)
-    name = f"ddpdoctor_unit_user_train_{next(_n)}"
+def _user_module(tmp_path: Path, stem: str, code: str) -> Iterator[Any]:
+    """``code`` as the user's module ``stem``.py, imported from tmp_path (a module of its own in sys.modules)."""
+    path = tmp_path / f"{stem}.py"
+    path.write_text(code)
+    name = f"ddpdoctor_unit_{stem}_{next(_n)}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -134,6 +133,12 @@ def user(tmp_path: Path) -> Iterator[Any]:
     yield mod
     del sys.modules[name]
     gc.collect()
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> Iterator[Any]:
+    """The user's training module."""
+    yield from _user_module(tmp_path, "user_train", USER_CODE)
 
 
 def line_of(mod: Any, marker: str) -> int:
@@ -319,18 +324,7 @@ FRAMEWORK_CODE = textwrap.dedent("""\
 @pytest.fixture
 def framework_user(tmp_path: Path) -> Iterator[Any]:
     """User code whose holders no frame names while the loop runs (a callback kept in a library's list)."""
-    path = tmp_path / "user_callbacks.py"
-    path.write_text(FRAMEWORK_CODE)
-    name = f"ddpdoctor_unit_user_callbacks_{next(_n)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    sites.reset_prefixes()
-    yield mod
-    del sys.modules[name]
-    gc.collect()
+    yield from _user_module(tmp_path, "user_callbacks", FRAMEWORK_CODE)
 
 
 def _censuses_while(step: Any, steps: int, at: set[int]) -> list[dict]:
