@@ -61,7 +61,9 @@ def run_arm(arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None)
             "--steps",
             str(steps),
         ]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    # run from the temporary folder: `python -m` puts the working directory first on the ranks' sys.path, so
+    # from a checkout its own ddpdoctor would shadow the --tree one's
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
     text = r.stdout + r.stderr
     sps = [float(x) for x in re.findall(r"STEPS_PER_S ([\d.]+)", text)]
     cpu = [float(x) for x in re.findall(r"CPU_MS_PER_STEP ([\d.]+)", text)]
