@@ -29,6 +29,20 @@ class RunBuilder:
             f.write(json.dumps({"v": 1, "kind": kind, "rank": rank, "t": t, **fields}) + "\n")
         return self
 
+    def census(self, rank: int, t: float, step: int, **fields: Any) -> RunBuilder:
+        """One memleak census line: a small flat process unless ``fields`` say otherwise."""
+        base: dict[str, Any] = {
+            "objects": 1000,
+            "tensors": 10,
+            "graph_nodes": 0,
+            "tensor_bytes": {"cpu": 4096},
+            "groups": [],
+            "biggest_graphs": [],
+            "group_holders": {},
+            "workers": {},
+        }
+        return self.add(rank, "memory.jsonl", "census", t, step=step, **{**base, **fields})
+
     def start(self, rank: int, t: float = 0.0) -> RunBuilder:
         self.add(rank, "events.jsonl", "start", t, pid=999999, local_rank=rank)
         return self.add(rank, "events.jsonl", "init", t + 0.1, global_rank=rank, world_size=2, backend="gloo")

@@ -194,21 +194,7 @@ def _rss_run(root, census_steps):
         for s in range(1, 201):
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 100, step=s, rss=300 * 2**20 + s * 2**20)
             if s in census_steps:
-                b.add(
-                    r,
-                    "memory.jsonl",
-                    "census",
-                    1.0 + s / 100,
-                    step=s,
-                    objects=1000,
-                    tensors=10,
-                    graph_nodes=0,
-                    tensor_bytes={"cpu": 4096},
-                    groups=[],
-                    biggest_graphs=[],
-                    group_holders={},
-                    workers={},
-                )
+                b.census(r, 1.0 + s / 100, s)
         b.finish(r, 5.0)
     return next(f for f in diagnose(load_run(str(root)), Config(), "memleak").findings if f.id == "memleak.rss")
 

@@ -16,22 +16,8 @@ STEPS = 200
 CENSUS_AT = (1, 2, 4, 8, 16, 32, 64, 100, 128, 160, 199)
 
 
-def _census(b: RunBuilder, r: int, s: int, nodes: int, tensors: int = 10, objects: int = 1000) -> None:
-    b.add(
-        r,
-        "memory.jsonl",
-        "census",
-        1.0 + s / 100,
-        step=s,
-        objects=objects,
-        tensors=tensors,
-        graph_nodes=nodes,
-        tensor_bytes={"cpu": 4096 + 16 * tensors},
-        groups=[],
-        biggest_graphs=[],
-        group_holders={},
-        workers={},
-    )
+def _census(b: RunBuilder, r: int, s: int, nodes: int, tensors: int = 10) -> None:
+    b.census(r, 1.0 + s / 100, s, tensors=tensors, graph_nodes=nodes, tensor_bytes={"cpu": 4096 + 16 * tensors})
 
 
 def _run(root: Path, per_rank: dict[int, dict[str, Any]]) -> list:

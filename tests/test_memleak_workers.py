@@ -95,21 +95,7 @@ def _workers_run(root, uss, rss, census_workers=None, passes=1):
         for s in range(1, 41):
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 4, step=s, rss=300 * MiB)
             if census_workers and s % 4 == 0:
-                b.add(
-                    r,
-                    "memory.jsonl",
-                    "census",
-                    1.0 + s / 4,
-                    step=s,
-                    objects=1000,
-                    tensors=10,
-                    graph_nodes=0,
-                    tensor_bytes={"cpu": 4096},
-                    groups=[],
-                    biggest_graphs=[],
-                    group_holders={},
-                    workers={str(100 + r): census_workers(s) * MiB},
-                )
+                b.census(r, 1.0 + s / 4, s, workers={str(100 + r): census_workers(s) * MiB})
         b.finish(r, 20.0)
     return [f for f in diagnose(load_run(str(root)), Config(), "memleak").findings if f.id.startswith("memleak.")]
 

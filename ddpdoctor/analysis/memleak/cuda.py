@@ -67,7 +67,9 @@ def _where(files: dict[str, str], rank: int) -> str:
     return ("; " + "; ".join(parts)) if parts else ""
 
 
-def detect(record: RunRecord, steps: dict[int, list], census: dict[int, list], ranks: list[int], seen: set[str]):
+def detect(
+    record: RunRecord, steps: dict[int, list], census: dict[int, list], ranks: list[int], seen: set[str]
+) -> list[Finding]:
     """The CUDA findings. ``seen``: ids already found (a graph or tensor leak explains allocated growth)."""
     if not any("cuda_allocated" in s for r in ranks for s in steps.get(r, [])):
         return []

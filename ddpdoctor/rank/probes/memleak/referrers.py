@@ -37,12 +37,16 @@ def _ours(obj: Any) -> bool:
     return mod == _OWN_PREFIX or mod.startswith(_OWN_PREFIX + ".")
 
 
+def _own_dict(obj: Any) -> Any:
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+
+
 def _attr_of(owner: Any, child: Any) -> str | None:
     """The attribute of ``owner`` whose value is ``child`` (``__dict__`` or ``__slots__``)."""
-    try:
-        d = object.__getattribute__(owner, "__dict__")
-    except (AttributeError, TypeError):
-        d = None
+    d = _own_dict(owner)
     if isinstance(d, dict):
         for k, v in list(d.items()):
             if v is child and isinstance(k, str):
@@ -57,13 +61,6 @@ def _attr_of(owner: Any, child: Any) -> str | None:
     return None
 
 
-def _own_dict(obj: Any) -> Any:
-    try:
-        return object.__getattribute__(obj, "__dict__")
-    except (AttributeError, TypeError):
-        return None
-
-
 def _dict_key(d: dict, child: Any) -> str | None:
     for k, v in list(d.items()):
         if v is child:
@@ -74,17 +71,11 @@ def _dict_key(d: dict, child: Any) -> str | None:
 def _module_of_globals(d: dict) -> types.ModuleType | None:
     name = d.get("__name__")
     mod = sys.modules.get(name) if isinstance(name, str) else None
-    if mod is not None and getattr(mod, "__dict__", None) is d:
-        return mod
-    if name == "__main__" or "__builtins__" in d and "__name__" in d:
-        main = sys.modules.get("__main__")
-        if main is not None and main.__dict__ is d:
-            return main
-    return None
+    return mod if mod is not None and getattr(mod, "__dict__", None) is d else None
 
 
 class _Node:
-    """One object on the way up from a target: the object, the target it leads to, the node below it."""
+    """One object on the way up from the targets: the object, the targets below it, the node below it."""
 
     __slots__ = ("obj", "targets", "below")
 
