@@ -8,6 +8,8 @@ run. The comm-heavy loop (benchmarks/comm_loop.py), 2 ranks, gloo.
 
 ``--tree NAME=PATH`` adds, for every command, an arm ``NAME:command`` that runs the ddpdoctor of another
 checkout (``PYTHONPATH=PATH``, the same Python and torch): before/after figures from one session.
+``bare-again`` is a second bare torchrun arm (an A/A control): its "ratio" is what the host's own noise
+makes of two identical arms, the protocol's resolution that session.
 
 Prints per arm: median steps/s, the ratio of the medians (bare/arm), the median of the reps' own ratios
 with their range, and the median of the reps' CPU-time-per-step ratios (arm/bare).
@@ -33,7 +35,7 @@ def run_arm(arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None)
     if ":" in arm:  # another checkout's ddpdoctor
         name, arm = arm.split(":", 1)
         env = dict(os.environ, PYTHONPATH=(trees or {})[name])
-    if arm == "bare":
+    if arm in ("bare", "bare-again"):
         argv = [
             sys.executable,
             "-m",
@@ -74,7 +76,7 @@ def run_arm(arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("arms", nargs="+", choices=["hang", "check", "memleak", "profile"])
+    ap.add_argument("arms", nargs="+", choices=["hang", "check", "memleak", "profile", "bare-again"])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--json", help="write the raw runs and the summary here")

@@ -2,8 +2,9 @@
 is in use); a cheap scan of the autograd graphs the user's own names reach; every so often a census of
 all live tensors and graphs, with who holds them (``census.py``, ``holders.py``).
 
-Per step (an optimizer step, or a DDP forward where there is no optimizer) the cost is one
-``memory_info()`` call and one line. The scans and censuses run on a schedule that gives enough points
+Per step (an optimizer step, or a DDP forward where there is no optimizer) the cost is a few clock
+reads; a memory line (RSS from ``/proc/self/statm``, the allocator's figures on a GPU) is taken at every
+one of the first ``EARLY_STEPS`` steps, then at most every ``SAMPLE_EVERY_S`` (every step of a slower loop). The scans and censuses run on a schedule that gives enough points
 whatever the step time, within an overhead budget:
 
 - a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
@@ -43,7 +44,7 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, line
 
 LOCAL_EVERY = 5  # at most one graph scan per this many steps
-SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
+SCAN_BUDGET = 0.002  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
 FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 while the probes' time so far is at most
@@ -56,6 +57,7 @@ GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set ne
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
 FLUSH_S = 0.2  # the per-step lines are written together this often
+SAMPLE_EVERY_S = 0.01  # a memory line at most this often after the first EARLY_STEPS (each of those steps has one)
 NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of microseconds)
 SNAPSHOT_ENTRIES = 100_000  # the allocator history's ring for --snapshot
 
@@ -139,6 +141,8 @@ class Memory(RankProbe):
         self.last_census_step = 0
         self.last_census_rss = 0
         self.last_scan_t = 0.0
+        self.last_sample_t = 0.0  # when the last memory line was taken (SAMPLE_EVERY_S)
+        self.last_rss = 0  # its RSS (what the census schedule compares with between lines)
         self.last_scan_cost = 0.0
         self.last_scan_step = 0
         self.last_scan_nodes = -1  # the most graph nodes a scan saw so far
@@ -190,17 +194,28 @@ class Memory(RankProbe):
         elif self.by_optimizer:
             return  # with an optimizer, a step is an optimizer step
         self.step += 1
-        if self.step == 1:
-            self.t_first = time.perf_counter()
-        rss = self.rss()
-        fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
-        now = time.perf_counter()
         step = self.step
+        now = time.perf_counter()
+        if step == 1:
+            self.t_first = now
         frame = sys._getframe(1)
         scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
-        if step == 1 or (
+        scan = step == 1 or (
             step - self.last_scan_step >= LOCAL_EVERY and now - self.last_scan_t >= self.last_scan_cost / scan_budget
-        ):
+        )
+        # a memory line (RSS, and the allocator's figures on a GPU) at most every SAMPLE_EVERY_S after the
+        # first EARLY_STEPS: reading /proc/self/statm costs more (5-20 us) than the rest of a step's
+        # bookkeeping, and a leak is a trend over many steps; a step slower than that is sampled every time
+        if not (scan or step <= EARLY_STEPS or now - self.last_sample_t >= SAMPLE_EVERY_S):
+            # the census schedule is looked at with the samples too (a doubling or a planned census comes a
+            # few steps late); only --census-every is to the step
+            if self.census_every and step % self.census_every == 0:
+                self.census(frame, "every", self.last_rss)
+            return
+        self.last_sample_t = now
+        self.last_rss = rss = self.rss()
+        fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
+        if scan:
             fields.setdefault("rss", rss)
             c0 = _cpu()
             try:
