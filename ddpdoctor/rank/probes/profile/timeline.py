@@ -37,7 +37,20 @@ from ddpdoctor.rank.probes.profile.linesamples import LineSamples
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter
 
-_native_id, _now_ns = threading.get_native_id, time.perf_counter_ns
+_now_ns = time.perf_counter_ns
+_here = threading.local()
+
+
+def _native_id() -> int:
+    """This thread's kernel id, kept per thread: ``threading.get_native_id`` is a ``gettid`` system call
+    every time (three a step here), and on a loaded host every system call on the training thread's path
+    is a point where the scheduler may run another thread first."""
+    try:
+        return _here.tid  # type: ignore[no-any-return]
+    except AttributeError:
+        _here.tid = tid = threading.get_native_id()
+        return tid
+
 
 CATEGORIES = ("compute", "comm", "data", "optim")
 INFO_STEPS = frozenset(2**k for k in range(9))  # optimizer steps after which profile_info is written
