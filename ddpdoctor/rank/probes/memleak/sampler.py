@@ -44,7 +44,7 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, line
 
 LOCAL_EVERY = 5  # at most one graph scan per this many steps
-SCAN_BUDGET = 0.002  # share of the loop's time the graph scans may take
+SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
 FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 while the probes' time so far is at most
@@ -207,10 +207,9 @@ class Memory(RankProbe):
         # first EARLY_STEPS: reading /proc/self/statm costs more (5-20 us) than the rest of a step's
         # bookkeeping, and a leak is a trend over many steps; a step slower than that is sampled every time
         if not (scan or step <= EARLY_STEPS or now - self.last_sample_t >= SAMPLE_EVERY_S):
-            # the census schedule is looked at with the samples too (a doubling or a planned census comes a
-            # few steps late); only --census-every is to the step
-            if self.census_every and step % self.census_every == 0:
-                self.census(frame, "every", self.last_rss)
+            why = self._due(step, now, self.last_rss)  # the census schedule, to the step
+            if why:
+                self.census(frame, why, self.last_rss)
             return
         self.last_sample_t = now
         self.last_rss = rss = self.rss()
