@@ -8,7 +8,7 @@ the `# FAULT` line) and prints per-case pass/fail with the reason, per finding i
 and the number of error-severity findings on healthy cases (the goal is 0).
 
     python benchmarks/accuracy.py                 # every case (sequential; takes a while)
-    python benchmarks/accuracy.py --subset fast   # the few cases tests/test_corpus.py also runs
+    python benchmarks/accuracy.py --subset fast   # the few cases tests/e2e/test_corpus.py also runs
     python benchmarks/accuracy.py -k f2 -k h05    # cases whose id contains any PATTERN
     python benchmarks/accuracy.py --json out.json
 """

@@ -14,7 +14,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch
       "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 PY
 echo "== tests"
-timeout 420 $PY -m pytest -q -rs tests/gpu --deselect tests/gpu/test_attach_nccl_fr.py \
-  tests/test_memleak.py::test_cuda_memory_figures_on_a_gpu
+timeout 420 $PY -m pytest -q -rs tests/gpu --deselect tests/e2e/gpu/test_attach_nccl_fr.py \
+  tests/e2e/test_memleak.py::test_cuda_memory_figures_on_a_gpu
 echo "== attach: the flight recorder of a running NCCL job (dump pipe, debug server)"
-timeout 120 $PY -m pytest -q -rs tests/gpu/test_attach_nccl_fr.py
+timeout 120 $PY -m pytest -q -rs tests/e2e/gpu/test_attach_nccl_fr.py

@@ -1,4 +1,87 @@
+"""Shared fixtures for both tiers.
+
+tests/unit/ mirrors the package (tests/unit/<package>/test_<module>.py): pure or in-process, no torchrun;
+``pytest tests/unit`` is the quick loop. tests/e2e/ runs real jobs (torchrun ranks on gloo, several
+ddpdoctor processes on loopback, SLURM in network namespaces). The support modules (helpers.py,
+builder.py, fakeprobe.py) and the data folders (scripts/, corpus/, golden/, frameworks/, frjobs/) stay in
+tests/ itself, which this file puts on ``sys.path`` so that a test anywhere below imports them by name.
+"""
+
+from __future__ import annotations
+
 import sys
 from pathlib import Path
+from typing import Any, Callable
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import helpers  # noqa: E402  (both need the path above)
+from builder import RunBuilder  # noqa: E402
+from helpers import Result, ddpdoctor  # noqa: E402
+
+
+@pytest.fixture
+def free_port() -> Callable[..., int]:
+    """``free_port()`` (or ``free_port(host)``): a TCP port free a moment ago, as many as a test needs."""
+    return helpers.free_port
+
+
+@pytest.fixture
+def run_builder(tmp_path: Path) -> Callable[..., RunBuilder]:
+    """``run_builder(name="run", **manifest)``: a hand-built run directory under the test's tmp_path."""
+
+    def make(name: str = "run", **manifest: Any) -> RunBuilder:
+        return RunBuilder(tmp_path / name, **manifest)
+
+    return make
+
+
+@pytest.fixture
+def fake_probe(tmp_path: Path) -> Any:
+    """Rank 0's real probe in a run directory under tmp_path, never started (tests/fakeprobe.py)."""
+    from fakeprobe import make_probe
+
+    return make_probe(tmp_path)
+
+
+@pytest.fixture
+def run_job(tmp_path: Path) -> Callable[..., Result]:
+    """``run_job(args, **kw)``: one ddpdoctor run to its end (bounded), its report read back, and proof
+    that no process it started is left (helpers.ddpdoctor)."""
+
+    def run(args: list[str], **kw: Any) -> Result:
+        return ddpdoctor(args, kw.pop("tmp", tmp_path), **kw)
+
+    return run
+
+
+class JobCache:
+    """One real job per scenario, shared by every test that asks for the same arguments: the first asker
+    runs it (helpers.ddpdoctor, orphans checked), later ones get the same Result."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.results: dict[tuple[Any, ...], Result] = {}
+
+    def run(self, args: list[str], **kw: Any) -> Result:
+        key = (tuple(args), tuple(sorted((k, repr(v)) for k, v in kw.items())))
+        if key not in self.results:
+            tmp = self.root / f"job{len(self.results)}"
+            tmp.mkdir(parents=True)
+            self.results[key] = ddpdoctor(args, kw.pop("tmp", tmp), **kw)
+        return self.results[key]
+
+
+@pytest.fixture(scope="session")
+def shared_job(tmp_path_factory: pytest.TempPathFactory) -> JobCache:
+    """The session's JobCache: ``shared_job.run(args, cwd=..., timeout=...)`` runs a job once per session."""
+    return JobCache(tmp_path_factory.mktemp("shared-jobs"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``frameworks`` every test that helpers.needs() skips without the `frameworks` extra."""
+    for item in items:
+        if any(helpers.FRAMEWORKS_EXTRA in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.frameworks)

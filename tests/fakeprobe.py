@@ -1,4 +1,4 @@
-"""A rank's probe for in-process unit tests (tests/test_rank_unit_*.py): rank 0 of a run directory in
+"""A rank's probe for in-process unit tests (tests/unit/rank/): rank 0 of a run directory in
 ``tmp_path``, with the real writers of ``record/writer.py``, never started (no heartbeat thread, no
 monitor, no torchrun). It is ``rank/probe.Probe`` itself, built the way the bootstrap builds it, so the
 wrappers and probes under test read exactly the attributes they read inside a rank.

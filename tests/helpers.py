@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,9 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from ddpdoctor.commands import COMMANDS
+
+TESTS = Path(__file__).resolve().parent  # tests/: the data folders (scripts/, corpus/, golden/, ...) sit here
+ROOT = TESTS.parent
 PROBES = ROOT / "probes"
+# the commands that run a script take --run-dir; analyze takes --json too (the registry, not a list kept here)
+RUN_COMMANDS = frozenset(COMMANDS)
+JSON_COMMANDS = RUN_COMMANDS | {"analyze"}
 TOKEN_VAR = "DDPDOCTOR_TEST_TOKEN"  # set by the tests on ddpdoctor's own process, inherited by its tree
 
 
@@ -27,6 +36,25 @@ class Result:
     err: str
     run_dir: Path
     report: dict | None
+
+
+FRAMEWORKS_EXTRA = "(pip install -e '.[frameworks]')"
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    """Skip unless ``module`` (a package of the `frameworks` extra) is installed. The conftest marks such
+    tests ``frameworks``: CI's last step installs the extra and runs ``pytest -m frameworks``."""
+    return pytest.mark.skipif(
+        importlib.util.find_spec(module) is None, reason=f"{module} is not installed {FRAMEWORKS_EXTRA}"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the OS picks it; a race with another binder is
+    possible but the kernel does not hand the same ephemeral port out again soon)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def marker_line(path: Path, marker: str) -> int:
@@ -80,9 +108,9 @@ def ddpdoctor(
     run_dir = run_dir or tmp / f"run-{token[:8]}"
     cmd = [sys.executable, "-m", "ddpdoctor", *args]
     jpath = tmp / f"report-{token[:8]}.json"
-    if args and args[0] in ("hang", "check", "memleak", "profile"):
+    if args and args[0] in RUN_COMMANDS:
         cmd[4:4] = ["--run-dir", str(run_dir)]
-    if json_report and args and args[0] in ("hang", "check", "memleak", "profile", "analyze"):
+    if json_report and args and args[0] in JSON_COMMANDS:
         cmd[4:4] = ["--json", str(jpath)]
     env = dict(os.environ, **(env or {}), **{TOKEN_VAR: token})
     proc = subprocess.Popen(

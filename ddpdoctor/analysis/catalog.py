@@ -225,7 +225,7 @@ _FAMILY_NOTE = {
 
 def readme_table() -> str:
     """The README's list of findings (between its ``findings:begin``/``findings:end`` markers), made from
-    the catalog; ``tests/test_catalog.py`` keeps the README equal to it."""
+    the catalog; ``tests/unit/analysis/test_catalog.py`` keeps the README equal to it."""
     rows = ["| family | findings |", "|---|---|"]
     for fam in FAMILIES:
         ids = [f"[`{e.id}`]({e.page})" for e in _ENTRIES if e.family == fam]

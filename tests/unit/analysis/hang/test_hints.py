@@ -1,0 +1,186 @@
+"""`ddpdoctor check` on scripts written the way people write them (the official DDP tutorial's Trainer,
+evaluation loaders, pre-sharded data, two DDP models): healthy ones get no error, the planted fault gets
+the right finding, culprits and lines. The hints are checked against the evidence on hand-built records."""
+
+from __future__ import annotations
+
+from builder import RunBuilder
+
+from ddpdoctor.analysis.check import data as data_mod
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.record.reader import load_run
+
+EVAL_LOADERS = """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    train = TensorDataset(torch.randn(48, 8), torch.randn(48, 1))
+    val = TensorDataset(torch.randn(20, 8), torch.randn(20, 1))
+    tune = TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    ts = DistributedSampler(train)
+    train_loader = DataLoader(train, batch_size=8, sampler=ts)
+    val_loader = DataLoader(val, batch_size=5, sampler=DistributedSampler(val, shuffle=False))
+    probe_loader = DataLoader(val, batch_size=5, sampler=DistributedSampler(val, shuffle=True))
+    tune_loader = DataLoader(tune, batch_size=4, sampler=DistributedSampler(tune))
+    model = DDP(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def fit(loader):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+    for epoch in range(3):
+        ts.set_epoch(epoch)
+        fit(train_loader)
+        with torch.no_grad():   # evaluation: no set_epoch on either sampler, shuffled or not
+            for loader in (val_loader, probe_loader):
+                for x, y in loader:
+                    model(x)
+    fit(tune_loader)            # one epoch only
+    dist.destroy_process_group()
+"""
+
+
+PRESHARDED = """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, 8, generator=g)
+    shard = TensorDataset(x[rank::world], x[rank::world].sum(1, keepdim=True))  # each rank its own slice
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for xb, yb in DataLoader(shard, batch_size=8, shuffle=True):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+    dist.destroy_process_group()
+"""
+
+
+GAN = """
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    G = DDP(nn.Sequential(nn.Linear(4, 16), nn.Tanh()))
+    D = DDP(nn.Sequential(nn.Linear(16, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1)))
+    optD, optG = torch.optim.Adam(D.parameters()), torch.optim.Adam(G.parameters())
+    bce = nn.BCEWithLogitsLoss()
+    for step in range(12):
+        real = torch.randn(8, 16)
+        D.zero_grad()
+        bce(D(real), torch.ones(8, 1)).backward()
+        fake = G(torch.randn(8, 4))
+        bce(D(fake.detach()), torch.zeros(8, 1)).backward()
+        optD.step()
+        G.zero_grad()
+        bce(D(fake), torch.ones(8, 1)).backward()
+        optG.step()
+    dist.destroy_process_group()
+"""
+
+
+# -- hints against the evidence (hand-built records) ------------------------------------------------------
+
+
+def _loader(b, rank, t, ordinal=0, **kw):
+    fields = dict(
+        lid=100 + ordinal,
+        ordinal=ordinal,
+        sampler="DistributedSampler",
+        sampler_sid=7,
+        distributed=True,
+        shuffle=True,
+        iterable=False,
+        dataset="D",
+        dataset_len=40,
+        batches=5,
+        batch_size=4,
+        drop_last=False,
+        num_workers=0,
+        prefetch=0,
+        subset_digest=None,
+        subset=None,
+        data_fp="f",
+        site=["/work/train.py", 12, "main"],
+    )
+    fields.update(kw)
+    b.add(rank, "checks.jsonl", "loader", t, **fields)
+    b.add(rank, "checks.jsonl", "loader_train", t + 0.1, ordinal=ordinal, by="step")
+    b.add(rank, "checks.jsonl", "optstep", t + 0.2, n=1, synced=1, unsynced=0, site=["/work/train.py", 20, "main"])
+
+
+def test_uneven_batches_hint_fits_a_script_that_uses_distributed_sampler(tmp_path):
+    b = RunBuilder(tmp_path / "run", command="check")
+    for r, (n, batches) in enumerate(((40, 5), (48, 6))):
+        b.start(r)
+        _loader(b, r, 1.0, dataset_len=n, batches=batches)
+    f = next(f for f in data_mod.detect(load_run(tmp_path / "run"), Config()) if f.id == "data.uneven-batches")
+    assert "DistributedSampler" not in f.hint.replace("DistributedSampler then", "")
+    assert "different lengths" in f.message and "model.join()" in f.hint
+    assert f.culprits == (1,)
+    # same data set length, same batch size: the advice is drop_last or join
+    b2 = RunBuilder(tmp_path / "run2", command="check")
+    for r, batches in enumerate((5, 6)):
+        b2.start(r)
+        _loader(b2, r, 1.0, batches=batches)
+    f = next(f for f in data_mod.detect(load_run(tmp_path / "run2"), Config()) if f.id == "data.uneven-batches")
+    assert "drop_last=True" in f.hint and "model.join()" in f.hint and "Use DistributedSampler" not in f.hint
+
+
+def test_shard_overlap_names_different_dataset_lengths_not_seeds(tmp_path):
+    b = RunBuilder(tmp_path / "run", command="check")
+    for r, n in enumerate((8, 10)):
+        b.start(r)
+        idx = list(range(r, n, 2))[:4] if r == 0 else [0, 2, 4, 6, 8]
+        b.add(
+            r,
+            "checks.jsonl",
+            "sampler_init",
+            0.5,
+            sid=7,
+            ordinal=0,
+            shuffle=False,
+            seed=0,
+            drop_last=False,
+            num_replicas=2,
+            sampler_rank=r,
+            dataset_len=n,
+            site=["/work/train.py", 9, "main"],
+        )
+        b.add(
+            r,
+            "checks.jsonl",
+            "sampler",
+            1.0,
+            sid=7,
+            ordinal=0,
+            k=0,
+            epoch=0,
+            seed=0,
+            shuffle=False,
+            drop_last=False,
+            num_replicas=2,
+            sampler_rank=r,
+            dataset_len=n,
+            n=len(idx),
+            digest=f"d{r}",
+            indices=idx,
+            site=["/work/train.py", 15, "main"],
+        )
+    f = next(f for f in data_mod.detect(load_run(tmp_path / "run"), Config()) if f.id == "data.shard-overlap")
+    assert "different lengths" in f.message and "seed" not in f.hint
+    assert f.evidence["dataset_lens"] == {0: 8, 1: 10}
+    assert {l.line for l in f.locations} == {9}

@@ -1,0 +1,262 @@
+"""The post-mortem's pure side: the safe pickle reader, the dump and error-file readers, the detector on
+hand-built dumps. Real dumps from real ranks: tests/e2e/test_postmortem_jobs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TESTS
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.postmortem import errorfiles, flight, inputs, report, safepickle
+
+
+class Boom:
+    """Unpickling this runs a shell command that writes a file, on any reader that resolves globals."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def _crafted(tmp: Path) -> tuple[Path, Path]:
+    canary = tmp / "pwned"
+    dump = {"version": "2.10", "entries": [Boom(str(canary))], "pg_status": {}, "pg_config": {}}
+    path = tmp / "dumps" / "rank_0"
+    path.parent.mkdir()
+    path.write_bytes(pickle.dumps(dump))
+    return path, canary
+
+
+def test_pickle_with_a_callable_is_refused_and_nothing_runs(tmp_path):
+    path, canary = _crafted(tmp_path)
+    with pytest.raises(safepickle.UnsafePickle, match="posix.system"):
+        safepickle.loads(path.read_bytes())
+    with pytest.raises(flight.DumpError, match="refused"):
+        flight.load(str(path))
+    assert not canary.exists()
+    pickle.loads(path.read_bytes())  # the same bytes under plain pickle do run: the test can fail
+    assert canary.exists()
+
+
+def test_analyze_refuses_the_crafted_pickle_with_one_line_exit_2(tmp_path):
+    path, canary = _crafted(tmp_path)
+    for arg in (path, path.parent):
+        p = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "analyze", str(arg)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.count("\n") == 1 and "refused" in p.stderr and "Traceback" not in p.stderr
+        assert not canary.exists()
+
+
+def test_plain_data_only():
+    assert safepickle.loads(pickle.dumps({"a": [1, 2.0, ("x", b"y", None, True)]})) == {
+        "a": [1, 2.0, ("x", b"y", None, True)]
+    }
+    with pytest.raises(safepickle.UnsafePickle):
+        safepickle.loads(pickle.dumps({1, 2}))  # a set is a global (builtins.set) in protocol 2
+    with pytest.raises(safepickle.UnsafePickle):
+        safepickle.loads(pickle.dumps(Path("x")))
+
+
+def test_foreign_and_broken_dumps_are_one_line(tmp_path):
+    cases = {
+        "foreign": pickle.dumps({"model": [1, 2]}),
+        "badjson": b'{"version": "2.10", "entr',
+        "v1": pickle.dumps({"version": "1.5", "entries": []}),
+        "text": b"hello",
+    }
+    for name, data in cases.items():
+        p = tmp_path / f"{name}_0"
+        p.write_bytes(data)
+        if name == "text":
+            assert not flight.looks_like_dump(str(p))
+            continue
+        with pytest.raises(flight.DumpError) as e:
+            flight.load(str(p))
+        assert "\n" not in str(e.value)
+    with pytest.raises(flight.DumpError, match="not a flight-recorder dump"):
+        flight.load(str(tmp_path / "foreign_0"))
+    with pytest.raises(flight.DumpError, match="not supported"):
+        flight.load(str(tmp_path / "v1_0"))
+
+
+def _entry(rid, group, seq, op="all_reduce", line=10, sizes=((8,),), t=0):
+    return {
+        "record_id": rid,
+        "pg_id": int(group),
+        "process_group": (group, "default_pg" if group == "0" else "g"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": f"gloo:{op}",
+        "is_p2p": False,
+        "input_sizes": [list(s) for s in sizes],
+        "output_sizes": [list(s) for s in sizes],
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+        "state": "scheduled",
+        "retired": False,
+        "time_created_ns": t or 1_000_000_000 * (rid + 1),
+        "timeout_ms": 60000,
+        "frames": [
+            {"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/distributed_c10d.py", "line": 3245},
+            {"name": "main", "filename": "/job/train.py", "line": line},
+        ],
+    }
+
+
+def _write(tmp: Path, rank: int, entries, status, fmt="pickle", first_id=0) -> None:
+    d = {
+        "version": "2.10",
+        "entries": entries,
+        "pg_config": {"": {"desc": "", "name": "", "ranks": "[]"}},
+        "pg_status": {
+            g: {"last_enqueued_collective": e, "last_started_collective": -1, "last_completed_collective": c}
+            for g, (e, c) in status.items()
+        },
+    }
+    data = pickle.dumps(d) if fmt == "pickle" else json.dumps(d).encode()
+    (tmp / f"rank_{rank}").write_bytes(data)
+
+
+def _report(*paths):
+    return report.build(inputs.load([str(p) for p in paths]), Config())
+
+
+def test_extra_call_without_stacks_by_its_group(tmp_path):
+    # JSON-like: no frames; rank 2 went off to group 1 that ranks 0 and 1 never used
+    for r in (0, 1, 2):
+        ents = [dict(_entry(i, "0", i + 1), frames=[]) for i in range(3)]
+        if r == 2:
+            ents.append(dict(_entry(3, "1", 1), frames=[]))
+            _write(tmp_path, r, ents, {"0": (3, 3), "1": (1, -1)}, fmt="json")
+        else:
+            ents.append(dict(_entry(3, "0", 4), frames=[]))
+            _write(tmp_path, r, ents, {"0": (4, 3)}, fmt="json")
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (2,), 3)
+
+
+def test_every_rank_in_the_same_collective_is_a_transport_stall_or_a_shape_mismatch(tmp_path):
+    for r in (0, 1):
+        _write(tmp_path, r, [_entry(0, "0", 1), _entry(1, "0", 2, sizes=((8,),) if r == 0 else ((9,),))], {"0": (2, 1)})
+    f = _report(tmp_path).findings[0]
+    assert f.id == "hang.shape-mismatch"
+    for r in (0, 1):
+        _write(tmp_path, r, [_entry(0, "0", 1), _entry(1, "0", 2)], {"0": (2, 1)})
+    assert _report(tmp_path).findings[0].id == "hang.transport-stall"
+
+
+def test_ring_too_small_and_different_jobs_are_said(tmp_path):
+    _write(tmp_path, 0, [_entry(500, "0", 501), _entry(501, "0", 502)], {"0": (502, 502)})
+    _write(tmp_path, 1, [_entry(500, "0", 501, t=10**15), _entry(501, "0", 502, t=10**15 + 1)], {"0": (502, 502)})
+    rep = _report(tmp_path)
+    assert any("dropped 500 older entries" in n for n in rep.notes)
+    assert [f.id for f in rep.findings] == ["postmortem.mixed-dumps"]
+
+
+def test_torchrun_summary_is_parsed():
+    text = """
+Failures:
+[1]:
+  time      : 2026-12-02_07:55:06
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 7002)
+  error_file: /l/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/job/train.py", line 66, in main
+      dist.all_reduce(x)
+  RuntimeError: Connection closed by peer [127.0.0.1]:45767
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_07:55:06
+  host      : localhost
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 7003)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 7003
+============================================================
+"""
+    got = errorfiles.summaries(text)
+    assert [(e.rank, e.local_rank, e.exitcode, e.victim) for e in got] == [(0, 0, 1, True), (3, 1, -9, False)]
+    assert got[0].user_frame() == ("/job/train.py", 66, "main") and got[1].root_cause
+
+
+def test_mix_with_a_run_directory_and_junit_html(tmp_path):
+    golden = tmp_path / "healthy-run"  # a copy: analyze writes report.html into a run directory
+    shutil.copytree(TESTS / "golden" / "healthy", golden)
+    (tmp_path / "dumps").mkdir()
+    tmp_path = tmp_path / "dumps"
+    for r in (0, 1):
+        ents = [_entry(0, "0", 1), _entry(1, "1" if r == 1 else "0", 1 if r == 1 else 2, line=20 if r == 1 else 10)]
+        _write(tmp_path, r, ents, {"0": (1 if r == 1 else 2, 1)} | ({"1": (1, 0)} if r == 1 else {}))
+    junit, html = tmp_path / "r.xml", tmp_path / "r.html"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(golden),
+            str(tmp_path),
+            "--json",
+            "-",
+            "--junit",
+            str(junit),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    rep = json.loads(p.stdout)
+    assert p.returncode == 3 and rep["verdict"] == "hang", p.stderr
+    f = next(f for f in rep["findings"] if f["id"] == "hang.rank-conditional-collective")
+    assert f["culprits"] == [1] and {(loc["rank"], loc["line"]) for loc in f["locations"]} == {(1, 20), (0, 10)}
+    assert "hang.rank-conditional-collective" in junit.read_text()
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "analyze",
+            str(tmp_path / "rank_0"),
+            str(tmp_path / "rank_1"),
+            "--html",
+            str(html),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 3 and "hang.rank-conditional-collective" in html.read_text(), p.stderr
+
+
+def test_a_collective_another_rank_completed_is_not_pending(tmp_path):
+    # gloo marks the work done after wait() returned: a dump written right then shows it pending on one rank
+    _write(tmp_path, 0, [_entry(0, "0", 1), _entry(1, "0", 2, op="barrier")], {"0": (2, 2)})
+    _write(tmp_path, 1, [_entry(0, "0", 1), _entry(1, "0", 2, op="barrier")], {"0": (2, 1)})
+    rep = _report(tmp_path)
+    assert (rep.verdict, rep.findings) == ("ok", ())
