@@ -85,3 +85,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(helpers.FRAMEWORKS_EXTRA in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.frameworks)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy-loop processes beside the tests (N = cores: the loaded runs of the e2e tier)",
+    )
+
+
+_HOGS: list[Any] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--cpu-hog N``: N processes that keep a core busy each, for the whole session (started once, in the
+    main process, not in each xdist worker). No test may depend on a quiet host: the e2e tier must pass so."""
+    import subprocess
+
+    if hasattr(config, "workerinput"):
+        return
+    for _ in range(config.getoption("--cpu-hog")):
+        _HOGS.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for h in _HOGS:  # by pid: only the processes started above
+        h.kill()
+        h.wait(timeout=10)
+    _HOGS.clear()

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from helpers import PROBES, ROOT, ddpdoctor
+from helpers import PROBES, ROOT
 
 CHECK = """
 import sys
@@ -24,16 +24,16 @@ def run_cli_in_process(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CHECK.format(args=args)], capture_output=True, text=True, timeout=60)
 
 
-def test_analyze_does_not_import_torch(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(PROBES / "shape_mismatch.py")], tmp_path)
+def test_analyze_does_not_import_torch(shared_job):
+    r = shared_job.run(["hang", "--script", str(PROBES / "shape_mismatch.py")])
     assert r.code == 3
     a = run_cli_in_process(["analyze", str(r.run_dir)])
     assert "NO_TORCH 3" in a.stderr, a.stderr[-2000:]
     assert "hang.shape-mismatch" in a.stdout
 
 
-def test_run_directory_is_private(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(PROBES / "shape_mismatch.py")], tmp_path)
+def test_run_directory_is_private(shared_job):
+    r = shared_job.run(["hang", "--script", str(PROBES / "shape_mismatch.py")])
     assert (r.run_dir.stat().st_mode & 0o777) == 0o700
     logs = r.run_dir / "logs"  # torchrun's own --log-dir files, inside the private directory
     for p in r.run_dir.rglob("*"):

@@ -6,8 +6,9 @@ import pytest
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
 
-def run_probe(tmp_path, name, *extra, timeout=120):
-    return ddpdoctor(["hang", "--script", str(PROBES / name), *extra], tmp_path, timeout=timeout)
+def run_probe(shared_job, name, *extra, timeout=120):
+    """One run of the probe per session, shared by every test that asks for the same arguments."""
+    return shared_job.run(["hang", "--script", str(PROBES / name), *extra], timeout=timeout)
 
 
 def test_healthy_default_workload_has_no_findings(tmp_path):
@@ -19,8 +20,8 @@ def test_healthy_default_workload_has_no_findings(tmp_path):
     assert "ddpdoctor hang: OK" in r.out
 
 
-def test_rank_conditional_collective_names_rank_0_and_its_line(tmp_path):
-    r = run_probe(tmp_path, "rank_conditional.py")
+def test_rank_conditional_collective_names_rank_0_and_its_line(shared_job):
+    r = run_probe(shared_job, "rank_conditional.py")
     assert r.code == 3, r.err[-2000:]
     assert r.report["verdict"] == "hang"
     f = finding(r.report, "hang.rank-conditional-collective")
@@ -30,8 +31,8 @@ def test_rank_conditional_collective_names_rank_0_and_its_line(tmp_path):
     assert f"rank_conditional.py:{marker_line(probe, 'EXTRA')}" in r.out
 
 
-def test_early_exit_names_the_rank_that_left(tmp_path):
-    r = run_probe(tmp_path, "early_exit.py")
+def test_early_exit_names_the_rank_that_left(shared_job):
+    r = run_probe(shared_job, "early_exit.py")
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.early-exit")
     probe = PROBES / "early_exit.py"
@@ -40,8 +41,8 @@ def test_early_exit_names_the_rank_that_left(tmp_path):
     assert marker_line(probe, "STEP") in lines_of(f, 0)
 
 
-def test_uneven_batches(tmp_path):
-    r = run_probe(tmp_path, "uneven_batches.py")
+def test_uneven_batches(shared_job):
+    r = run_probe(shared_job, "uneven_batches.py")
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.uneven-batches")
     probe = PROBES / "uneven_batches.py"
@@ -50,16 +51,16 @@ def test_uneven_batches(tmp_path):
     assert marker_line(probe, "EPOCH_END") in lines_of(f, 1)
 
 
-def test_shape_mismatch(tmp_path):
-    r = run_probe(tmp_path, "shape_mismatch.py")
+def test_shape_mismatch(shared_job):
+    r = run_probe(shared_job, "shape_mismatch.py")
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.shape-mismatch")
     line = marker_line(PROBES / "shape_mismatch.py", "GATHER")
     assert lines_of(f, 0) == {line} and lines_of(f, 1) == {line}
 
 
-def test_crash_names_the_raising_rank_not_the_victim(tmp_path):
-    r = run_probe(tmp_path, "crash.py")
+def test_crash_names_the_raising_rank_not_the_victim(shared_job):
+    r = run_probe(shared_job, "crash.py")
     assert r.code == 1, r.err[-2000:]
     assert r.report["verdict"] == "crash"
     f = finding(r.report, "crash.exception")
@@ -69,8 +70,8 @@ def test_crash_names_the_raising_rank_not_the_victim(tmp_path):
     assert "ValueError" in f["message"]
 
 
-def test_exception_in_dataloader_worker_points_at_the_worker_line(tmp_path):
-    r = run_probe(tmp_path, "dataloader_crash.py")
+def test_exception_in_dataloader_worker_points_at_the_worker_line(shared_job):
+    r = run_probe(shared_job, "dataloader_crash.py")
     assert r.code == 1, r.err[-2000:]
     f = finding(r.report, "crash.exception")
     raised = [l for l in f["locations"] if l["role"].startswith("raised")]
@@ -80,8 +81,8 @@ def test_exception_in_dataloader_worker_points_at_the_worker_line(tmp_path):
     assert "KeyError" in f["message"]
 
 
-def test_uncertain_wait_is_a_hang_only_after_timeout(tmp_path):
-    r = run_probe(tmp_path, "slow_rank.py", "--timeout", "3")
+def test_uncertain_wait_is_a_hang_only_after_timeout(shared_job):
+    r = run_probe(shared_job, "slow_rank.py", "--timeout", "3")
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.timeout")
     probe = PROBES / "slow_rank.py"
@@ -91,14 +92,14 @@ def test_uncertain_wait_is_a_hang_only_after_timeout(tmp_path):
     assert "waiting" in r.err and "busy at slow_rank.py" in r.err  # the live line
 
 
-def test_long_step_without_collective_is_not_a_hang(tmp_path):
-    r = run_probe(tmp_path, "slow_step.py", "--timeout", "2", "--", "--sleep", "4")
+def test_long_step_without_collective_is_not_a_hang(shared_job):
+    r = run_probe(shared_job, "slow_step.py", "--timeout", "2", "--", "--sleep", "4")
     assert r.code == 0, r.err[-2000:]
     assert r.report["verdict"] == "ok"
 
 
-def test_mp_spawn_script_is_detected_and_diagnosed(tmp_path):
-    r = run_probe(tmp_path, "spawn_conditional.py")
+def test_mp_spawn_script_is_detected_and_diagnosed(shared_job):
+    r = run_probe(shared_job, "spawn_conditional.py")
     assert "mode spawn" in r.err
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
@@ -107,8 +108,8 @@ def test_mp_spawn_script_is_detected_and_diagnosed(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["json", "junit"])
-def test_analyze_rediagnoses_a_saved_run_identically(tmp_path, fmt):
-    r = run_probe(tmp_path, "shape_mismatch.py")
+def test_analyze_rediagnoses_a_saved_run_identically(shared_job, tmp_path, fmt):
+    r = run_probe(shared_job, "shape_mismatch.py")
     again = ddpdoctor(["analyze", str(r.run_dir)], tmp_path)
     assert again.code == r.code == 3
     assert [f["id"] for f in again.report["findings"]] == [f["id"] for f in r.report["findings"]]

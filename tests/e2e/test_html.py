@@ -143,7 +143,7 @@ pytestmark = pytest.mark.xdist_group("html")  # one worker runs the module fixtu
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def runs(tmp_path_factory, shared_job) -> dict:
     tmp = tmp_path_factory.mktemp("html")
     # the hang probe with a line of HTML next to the culprit's line: it must show as text and never run
     src = (PROBES / "rank_conditional.py").read_text().splitlines()
@@ -167,7 +167,7 @@ def runs(tmp_path_factory) -> dict:
             "ACCUM",
         ),
         "check": (
-            ddpdoctor(["check", "--script", str(PROBES / "check_set_epoch.py")], tmp),
+            shared_job.run(["check", "--script", str(PROBES / "check_set_epoch.py")]),  # as test_check_probes.py
             "data.missing-set-epoch",
             {0, 1},
             PROBES / "check_set_epoch.py",

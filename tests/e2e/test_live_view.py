@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from helpers import PROBES, TOKEN_VAR, assert_no_orphans, ddpdoctor
+from helpers import PROBES, TOKEN_VAR, assert_no_orphans
 
 from ddpdoctor.render.live import terminal as live
 
@@ -162,8 +162,8 @@ def test_table_shows_the_collective_each_rank_waits_in(tmp_path):
     assert "hang.rank-conditional-collective" in raw
 
 
-def test_no_terminal_no_escape_codes(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(PROBES / "rank_conditional.py")], tmp_path)
+def test_no_terminal_no_escape_codes(shared_job):
+    r = shared_job.run(["hang", "--script", str(PROBES / "rank_conditional.py")])
     assert r.code == 3, r.err[-2000:]
     assert "\x1b" not in r.err and "\x1b" not in r.out
     assert "ddpdoctor: deadlock: rank " in r.err  # the plain lines, as before
