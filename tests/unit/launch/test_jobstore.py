@@ -1,0 +1,41 @@
+"""Where a multi-node job's store is (launch/jobstore.py, its pure part; the JobLink thread is exercised by
+the e2e multi-node tests): none for a single node, the rendezvous endpoint's port + 1, the master address,
+an explicit --job-store or DDPDOCTOR_JOB_STORE, IPv6 addresses; the node a run directory is."""
+
+from __future__ import annotations
+
+from ddpdoctor.launch.jobstore import StoreAddr, node_of, resolve, store_address
+from ddpdoctor.record.reader import RankRecord, RunRecord
+
+
+def test_a_single_node_or_standalone_run_has_no_job_store() -> None:
+    assert resolve(["--nproc-per-node", "2", "--standalone"], {}) is None
+    assert resolve(["--nnodes", "1", "--master-addr", "n0"], {}) is None
+    assert resolve(["--nnodes", "2"], {}) is None  # no rendezvous host known
+
+
+def test_the_store_sits_beside_the_rendezvous() -> None:
+    args = ["--nnodes", "1:4", "--rdzv-endpoint", "n0:29400", "--rdzv-id", "job7"]
+    assert resolve(args, {}) == StoreAddr("n0", 29401, "job7", 4, "rdzv-endpoint")
+    args = ["--nnodes=2", "--master-addr=10.0.0.1", "--master-port", "1234"]
+    assert resolve(args, {}) == StoreAddr("10.0.0.1", 1235, "10.0.0.1:1234", 2, "master-addr")
+    assert resolve(["--nnodes", "2", "--rdzv-endpoint", "[fe80::1]:5000"], {}) == StoreAddr(
+        "fe80::1", 5001, "fe80::1:5000", 2, "rdzv-endpoint"
+    )
+
+
+def test_an_explicit_store_address_wins() -> None:
+    args = ["--nnodes", "2", "--master-addr", "n0"]
+    assert resolve(args, {"DDPDOCTOR_JOB_STORE": "store:7000"}) == StoreAddr(
+        "store", 7000, "n0:29500", 2, "DDPDOCTOR_JOB_STORE"
+    )
+    assert resolve(args, {"DDPDOCTOR_JOB_STORE": "store:7000"}, option="opt:8000").source == "--job-store"
+    assert resolve(args, {}, option="no-port") is None
+    assert store_address("h:0") is None and store_address("h:70000") is None and store_address("[::1]:9") == ("::1", 9)
+
+
+def test_node_of_reads_the_ranks_start_events() -> None:
+    ranks = {r: RankRecord(r, events=[{"kind": "start", "node_rank": 1, "host": "gpu08"}]) for r in (4, 5)}
+    assert node_of(RunRecord("/run", {}, ranks, [])) == (1, "gpu08", [4, 5])
+    mixed = {**ranks, 6: RankRecord(6, events=[{"kind": "start", "node_rank": 2, "host": "gpu08"}])}
+    assert node_of(RunRecord("/run", {}, mixed, []))[0] is None

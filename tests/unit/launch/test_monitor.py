@@ -1,0 +1,39 @@
+"""The monitor's pure parts (launch/monitor.py; the run loop itself wires processes and is tested end to
+end): torchrun's command line with and without a wrapper program, worker lines told from torchrun's own
+log, and epochs counted from the busiest DataLoader line so a peek or a validation loader does not count."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from ddpdoctor.launch.monitor import LaunchSpec, _epochs, _forward, torchrun_cmd
+
+
+def test_torchrun_runs_each_rank_under_ddpdoctor() -> None:
+    spec = LaunchSpec("/w/train.py", ("--lr", "1"), ("--nproc-per-node", "2", "--standalone"), "torchrun")
+    assert torchrun_cmd(spec, "/run") == [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+        "--log-dir", "/run/logs", "--tee", "3", "-m", "ddpdoctor.rank", "/run", "/w/train.py", "--lr", "1",
+    ]  # fmt: skip
+    nsys = LaunchSpec("/w/t.py", (), ("--nproc-per-node", "1"), "torchrun", wrapper=("nsys", "profile", "-o", "X"))
+    cmd = torchrun_cmd(nsys, "/run")
+    i = cmd.index("--no-python")
+    assert cmd[i + 1 : i + 5] == ["nsys", "profile", "-o", "X"]
+    assert cmd[i + 5 :] == [sys.executable, "-u", "-m", "ddpdoctor.rank", "/run", "/w/t.py"]
+
+
+def test_worker_lines_go_to_the_terminal_and_torchruns_to_its_log() -> None:
+    pipe = io.BytesIO(b"[default0]:epoch 1 loss 0.5\nW1203 agent: sending SIGTERM\n[default1]:done\n")
+    out, log = io.BytesIO(), io.BytesIO()
+    _forward(pipe, out, log)
+    assert out.getvalue() == b"[default0]:epoch 1 loss 0.5\n[default1]:done\n"
+    assert log.getvalue() == b"W1203 agent: sending SIGTERM\n"
+
+
+def test_epochs_are_counted_from_the_busiest_loader_line() -> None:
+    def dl(line: int) -> dict:
+        return {"kind": "dataloader", "site": ["/w/train.py", line, "main"]}
+
+    events = [dl(10), dl(30), dl(40), dl(30), dl(40), dl(30), {"kind": "start"}]  # a peek at 10, val at 40
+    assert _epochs(events) == 3 and _epochs([]) == 0
