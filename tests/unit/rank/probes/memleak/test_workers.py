@@ -6,6 +6,7 @@ the judgement's edges, and the rank side's look at a Dataset's attributes in-pro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from helpers import ROOT, marker_line
 
@@ -54,13 +55,10 @@ def test_stores_found_through_subset_and_concat_wrappers():
     assert set(by) == {"paths", "meta", "rows"}, found
     assert by["paths"]["container"] == "list" and by["paths"]["elem"] == "str" and by["paths"]["len"] == 50_000
     assert by["meta"]["elem"] == "tuple" and by["rows"]["container"] == "ndarray" and by["rows"]["elem"] == "dict"
-    me = str(ROOT / "tests" / "test_memleak_workers.py")
-    assert (by["paths"]["file"], by["paths"]["line"]) == (
-        me,
-        marker_line(ROOT / "tests" / "test_memleak_workers.py", "PATHS"),
-    )
+    me = Path(__file__)  # _Plain's stores are assigned in this file
+    assert (by["paths"]["file"], by["paths"]["line"]) == (str(me), marker_line(me, "PATHS"))
     # the assignment that holds the objects, not the empty one before it
-    assert by["meta"]["line"] == marker_line(ROOT / "tests" / "test_memleak_workers.py", "META")
+    assert by["meta"]["line"] == marker_line(me, "META")
     assert found == sorted(found, key=lambda s: -s["bytes"])
 
 
