@@ -259,9 +259,12 @@ def _grown_holders(
     if any(k not in growth.searched for k in samples) or growth.search_due():
         growth.searched.update(samples)
         flat = [t for ts in samples.values() for t in ts]
-        t0 = time.perf_counter()
+        # the cost in the training thread's CPU time, not the wall clock: on a busy host the wall time of
+        # the same search is many times longer, and a wall-clock budget would then space the searches out
+        # until the holder is never named (issue 37: only memleak.rss under a CPU hog)
+        t0 = time.thread_time()
         found = referrers.find(flat, keep_out={id(samples), id(flat), *(id(v) for v in samples.values())})
-        growth.search_cost, growth.last_search_t = time.perf_counter() - t0, time.perf_counter()
+        growth.search_cost, growth.last_search_t = time.thread_time() - t0, time.perf_counter()
     out = []
     for k, ts in samples.items():
         votes: dict[tuple, list] = {}

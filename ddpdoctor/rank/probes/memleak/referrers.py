@@ -27,7 +27,7 @@ from ddpdoctor.rank.probes.memleak.storesite import Holder
 
 MAX_LEVELS = 7
 MAX_FRONTIER = 96
-TIME_CAP_S = 1.0
+TIME_CAP_S = 1.0  # of the calling thread's CPU time (a busy host must not cut the search short)
 CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, collections.OrderedDict, collections.defaultdict)
 _OWN_PREFIX = __name__.rsplit(".", 4)[0]  # "ddpdoctor": our own frames and objects are never holders
 
@@ -105,12 +105,12 @@ def find(targets: list[Any], keep_out: set[int] | None = None) -> dict[int, tupl
     found: dict[int, tuple[Holder, Any]] = {}
     if not targets:
         return found
-    deadline = time.perf_counter() + TIME_CAP_S
+    deadline = time.thread_time() + TIME_CAP_S
     own = set(keep_out or ()) | {id(targets), id(sys._getframe())}
     seen: set[int] = {id(t) for t in targets}
     frontier: dict[int, _Node] = {id(t): _Node(t, [id(t)], None) for t in targets}
     for _level in range(MAX_LEVELS):
-        if not frontier or time.perf_counter() > deadline:
+        if not frontier or time.thread_time() > deadline:
             break
         objs = [n.obj for n in frontier.values()]
         own |= {id(objs), id(frontier)}

@@ -82,3 +82,19 @@ def test_the_callers_own_container_is_kept_out_and_nothing_is_found_for_nothing(
     assert find([]) == {}
     gone = weakref.ref(Trainer())
     assert resolve(gone, ("attr", "history")) is None  # the owner was collected
+
+
+def test_a_busy_host_does_not_cut_the_search_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's cap is the thread's CPU time: a wall clock that leaps (the rank preempted by other
+    processes on a busy host) must not end it before the holder is named."""
+    import itertools
+
+    from ddpdoctor.rank.probes.memleak import referrers
+
+    leaps = itertools.count(0, 10.0)  # every read of the wall clock is 10 s later than the one before
+    monkeypatch.setattr(referrers.time, "perf_counter", lambda: next(leaps))
+    monkeypatch.setattr(referrers.time, "monotonic", lambda: next(leaps))
+    trainer = Trainer()
+    trainer.history += [Blob()]
+    holder, owner = find([trainer.history[0]])[id(trainer.history[0])]
+    assert holder[0] == "self.history[]" and owner is trainer
