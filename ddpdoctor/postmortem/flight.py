@@ -8,11 +8,13 @@ with (``TORCH_FR_DUMP_TEMP_FILE<rank>``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ddpdoctor.postmortem import safepickle
@@ -42,6 +44,7 @@ class Entry:
     group: str  # process_group[0]: the group's name, the same on every rank
     group_desc: str
     seq: int  # collective_seq_id (p2p_seq_id for a p2p op)
+    op_id: int  # op_id: counts p2p ops (and each op of a coalesced group) too; gloo's pg_status counts these
     is_p2p: bool
     op: str  # profiling_name without the backend: "all_reduce"
     backend: str  # "gloo", "nccl"
@@ -77,12 +80,100 @@ class Dump:
     version: str
     entries: tuple[Entry, ...]
     pg_status: dict[str, PgStatus]  # by pg_id
-    pg_ranks: dict[str, tuple[int, ...]]  # group name -> member ranks, where pg_config names them (NCCL)
+    # group name -> member ranks where pg_config names them (NCCL). gloo records its default group before
+    # the group has a name: under "" with the world's ranks, until a later group overwrites it with "[]"
+    pg_ranks: dict[str, tuple[int, ...]]
     stacks: bool  # whether entries carry Python frames (JSON dumps carry none)
+    # pg_id -> group name for pg_ids the ring holds no entry of (an empty dump, a group whose entries were
+    # dropped), inferred from the other ranks' dumps (name_groups): pg_status is keyed by the rank's own
+    # pg_id, which on NCCL is not the group's name ("5" on two ranks is two different TP groups)
+    pg_names: dict[str, str] = field(default_factory=dict)
+
+    # the maps below are built once per dump: the judge asks them for every rank of every pending
+    # collective, and a scan of the ring per question made 1,024 ranks take minutes
+
+    @cached_property
+    def _groups(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for e in self.entries:
+            out.setdefault(e.pg_id, e.group)
+        return out
+
+    @cached_property
+    def _by_group(self) -> dict[str, tuple[Entry, ...]]:
+        out: dict[str, list[Entry]] = {}
+        for e in self.entries:
+            if not e.is_p2p:
+                out.setdefault(e.group, []).append(e)
+        return {g: tuple(v) for g, v in out.items()}
+
+    @cached_property
+    def op_units(self) -> bool:
+        """Whether pg_status counts op ids (gloo: ``last_enqueued_collective`` is the op id, which counts
+        p2p ops too) rather than collective sequence ids (NCCL). Read from the newest entry of each group
+        that tells them apart; else from the backend."""
+        for e in reversed(self.entries):
+            st = self.pg_status.get(e.pg_id)
+            if st is None or e.is_p2p or e.op_id == e.seq:
+                continue
+            if st.last_enqueued == e.op_id:
+                return True
+            if st.last_enqueued == e.seq:
+                return False
+        return any(e.backend == "gloo" for e in self.entries)
 
     def group_of(self, pg_id: str) -> str:
         """The group name of a pg_id (gloo and NCCL name groups by their pg_id unless named)."""
-        return next((e.group for e in self.entries if e.pg_id == pg_id), pg_id)
+        got = self._groups.get(pg_id) or self.pg_names.get(pg_id)
+        if got is not None:
+            return got
+        # gloo names every group by its pg_id; NCCL's pg_config names them otherwise: an unmapped pg_id there
+        # is no group name, and reading it as one mixed a rank's "5" with another group called "5"
+        return f"pg_id {pg_id}" if self.named_groups else pg_id
+
+    @cached_property
+    def named_groups(self) -> bool:
+        """Whether pg_config names the groups (NCCL) rather than leaving them unnamed (gloo)."""
+        return any(name for name in self.pg_ranks)
+
+    def collectives(self, group: str) -> tuple[Entry, ...]:
+        """The rank's collective entries on ``group``, oldest first."""
+        return self._by_group.get(group, ())
+
+    def status_seq(self, group: str, value: int) -> int:
+        """A pg_status number of ``group`` as a collective sequence id. In op units (gloo) it is the
+        sequence id of the newest collective whose op id is at most ``value``: a p2p op raises the op id
+        and leaves the sequence id alone, so comparing op ids with sequence ids reads a pending
+        collective after any send/recv as done."""
+        if not self.op_units or value <= 0:
+            return value
+        ents = self.collectives(group)
+        if not ents:
+            return value  # the ring kept nothing of the group: the op id bounds the sequence id from above
+        if value < ents[0].op_id:
+            return ents[0].seq - 1  # before the oldest entry the ring kept: at most the one before it
+        return max(e.seq for e in ents if e.op_id <= value)
+
+
+def name_groups(dumps: list[Dump]) -> list[Dump]:
+    """The dumps with their pg_ids that have no entry mapped to group names: a rank's pg_id p is the group
+    other ranks' entries call p that this rank's pg_config makes it a member of, where exactly one is."""
+    seen: dict[str, set[str]] = {}
+    for d in dumps:
+        for pg_id, g in d._groups.items():
+            seen.setdefault(pg_id, set()).add(g)
+    out = []
+    for d in dumps:
+        mine = {g for g, ranks in d.pg_ranks.items() if d.rank in ranks}
+        names = {}
+        for pg_id in d.pg_status:
+            if pg_id in d._groups:
+                continue
+            cands = seen.get(pg_id, set()) & mine
+            if len(cands) == 1:
+                names[pg_id] = next(iter(cands))
+        out.append(dataclasses.replace(d, pg_names=names) if names else d)
+    return out
 
 
 def looks_like_dump(path: str) -> bool:
@@ -186,6 +277,7 @@ def _entry(path: str, i: int, e: Any) -> Entry:
         group=str(pg[0]),
         group_desc=str(pg[1]),
         seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")),
+        op_id=_int(e.get("op_id")),
         is_p2p=p2p,
         op=op or prof,
         backend=backend,
@@ -221,7 +313,7 @@ def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
         ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
         if isinstance(ranks, str):  # "[0, 1]": torch writes the list as text
             ranks = [int(t) for t in re.findall(r"-?\d+", ranks)]
-        if name and isinstance(ranks, list) and ranks:
+        if isinstance(ranks, list) and ranks:
             pg_ranks[str(name)] = tuple(_int(r) for r in ranks)
     stacks = any(e.frames for e in parsed)
     return Dump(rank, path, fmt, version, parsed, status, pg_ranks, stacks)
