@@ -101,12 +101,7 @@ def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
 
 def enqueued(d: Dump, group: str) -> int:
     """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
-    ents = d.collectives(group)
-    best = ents[-1].seq if ents else 0
-    for pg_id, st in d.pg_status.items():
-        if d.group_of(pg_id) == group:
-            best = max(best, d.status_seq(group, st.last_enqueued))
-    return best
+    return d.enqueued(group)
 
 
 def used_groups(d: Dump) -> set[str]:
@@ -577,7 +572,7 @@ def signature(d: Dump, e: Entry) -> tuple:
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
         return ((e.op, e.input_sizes, e.dtypes),)
-    same = [x for x in d.collectives(e.group) if x.seq == e.seq and not x.op.endswith("coalesced")]
+    same = [x for x in d.at(e.group, e.seq) if not x.op.endswith("coalesced")]
     return tuple((x.op, x.input_sizes, x.dtypes) for x in same) or ((e.op, e.input_sizes, e.dtypes),)
 
 

@@ -8,6 +8,7 @@ with (``TORCH_FR_DUMP_TEMP_FILE<rank>``).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import os
@@ -108,6 +109,18 @@ class Dump:
         return {g: tuple(v) for g, v in out.items()}
 
     @cached_property
+    def _by_key(self) -> dict[tuple[str, int], tuple[Entry, ...]]:
+        out: dict[tuple[str, int], list[Entry]] = {}
+        for e in self.entries:
+            if not e.is_p2p:
+                out.setdefault((e.group, e.seq), []).append(e)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def at(self, group: str, seq: int) -> tuple[Entry, ...]:
+        """The rank's collective entries with this (group, sequence id): one, or a coalesced group's."""
+        return self._by_key.get((group, seq), ())
+
+    @cached_property
     def op_units(self) -> bool:
         """Whether pg_status counts op ids (gloo: ``last_enqueued_collective`` is the op id, which counts
         p2p ops too) rather than collective sequence ids (NCCL). Read from the newest entry of each group
@@ -140,6 +153,10 @@ class Dump:
         """The rank's collective entries on ``group``, oldest first."""
         return self._by_group.get(group, ())
 
+    @cached_property
+    def _ops(self) -> dict[str, list[int]]:
+        return {g: [e.op_id for e in ents] for g, ents in self._by_group.items()}
+
     def status_seq(self, group: str, value: int) -> int:
         """A pg_status number of ``group`` as a collective sequence id. In op units (gloo) it is the
         sequence id of the newest collective whose op id is at most ``value``: a p2p op raises the op id
@@ -150,9 +167,20 @@ class Dump:
         ents = self.collectives(group)
         if not ents:
             return value  # the ring kept nothing of the group: the op id bounds the sequence id from above
-        if value < ents[0].op_id:
-            return ents[0].seq - 1  # before the oldest entry the ring kept: at most the one before it
-        return max(e.seq for e in ents if e.op_id <= value)
+        i = bisect.bisect_right(self._ops[group], value)  # op ids grow with the sequence ids of a group
+        return ents[i - 1].seq if i else ents[0].seq - 1
+
+    @cached_property
+    def _enqueued(self) -> dict[str, int]:
+        out = {g: ents[-1].seq for g, ents in self._by_group.items()}
+        for pg_id, st in self.pg_status.items():
+            g = self.group_of(pg_id)
+            out[g] = max(out.get(g, 0), self.status_seq(g, st.last_enqueued))
+        return out
+
+    def enqueued(self, group: str) -> int:
+        """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
+        return self._enqueued.get(group, 0)
 
 
 def name_groups(dumps: list[Dump]) -> list[Dump]:
