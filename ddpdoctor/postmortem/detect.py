@@ -711,10 +711,22 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
     (gloo lets equal byte counts through; NCCL checks nothing): the job went on with wrong results."""
     from ddpdoctor.analysis.hang.collective import HINT, MUST_AGREE
 
+    # NCCL's own names of the same calls, as profiling_name carries them
+    must = MUST_AGREE | {
+        "_broadcast_oop",
+        "_reduce_oop",
+        "allreduce_coalesced",
+        "_all_gather_base",
+        "_allgather_base",
+        "all_gather_into_tensor_coalesced",
+        "_reduce_scatter_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor_coalesced",
+    }
     seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
     for r, d in inp.dumps.items():
         for e in d.entries:
-            if e.is_p2p or e.op not in MUST_AGREE or not _completed(d, e):
+            if e.is_p2p or e.op not in must or not _completed(d, e):
                 continue
             seen.setdefault((e.group, e.seq), {}).setdefault(r, (signature(d, e), e))
     for key in sorted(seen, key=lambda k: (k[1], k[0])):

@@ -106,3 +106,27 @@ def test_dumps_of_two_jobs_further_apart_than_their_timeout_are_mixed(tmp_path):
     rep = _report(tmp_path)
     assert "postmortem.mixed-dumps" in [f.id for f in rep.findings]
     assert "postmortem.mixed-dumps" not in [f.id for f in _report(src).findings]
+
+
+def test_torch_case_a_completed_coalesced_broadcast_with_a_different_second_size(tmp_path):
+    # torch's analyzer test, case 4, rebuilt: two _broadcast_oop in one coalesced group, all completed;
+    # rank 0's second tensor is 5x5 where rank 1's is 4x4 (fr_trace: the collective fails its check)
+    for r in (0, 1):
+        ents = [
+            dict(_nccl_entry(0, 1, "_broadcast_oop", [[4, 4]], 1), state="completed"),
+            dict(_nccl_entry(1, 1, "_broadcast_oop", [[5, 5]] if r == 0 else [[4, 4]], 2), state="completed"),
+            dict(_nccl_entry(2, 1, "coalesced", [[]], 3), state="completed"),
+        ]
+        dump = {
+            "version": "2.10",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "pg_status": {
+                "0": {"last_enqueued_collective": 1, "last_started_collective": 1, "last_completed_collective": 1}
+            },
+            "entries": ents,
+        }
+        (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(dump))
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert (f.id, rep.exit_code) == ("collective.shape-mismatch", 1)
+    assert "_broadcast_oop([4x4]) + _broadcast_oop([5x5])" in f.message
