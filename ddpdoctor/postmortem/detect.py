@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.postmortem.errorfiles import RankError
 from ddpdoctor.postmortem.flight import Dump, Entry
@@ -379,15 +380,7 @@ def _hang(
     # that dumped with nothing pending (an empty dump too: the most common hang, one rank in compute or
     # its data loader while the others wait), one that left no dump, or one inside an op its peers issued
     # too that does not complete (a GPU or NCCL fault there). Those are the first suspects.
-    reached: set[int] = set()
-    todo = [p for u in unmet.values() for p in u]
-    while todo:
-        p = todo.pop()
-        if p in reached:
-            continue
-        reached.add(p)
-        todo.extend(unmet.get(p, ()))
-    roots = sorted(p for p in reached if not unmet.get(p) and p not in unknown)
+    roots = judge.chain_ends(unmet, unknown)
     # a rank behind (nothing pending, an empty or no dump) is the strongest evidence; a rank inside an op
     # its peers issued too is one only where no rank's pending call is an extra one
     if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
