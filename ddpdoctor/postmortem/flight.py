@@ -278,17 +278,38 @@ def _int(v: Any, default: int = -1) -> int:
 def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
     if not isinstance(v, (list, tuple)):
         return ()
-    return tuple(tuple(_int(d, 0) for d in s) if isinstance(s, (list, tuple)) else () for s in v)
+    out: list[tuple[int, ...]] = []
+    for s in v:
+        if not isinstance(s, (list, tuple)):
+            out.append(())
+        elif all(type(d) is int for d in s):
+            out.append(tuple(s))  # the usual case, without a conversion per dimension
+        else:
+            out.append(tuple(_int(d, 0) for d in s))
+    return tuple(out)
+
+
+# A ring's stacks repeat (the same few call sites thousands of times over 1,024 ranks): each distinct stack
+# becomes its Frame tuple once per load.
+_STACKS: dict[tuple, tuple[Frame, ...]] = {}
+_STACKS_MAX = 50_000
 
 
 def _frames(v: Any) -> tuple[Frame, ...]:
     if not isinstance(v, (list, tuple)):
         return ()
-    return tuple(
-        Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", "")))
-        for f in v
-        if isinstance(f, dict)
-    )
+    raw = [f for f in v if isinstance(f, dict)]
+    try:
+        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in raw)
+        hash(key)
+    except TypeError:  # an unhashable value where a name or line should be: no cache
+        key = None
+    if key is not None and key in _STACKS:
+        return _STACKS[key]
+    got = tuple(Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", ""))) for f in raw)
+    if key is not None and len(_STACKS) < _STACKS_MAX:
+        _STACKS[key] = got
+    return got
 
 
 def _entry(path: str, i: int, e: Any) -> Entry:
