@@ -565,8 +565,7 @@ def signature(d: Dump, e: Entry) -> tuple:
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
         return ((e.op, e.input_sizes, e.dtypes),)
-    same = [x for x in d.at(e.group, e.seq) if not x.op.endswith("coalesced")]
-    return tuple((x.op, x.input_sizes, x.dtypes) for x in same) or ((e.op, e.input_sizes, e.dtypes),)
+    return d.signatures.get((e.group, e.seq)) or ((e.op, e.input_sizes, e.dtypes),)
 
 
 def _calls(sig: tuple) -> str:
@@ -716,12 +715,28 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
         "reduce_scatter",
         "reduce_scatter_tensor_coalesced",
     }
-    seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
+    # Most jobs agree everywhere: each rank's completed positions are compared with the first rank's as one
+    # dict (C speed); only positions where some rank differs are grouped for the finding.
+    mine: dict[int, dict[tuple[str, int], Entry]] = {}
     for r, d in inp.dumps.items():
+        got: dict[tuple[str, int], Entry] = {}
         for e in d.entries:
-            if e.is_p2p or e.op not in must or not _completed(d, e):
-                continue
-            seen.setdefault((e.group, e.seq), {}).setdefault(r, (signature(d, e), e))
+            if not e.is_p2p and e.op in must and (e.group, e.seq) not in got and _completed(d, e):
+                got[(e.group, e.seq)] = e
+        mine[r] = got
+    by_rank: dict[int, dict[tuple[str, int], tuple]] = {
+        r: {k: inp.dumps[r].signatures.get(k) or () for k in got} for r, got in mine.items()
+    }
+    ref: dict[tuple[str, int], tuple] = {}
+    for r in sorted(by_rank):
+        for k, v in by_rank[r].items():
+            ref.setdefault(k, v)
+    odd_keys = {k for r in by_rank for k, v in by_rank[r].items() if v != ref[k]} if len(by_rank) > 1 else set()
+    seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
+    for k in odd_keys:
+        for r in by_rank:
+            if k in by_rank[r]:
+                seen.setdefault(k, {})[r] = (by_rank[r][k], mine[r][k])
     for key in sorted(seen, key=lambda k: (k[1], k[0])):
         per = seen[key]
         sigs = {r: sig for r, (sig, _) in per.items()}

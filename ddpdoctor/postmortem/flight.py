@@ -116,6 +116,16 @@ class Dump:
                 out.setdefault((e.group, e.seq), []).append(e)
         return {k: tuple(v) for k, v in out.items()}
 
+    @cached_property
+    def signatures(self) -> dict[tuple[str, int], tuple]:
+        """Per (group, seq): the (op, input sizes, dtypes) of every op there, a coalesced group's ``coalesced``
+        closing entry left out; what must agree across ranks. Built in one pass (1,024 ranks' rings)."""
+        out: dict[tuple[str, int], list] = {}
+        for e in self.entries:
+            if not e.is_p2p and not e.op.endswith("coalesced"):
+                out.setdefault((e.group, e.seq), []).append((e.op, e.input_sizes, e.dtypes))
+        return {k: tuple(v) for k, v in out.items()}
+
     def at(self, group: str, seq: int) -> tuple[Entry, ...]:
         """The rank's collective entries with this (group, sequence id): one, or a coalesced group's."""
         return self._by_key.get((group, seq), ())
