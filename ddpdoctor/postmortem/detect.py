@@ -200,6 +200,8 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
         elif missing and known:
             lost = {r: es for r, es in fails.items() if any(e.victim for e in es)}
             out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning", lost=lost))
+        else:
+            out += _empty_dumps(inp)
     mixed = _mixed(inp)
     if not mixed:
         out += _completed_mismatch(inp)
@@ -661,6 +663,31 @@ def _no_dump(
 CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host's ranks share one clock
 
 
+def _empty_dumps(inp: Inputs) -> list[Finding]:
+    """Ranks whose dump holds no entry while other ranks recorded collectives, and nothing is pending: not
+    silent, since what they did is unknown (their ring was off, they never reached a collective, or their
+    watchdog wrote an empty ring, as a rank whose Python thread held the GIL did in NVRx's jobs)."""
+    empty = sorted(r for r, d in inp.dumps.items() if not d.entries)
+    full = [d for d in inp.dumps.values() if d.entries]
+    if not empty or not full:
+        return []
+    most = max(len(d.entries) for d in full)
+    return [
+        Finding(
+            "postmortem.no-dump",
+            "warning",
+            f"{ranks_phrase(empty)} left an empty flight-recorder dump (0 entries) while the others recorded up to "
+            f"{most} collectives and none is pending: what {'it' if len(empty) == 1 else 'they'} did is unknown "
+            "(TORCH_FR_BUFFER_SIZE=0 there, no collective reached, or a watchdog that dumped an empty ring)",
+            NO_DUMP_HINT,
+            tuple(empty),
+            (),
+            {"source": "flight recorder", "empty": empty, "waiting": False},
+            culprits=tuple(empty),
+        )
+    ]
+
+
 def _mixed(inp: Inputs) -> list[Finding]:
     """The same collective (group, seq), completed on two ranks, created further apart than its timeout:
     the dumps cannot come from one attempt of one job (the rank that came first would have timed out
@@ -868,7 +895,7 @@ def _rank_lines(
             detail = (
                 f"no collective pending; last {last.call()} (#{last.seq} of group {last.group})"
                 if last
-                else "no collective recorded"
+                else "left an empty flight-recorder dump (0 entries)"
             )
             if any(e.victim for e in fails.get(r, ())):
                 detail += "; its collective failed when a peer went away"

@@ -130,3 +130,18 @@ def test_torch_case_a_completed_coalesced_broadcast_with_a_different_second_size
     f = rep.findings[0]
     assert (f.id, rep.exit_code) == ("collective.shape-mismatch", 1)
     assert "_broadcast_oop([4x4]) + _broadcast_oop([5x5])" in f.message
+
+
+def test_an_empty_dump_next_to_healthy_ones_is_named_not_silent(tmp_path):
+    # derived from the real busy job's rank 1 (three collectives, all completed): rank 0 a copy of it, rank 1
+    # the same dump with its ring emptied
+    src = DATA / "gloo" / "busy"
+    raw0 = safepickle.loads((src / "rank_1").read_bytes())
+    (tmp_path / "rank_0").write_bytes(pickle.dumps(raw0))
+    raw1 = dict(raw0, entries=[])
+    (tmp_path / "rank_1").write_bytes(pickle.dumps(raw1))
+    rep = _report(tmp_path)
+    f = next(f for f in rep.findings if f.id == "postmortem.no-dump")
+    assert f.culprits == (1,) and "left an empty flight-recorder dump" in f.message
+    line = next(r for r in rep.ranks if r.rank == 1)
+    assert "empty flight-recorder dump" in line.detail
