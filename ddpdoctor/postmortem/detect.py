@@ -32,6 +32,16 @@ KILLED_HINT = (
     "killer, `dmesg`, the scheduler's memory limit; SIGSEGV/SIGABRT: a native crash); the other ranks' "
     "errors ('Connection closed by peer') are consequences."
 )
+BEHIND_HINT = (
+    "The named ranks never issued the collective the others wait in: look at what they were doing after their "
+    "last collective (their own log and traceback, `py-spy dump --pid` on a live rank, `ddpdoctor attach`): a "
+    "slow or stuck data loader, rank-only work (evaluation, checkpointing), an uneven number of batches. A rank "
+    "that left an empty dump may have held the GIL or had TORCH_FR_BUFFER_SIZE=0."
+)
+STUCK_HINT = (
+    "The named ranks are inside an op every rank they need issued too, and it does not complete there: look at "
+    "those ranks' hosts first (GPU errors in `dmesg`/`nvidia-smi`, NCCL_DEBUG=INFO, the network interface)."
+)
 MIXED_HINT = (
     "Analyze the dumps of one attempt of one job together: clear the dump folder between runs, or put the "
     "job id in TORCH_FR_DUMP_TEMP_FILE."
@@ -453,7 +463,7 @@ def _behind(
         fid,
         "error",
         msg,
-        HINTS[fid],
+        BEHIND_HINT if idle else STUCK_HINT,
         tuple(sorted(set(roots) | set(stuck))),
         tuple(locs),
         ev,
