@@ -80,17 +80,14 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
-def _completed(d: Dump, e: Entry, done: dict[str, int] | None = None) -> bool:
+def _completed(e: Entry, own: bool, done: dict[str, int] | None = None) -> bool:
+    """Whether ``e`` completed: this rank's own records say so (``own``: its ``Dump.completed`` flag), or
+    ``done`` (per group, the highest sequence id any rank completed) does."""
     if done and not e.is_p2p and e.seq <= done.get(e.group, -1):
         # another rank completed it: a collective completes on one rank only once every rank joined, so
         # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
         return True
-    st = d.pg_status.get(e.pg_id)
-    if e.is_p2p or st is None:
-        # gloo never moves an entry's state past "scheduled"; retired = no longer watched
-        return e.state == "completed" or e.retired
-    # pg_status counts op ids on gloo (p2p ops too) and sequence ids on NCCL: compare like with like
-    return (e.op_id if d.op_units else e.seq) <= st.last_completed
+    return own
 
 
 def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
@@ -106,7 +103,7 @@ def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
 def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
     """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
     group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
-    pend = [e for e in d.entries if not _completed(d, e, done)]
+    pend = [e for e, own in zip(d.entries, d.completed) if not _completed(e, own, done)]
     return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None, d.entries[-1] if d.entries else None)
 
 
@@ -341,8 +338,8 @@ def _peer(inp: Inputs, r: int, e: Entry) -> tuple[str, int] | None:
 
 def _first_pending_p2p(d: Dump, done: dict[str, int]) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
-    for e in d.entries:
-        if e.is_p2p and e.group not in out and not _completed(d, e, done):
+    for e, own in zip(d.entries, d.completed):
+        if e.is_p2p and e.group not in out and not _completed(e, own, done):
             out[e.group] = e
     return out
 
@@ -705,8 +702,8 @@ def _mixed(inp: Inputs) -> list[Finding]:
     first: dict[tuple[str, int], tuple[int, int, int]] = {}
     apart: set[tuple[int, int]] = set()
     for r, d in sorted(inp.dumps.items()):
-        for e in d.entries:
-            if e.is_p2p or not e.time_created_ns or not _completed(d, e):
+        for e, own in zip(d.entries, d.completed):
+            if e.is_p2p or not e.time_created_ns or not own:
                 continue
             k = (e.group, e.seq)
             if k not in first:
@@ -757,8 +754,8 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
     mine: dict[int, dict[tuple[str, int], Entry]] = {}
     for r, d in inp.dumps.items():
         got: dict[tuple[str, int], Entry] = {}
-        for e in d.entries:
-            if not e.is_p2p and e.op in must and (e.group, e.seq) not in got and _completed(d, e):
+        for e, own in zip(d.entries, d.completed):
+            if own and not e.is_p2p and e.op in must and (e.group, e.seq) not in got:
                 got[(e.group, e.seq)] = e
         mine[r] = got
     by_rank: dict[int, dict[tuple[str, int], tuple]] = {

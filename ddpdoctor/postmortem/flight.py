@@ -126,6 +126,22 @@ class Dump:
                 out.setdefault((e.group, e.seq), []).append((e.op, e.input_sizes, e.dtypes))
         return {k: tuple(v) for k, v in out.items()}
 
+    @cached_property
+    def completed(self) -> tuple[bool, ...]:
+        """Per entry (aligned with ``entries``): whether this rank's own records show it completed. gloo
+        never moves an entry's state past "scheduled"; retired means no longer watched, the only word a p2p op
+        (or a group without pg_status) has; pg_status counts op ids on gloo (p2p ops too) and sequence ids on
+        NCCL, compared like with like."""
+        out = []
+        ops = self.op_units
+        for e in self.entries:
+            st = self.pg_status.get(e.pg_id)
+            if e.is_p2p or st is None:
+                out.append(e.state == "completed" or e.retired)
+            else:
+                out.append((e.op_id if ops else e.seq) <= st.last_completed)
+        return tuple(out)
+
     def at(self, group: str, seq: int) -> tuple[Entry, ...]:
         """The rank's collective entries with this (group, sequence id): one, or a coalesced group's."""
         return self._by_key.get((group, seq), ())
