@@ -207,6 +207,8 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
         elif missing and known:
             lost = {r: es for r, es in fails.items() if any(e.victim for e in es)}
             out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning", lost=lost))
+        elif not known and len(inp.dumps) == 1:
+            out.append(_alone(inp))
         else:
             out += _empty_dumps(inp)
     mixed = _mixed(inp)
@@ -317,6 +319,12 @@ def _last_seen(inp: Inputs, rank: int) -> str:
                 best = (st.last_completed, group)
     if best is None:
         return ""
+    if any(d.op_units for d in inp.dumps.values()):
+        # gloo counts the collective that failed when this rank died as completed on the survivors
+        return (
+            f"; it took part in group {best[1]}'s collectives up to #{best[0] - 1} at least (#{best[0]}, which "
+            "the others count as completed, may be the one that failed when it died)"
+        )
     return f"; it took part in group {best[1]}'s collectives up to #{best[0]} (the others completed them)"
 
 
@@ -668,6 +676,35 @@ def _no_dump(
 
 
 CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host's ranks share one clock
+
+
+def _alone(inp: Inputs) -> Finding:
+    """One rank's dump, nothing pending, and nothing that names the job's other ranks: a distributed job
+    has others, and they left no dump. Not OK: gloo marks a collective that failed because its peer died
+    retired and counts it completed, so a survivor's dump reads exactly like a healthy one."""
+    ((r, d),) = inp.dumps.items()
+    last = d.entries[-1] if d.entries else None
+    tail = (
+        f"; its last collective, {last.call()} (#{last.seq} of group {last.group}){_at(user_frame(last))}, "
+        if last
+        else "; "
+    )
+    msg = (
+        f"only rank {r} left a flight-recorder dump and nothing names the job's other ranks (pg_config holds "
+        f"none){tail}reads as completed, which on gloo it also does when it failed because a peer died: "
+        "the other ranks left no dump (crashed, killed, or dumped elsewhere)"
+    )
+    locs = _loc(r, user_frame(last), "last collective")
+    return Finding(
+        "postmortem.no-dump",
+        "error",
+        msg,
+        NO_DUMP_HINT + " Give torchrun's log folder or the job's log with the dump: they name every rank.",
+        (r,),
+        tuple(locs),
+        {"source": "flight recorder", "missing": "unknown", "dumped": [r], "waiting": False},
+        culprits=(),
+    )
 
 
 def _empty_dumps(inp: Inputs) -> list[Finding]:

@@ -131,6 +131,18 @@ def train(case: str, rank: int, side: object, progress: list) -> None:
     dist.barrier()  # END
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    """torchrun's agent ends the other ranks with SIGTERM as soon as one rank dies, often before the
+    survivor's failed collective returned; on another node of a multi-node job its watchdog would have
+    dumped first. Python runs this handler once the blocked collective returns: dump (unless the main
+    thread is dumping right now), then end as SIGTERM would have. Placed last: the markers' lines stay."""
+    if _lock.acquire(blocking=False):
+        _lock.release()
+        dump(int(os.environ.get("RANK", "0")))
+        os._exit(128 + signal.SIGTERM)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _on_sigterm)
     # FRJOB_NO_RECORD: a script without torchrun's @record: no error file, the traceback only in the logs
     (main if os.environ.get("FRJOB_NO_RECORD") else record(main))()

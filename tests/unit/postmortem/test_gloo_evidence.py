@@ -139,3 +139,20 @@ def test_analyze_of_the_log_folder_alone_is_no_internal_error(tmp_path):
     rep = json.loads(p.stdout)
     f = next(f for f in rep["findings"] if f["id"] == "postmortem.no-dump")
     assert f["culprits"] == [0, 1]
+
+
+def test_a_survivors_dump_whose_failed_collective_reads_completed_is_not_ok():
+    # the real kill job: rank 1 SIGKILLed itself; rank 0's all-reduce #5 failed ("Connection reset by peer")
+    # and gloo marked it retired and counted it completed; the side group overwrote pg_config's world
+    d = flight.load(str(DATA / "kill-fr-only" / "rank_0"))
+    last = d.entries[-1]
+    assert last.retired and d.pg_status["0"].last_completed == last.op_id == 5 and not d.pg_ranks.get("")
+    rep = _report(DATA / "kill-fr-only")
+    f = rep.findings[0]
+    assert (f.id, f.severity, rep.exit_code) == ("postmortem.no-dump", "error", 1)
+    assert "only rank 0 left a flight-recorder dump" in f.message and _lines(f, 0) == {LINES["REGULAR"]}
+    # with torchrun's records the killed rank is named, and #5 is not claimed as one it completed
+    rep = _report(DATA / "kill")
+    f = rep.findings[0]
+    assert (f.id, f.culprits) == ("crash.abnormal-exit", (1,))
+    assert "up to #4 at least" in f.message and "SIGKILL" in f.message
