@@ -127,6 +127,7 @@ _ENTRIES = (
         "postmortem.no-dump", "hang", "error|warning", "a rank left no flight-recorder dump: the first suspect", "crash"
     ),
     _e("postmortem.mixed-dumps", "hang", "warning", "the dumps come from different jobs, attempts or versions"),
+    _e("rundir.records-missing", "hang", "error", "a rank's records are deleted or cut in the run directory"),
     # check
     _e(
         "data.missing-set-epoch",

@@ -45,6 +45,10 @@ def how_ended(record: RunRecord, rank: int) -> str | None:
         return None  # finished (a teardown abort after this is teardown.gloo-abort)
     if record.monitor_event(schema.K_EXIT) is None:
         return None  # still running
+    from ddpdoctor.analysis.hang.damage import exited_cleanly
+
+    if exited_cleanly(record) and not err:
+        return None  # the launcher saw every rank exit 0: the finish event was cut (rundir.records-missing)
     if rec.fatal.strip():
         return f"died of a fatal signal ({rec.fatal.strip().splitlines()[0][:80]})"
     if stopped_on_purpose(record):
@@ -57,10 +61,14 @@ def how_ended(record: RunRecord, rank: int) -> str | None:
 def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     """A node's run directory holds only its own ranks: say which ranks it could not see, so that an OK
     here is never read as an OK for the job."""
+    from ddpdoctor.analysis.hang.damage import missing_ranks
+
     world = record.world_size or 0
     unseen = [r for r in range(world) if r not in record.ranks]
     if not unseen or not record.ranks or any("not visible here" in f.message for f in findings):
         return []
+    if missing_ranks(record):
+        return []  # one node: the ranks are not elsewhere, their records are gone (rundir.records-missing)
     return [
         Finding(
             "multinode.partial-view",

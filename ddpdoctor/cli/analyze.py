@@ -43,6 +43,8 @@ def analyze(
         pm = postmortem.with_html(pm, html_path)
         emit(pm, json_path, junit_path)
         sys.exit(pm.exit_code)
+    if not dirs:  # nothing the post-mortem could use, and no run directory either
+        raise DdpdoctorError(f"{', '.join(run_dirs)}: no ddpdoctor run directory and nothing a post-mortem can read")
     try:
         record = load_runs(dirs)
     except RunDirError as e:

@@ -8,12 +8,14 @@ never used), and the rank that left no dump when the others wait for it.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.postmortem.errorfiles import RankError
 from ddpdoctor.postmortem.flight import Dump, Entry
@@ -29,6 +31,16 @@ KILLED_HINT = (
     "The rank was ended by a signal and left neither a dump nor a traceback: look at why (SIGKILL: the OOM "
     "killer, `dmesg`, the scheduler's memory limit; SIGSEGV/SIGABRT: a native crash); the other ranks' "
     "errors ('Connection closed by peer') are consequences."
+)
+BEHIND_HINT = (
+    "The named ranks never issued the collective the others wait in: look at what they were doing after their "
+    "last collective (their own log and traceback, `py-spy dump --pid` on a live rank, `ddpdoctor attach`): a "
+    "slow or stuck data loader, rank-only work (evaluation, checkpointing), an uneven number of batches. A rank "
+    "that left an empty dump may have held the GIL or had TORCH_FR_BUFFER_SIZE=0."
+)
+STUCK_HINT = (
+    "The named ranks are inside an op every rank they need issued too, and it does not complete there: look at "
+    "those ranks' hosts first (GPU errors in `dmesg`/`nvidia-smi`, NCCL_DEBUG=INFO, the network interface)."
 )
 MIXED_HINT = (
     "Analyze the dumps of one attempt of one job together: clear the dump folder between runs, or put the "
@@ -53,6 +65,11 @@ def user_frame(e: Entry | None) -> tuple[str, int, str] | None:
     return None
 
 
+def user_frames(e: Entry | None) -> list[tuple[str, int, str]]:
+    """Every frame of the user's code in an entry's stack, innermost first."""
+    return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
+
+
 def _loc(rank: int, frame: tuple[str, int, str] | None, role: str) -> list[Location]:
     return [Location(rank, frame[0], frame[1], frame[2], role)] if frame else []
 
@@ -63,16 +80,14 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
-def _completed(d: Dump, e: Entry, done: dict[str, int] | None = None) -> bool:
+def _completed(e: Entry, own: bool, done: dict[str, int] | None = None) -> bool:
+    """Whether ``e`` completed: this rank's own records say so (``own``: its ``Dump.completed`` flag), or
+    ``done`` (per group, the highest sequence id any rank completed) does."""
     if done and not e.is_p2p and e.seq <= done.get(e.group, -1):
         # another rank completed it: a collective completes on one rank only once every rank joined, so
         # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
         return True
-    st = d.pg_status.get(e.pg_id)
-    if e.is_p2p or st is None:
-        # gloo never moves an entry's state past "scheduled"; retired = no longer watched
-        return e.state == "completed" or e.retired
-    return e.seq <= st.last_completed
+    return own
 
 
 def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
@@ -81,24 +96,20 @@ def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
     for d in dumps:
         for pg_id, st in d.pg_status.items():
             g = d.group_of(pg_id)
-            done[g] = max(done.get(g, -1), st.last_completed)
+            done[g] = max(done.get(g, -1), d.status_seq(g, st.last_completed))
     return done
 
 
 def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
     """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
     group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
-    pend = [e for e in d.entries if not _completed(d, e, done)]
+    pend = [e for e, own in zip(d.entries, d.completed) if not _completed(e, own, done)]
     return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None, d.entries[-1] if d.entries else None)
 
 
 def enqueued(d: Dump, group: str) -> int:
     """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
-    best = max((e.seq for e in d.entries if e.group == group and not e.is_p2p), default=0)
-    for pg_id, st in d.pg_status.items():
-        if d.group_of(pg_id) == group:
-            best = max(best, st.last_enqueued)
-    return best
+    return d.enqueued(group)
 
 
 def used_groups(d: Dump) -> set[str]:
@@ -171,7 +182,10 @@ def _root_causes(fails: dict[int, list[RankError]]) -> list[tuple[int, RankError
             # the error file's traceback first: it has the user's frames
             own.sort(key=lambda e: (not e.frames, e.path == ""))
             out.append((r, own[0]))
-    return out
+    # torchrun's agent ends the other ranks with SIGTERM once one failed, and its summary may name such a
+    # rank as the first failure: a rank ended by SIGTERM is a root cause only when no other rank failed
+    real = [(r, e) for r, e in out if e.frames or e.exitcode != -signal.SIGTERM]
+    return real or out
 
 
 def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
@@ -193,7 +207,14 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
         elif missing and known:
             lost = {r: es for r, es in fails.items() if any(e.victim for e in es)}
             out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning", lost=lost))
-    out += _mixed(inp)
+        elif not known and len(inp.dumps) == 1:
+            out.append(_alone(inp))
+        else:
+            out += _empty_dumps(inp)
+    mixed = _mixed(inp)
+    if not mixed:
+        out += _completed_mismatch(inp)
+    out += mixed
     return out, _rank_lines(inp, stands, world, fails), notes
 
 
@@ -227,6 +248,28 @@ def _crash(
         "source": "torchrun error files / failure summary",
         "root_causes": {str(r): {"message": e.message, "exitcode": e.exitcode, "error_file": e.path} for r, e in roots},
     }
+    if err.message.startswith("Fatal Python error"):
+        # a native crash faulthandler printed: its stack has the line (gloo aborts the rank whose buffer is
+        # the smaller one on a size mismatch: "Received data size doesn't match expected size")
+        uf = err.user_frame()
+        msg = (
+            f"rank {rank} aborted ({_signal_name(err.exitcode) or 'a native crash'}, exit code {err.exitcode})"
+            f"{_at(uf)}: {err.message[:300]}{tail}"
+        )
+        if "size doesn't match" in err.message or "collective mismatch" in err.message:
+            msg += "; the ranks passed different sizes to one collective (gloo aborts the rank with the smaller one)"
+        return [
+            Finding(
+                "crash.abnormal-exit",
+                "error",
+                msg,
+                KILLED_HINT,
+                tuple(sorted(set(culprits) | set(victims))),
+                tuple(locs),
+                ev,
+                culprits=culprits,
+            )
+        ]
     sig = _signal_name(err.exitcode) if not err.frames else ""
     if sig or (not err.frames and err.message.startswith("Signal")):
         last = _last_seen(inp, rank)
@@ -276,42 +319,182 @@ def _last_seen(inp: Inputs, rank: int) -> str:
                 best = (st.last_completed, group)
     if best is None:
         return ""
+    if any(d.op_units for d in inp.dumps.values()):
+        # gloo counts the collective that failed when this rank died as completed on the survivors
+        return (
+            f"; it took part in group {best[1]}'s collectives up to #{best[0] - 1} at least (#{best[0]}, which "
+            "the others count as completed, may be the one that failed when it died)"
+        )
     return f"; it took part in group {best[1]}'s collectives up to #{best[0]} (the others completed them)"
+
+
+_P2P = re.compile(r"^(send|recv) (\d+)(?:->|<-)(\d+)$")  # NCCL's "send 0->3" / "recv 3<-0": group-local ranks
+
+
+def _peer(inp: Inputs, r: int, e: Entry) -> tuple[str, int] | None:
+    """(send|recv, the peer's global rank) of a p2p entry, from its op name and the group's ranks in
+    pg_config (in group order); None where either is unknown."""
+    m = _P2P.match(e.op)
+    if not m:
+        return None
+    ranks = next(
+        (d.pg_ranks[e.group] for d in (inp.dumps.get(r), *inp.dumps.values()) if d and e.group in d.pg_ranks), ()
+    )
+    peer = int(m.group(3))  # "send me->peer", "recv me<-peer": the peer is the second
+    return (m.group(1), ranks[peer]) if peer < len(ranks) else None
+
+
+def _first_pending_p2p(d: Dump, done: dict[str, int]) -> dict[str, Entry]:
+    out: dict[str, Entry] = {}
+    for e, own in zip(d.entries, d.completed):
+        if e.is_p2p and e.group not in out and not _completed(e, own, done):
+            out[e.group] = e
+    return out
+
+
+def waits_for(
+    inp: Inputs, r: int, e: Entry, world: set[int], missing: list[int], p2p: dict[int, dict[str, Entry]]
+) -> set[int] | None:
+    """The ranks rank ``r``'s pending ``e`` waits for. A collective: the members whose count of its group
+    stops below its sequence id (or that left no dump). A p2p op: the peer, unless the peer's oldest pending
+    p2p op on the group is the matching one (a recv from ``r`` for a send to it): p2p sequence ids count
+    every peer of the group, so they are not compared across ranks. None: the records cannot tell."""
+    if e.is_p2p:
+        peer = _peer(inp, r, e)
+        if peer is None:
+            return None
+        kind, q = peer
+        if q in missing:
+            return {q}
+        if q not in inp.dumps or q == r:
+            return None
+        theirs = p2p.get(q, {}).get(e.group)
+        mine = _peer(inp, q, theirs) if theirs is not None else None
+        return set() if mine == ("recv" if kind == "send" else "send", r) else {q}
+    mem = members(inp, e.group, world) - {r}
+    if not mem:
+        return None  # nobody else known to be in the group (gloo names no members): who it waits for is unknown
+    return {p for p in mem if p in missing or (p in inp.dumps and enqueued(inp.dumps[p], e.group) < e.seq)}
 
 
 def _hang(
     inp: Inputs, stands: dict[int, Stand], stuck: dict[int, Stand], world: set[int], missing: list[int]
 ) -> list[Finding]:
+    done = completed_anywhere(list(inp.dumps.values()))
+    p2p = {r: _first_pending_p2p(d, done) for r, d in inp.dumps.items()}
     unmet: dict[int, set[int]] = {}
+    unknown: set[int] = set()
     for r, s in stuck.items():
-        e = s.pending
-        assert e is not None
-        mem = members(inp, e.group, world) - {r}
-        unmet[r] = {p for p in mem if p in missing or enqueued(inp.dumps[p], e.group) < e.seq}
+        assert s.pending is not None
+        got = waits_for(inp, r, s.pending, world, missing, p2p)
+        if got is None:
+            unknown.add(r)
+        unmet[r] = got or set()
     if missing and all(u <= set(missing) for u in unmet.values()):
         return [_no_dump(inp, stands, missing, stuck, "error")]
+    # Ranks wait for ranks that wait for others in turn (pipeline, tensor and expert groups): follow who
+    # waits for whom from every waiting rank. The ranks at the ends of those chains wait for nobody: a rank
+    # that dumped with nothing pending (an empty dump too: the most common hang, one rank in compute or
+    # its data loader while the others wait), one that left no dump, or one inside an op its peers issued
+    # too that does not complete (a GPU or NCCL fault there). Those are the first suspects.
+    roots = judge.chain_ends(unmet, unknown)
+    # a rank behind (nothing pending, an empty or no dump) is the strongest evidence; a rank inside an op
+    # its peers issued too is one only where no rank's pending call is an extra one
+    if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
+        return [_behind(inp, stuck, roots, missing, unmet)]
     keys = {r: (s.pending.group, s.pending.seq) for r, s in stuck.items() if s.pending}
     if len(set(keys.values())) > 1 or any(unmet.values()):
         return [_divergence(inp, stuck, keys, unmet)]
-    return [_same_collective(stuck)]
+    return [_same_collective(inp, stuck)]
 
 
-def _extra(inp: Inputs, stuck: dict[int, Stand]) -> list[int]:
-    """The ranks whose pending call is the extra one. A rank's line there is its own alone while the
-    others' lines are ones it used too (a shifted sequence: the live run's rule); without stacks, its group
-    is one the others never used while theirs is one it used."""
+def _pending_phrase(r: int, e: Entry) -> str:
+    return f"rank {r} in {e.call()} (#{e.seq} of group {e.group}){_at(user_frame(e))}"
+
+
+def _behind(
+    inp: Inputs, stuck: dict[int, Stand], roots: list[int], missing: list[int], unmet: dict[int, set[int]]
+) -> Finding:
+    """The ranks the others wait for, directly or through a chain of waiting ranks, that wait for nobody:
+    behind (nothing pending, an empty dump), without a dump, or inside an op their peers issued too."""
+    direct = sorted(r for r in stuck if set(roots) & unmet.get(r, set()))
+    idle = [r for r in roots if r not in stuck]
+    inside = [r for r in roots if r in stuck]
+    parts = []
+    for r in roots:
+        d = inp.dumps.get(r)
+        if d is None:
+            parts.append(f"rank {r} left no flight-recorder dump")
+        elif not d.entries:
+            parts.append(f"rank {r} left an empty dump (0 entries)")
+        elif r in stuck:
+            p = stuck[r].pending
+            assert p is not None
+            parts.append(f"{_pending_phrase(r, p)} that every rank it needs issued too, and it does not complete there")
+        else:
+            w = next(stuck[x].pending for x in direct if r in unmet[x])
+            assert w is not None
+            if w.is_p2p:
+                parts.append(f"rank {r} has nothing pending on group {w.group}")
+            else:
+                parts.append(f"rank {r} issued group {w.group}'s collectives up to #{enqueued(d, w.group)}")
+    waits = "; ".join(_pending_phrase(r, p) for r in direct[:4] if (p := stuck[r].pending) is not None)
+    if len(direct) > 4:
+        waits += f"; and {len(direct) - 4} more"
+    verb = "waits" if len(direct) == 1 else "wait"
+    msg = f"{ranks_phrase(direct)} {verb} for {ranks_phrase(roots)} ({waits}): " + "; ".join(parts)
+    if idle:
+        msg += (
+            f"; {ranks_phrase(idle)} {'is' if len(idle) == 1 else 'are'} behind, busy outside any collective "
+            "(compute, data loading, I/O, a Python loop) or stuck there: the flight recorder cannot see where"
+        )
+    if inside:
+        msg += f"; {ranks_phrase(inside)} may have a GPU, NCCL or network fault"
+    rest = sorted(set(stuck) - set(direct) - set(roots))
+    if rest:
+        msg += f"; {ranks_phrase(rest)} wait for ranks that wait for {'it' if len(roots) == 1 else 'them'}"
+    lasts = {r: d.entries[-1] if (d := inp.dumps.get(r)) and d.entries else None for r in idle}
+    locs = [loc for r in idle for loc in _loc(r, user_frame(lasts[r]), "last collective")]
+    locs += [loc for r in inside for loc in _loc(r, user_frame(stuck[r].pending), "stuck")]
+    locs += [loc for r in direct for loc in _loc(r, user_frame(stuck[r].pending), "waiting")]
+    ev = {
+        "source": "flight recorder",
+        "roots": roots,
+        "waits_for": {str(r): sorted(u) for r, u in sorted(unmet.items()) if u},
+        "missing": missing,
+    }
+    fid = "hang.timeout" if idle else "hang.transport-stall"
+    return Finding(
+        fid,
+        "error",
+        msg,
+        BEHIND_HINT if idle else STUCK_HINT,
+        tuple(sorted(set(roots) | set(stuck))),
+        tuple(locs),
+        ev,
+        culprits=tuple(roots),
+    )
+
+
+def _extra(inp: Inputs, stuck: dict[int, Stand]) -> dict[int, tuple[str, int, str] | None]:
+    """The ranks whose pending call is the extra one, each with the line that is its own. A rank's
+    pending stack holds a line no other rank's records hold while the others' lines are ones it used too
+    (a shifted sequence: the live run's rule). Every user frame of the stack counts, not the innermost
+    only: an extra call made through a helper shares the helper's line with the regular calls, and the
+    line unique to the extra rank is the caller's. Without stacks: its group is one the others never used
+    while theirs is one it used."""
     ranks = sorted(stuck)
-    site = {r: (f[0], f[1]) if (f := user_frame(stuck[r].pending)) else None for r in ranks}
-    sites_of = {r: {f[:2] for e in inp.dumps[r].entries if (f := user_frame(e))} for r in ranks}
-    extra = [
-        r
-        for r in ranks
-        if site[r]
-        and all(site[r] not in sites_of[o] for o in ranks if o != r)
-        and all(site[o] in sites_of[r] for o in ranks if o != r)
-    ]
-    if extra and len(extra) < len(ranks):
-        return extra
+    stacks = {r: [f[:2] for f in user_frames(stuck[r].pending)] for r in ranks}
+    sites_of = {r: {f[:2] for e in inp.dumps[r].entries for f in user_frames(e)} for r in ranks}
+    found: dict[int, tuple[str, int, str] | None] = {}
+    for r in ranks:
+        others = [o for o in ranks if o != r]
+        own = [f for f in stacks[r] if all(f not in sites_of[o] for o in others)]
+        if own and all(stacks[o] and stacks[o][0] in sites_of[r] for o in others):
+            frame = next(f for f in user_frames(stuck[r].pending) if f[:2] == own[0])
+            found[r] = frame
+    if found and len(found) < len(ranks):
+        return found
     group = {r: p.group for r in ranks if (p := stuck[r].pending) is not None}
     used = {r: used_groups(inp.dumps[r]) for r in ranks}
     extra = [
@@ -319,13 +502,14 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> list[int]:
         for r in ranks
         if all(group[r] not in used[o] for o in ranks if o != r) and all(group[o] in used[r] for o in ranks if o != r)
     ]
-    return extra if extra and len(extra) < len(ranks) else []
+    return {r: user_frame(stuck[r].pending) for r in extra} if extra and len(extra) < len(ranks) else {}
 
 
 def _divergence(
     inp: Inputs, stuck: dict[int, Stand], keys: dict[int, tuple[str, int]], unmet: dict[int, set[int]]
 ) -> Finding:
-    extra = _extra(inp, stuck)
+    own = _extra(inp, stuck)
+    extra = sorted(own)
     ev: dict[str, Any] = {
         "source": "flight recorder",
         "pending": {
@@ -344,11 +528,11 @@ def _divergence(
         e = stuck[extra[0]].pending
         w = stuck[waiters[0]].pending if waiters else None
         assert e is not None
-        locs = [loc for r in extra for loc in _loc(r, user_frame(stuck[r].pending), "diverged")]
+        locs = [loc for r in extra for loc in _loc(r, own[r], "diverged")]
         locs += [loc for r in waiters for loc in _loc(r, user_frame(stuck[r].pending), "waiting")]
         msg = (
             f"a collective is called on some ranks only: {ranks_phrase(extra)} made an extra {e.call()} on "
-            f"group {e.group} (#{e.seq}){_at(user_frame(e))} that {ranks_phrase(waiters)} never issued"
+            f"group {e.group} (#{e.seq}){_at(own[extra[0]])} that {ranks_phrase(waiters)} never issued"
         )
         if w is not None:
             msg += (
@@ -392,17 +576,33 @@ def _divergence(
     )
 
 
-def _same_collective(stuck: dict[int, Stand]) -> Finding:
+def signature(d: Dump, e: Entry) -> tuple:
+    """What must agree across ranks at ``e``'s position: the op, shapes and dtypes of every entry with its
+    (group, seq). NCCL records a coalesced group as one entry per op sharing the sequence id, closed by a
+    ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
+    if e.is_p2p:
+        return ((e.op, e.input_sizes, e.dtypes),)
+    return d.signatures.get((e.group, e.seq)) or ((e.op, e.input_sizes, e.dtypes),)
+
+
+def _calls(sig: tuple) -> str:
+    return " + ".join(f"{op}([{','.join('x'.join(map(str, s)) or 'scalar' for s in sizes)}])" for op, sizes, _ in sig)
+
+
+def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
     pend = {r: s.pending for r, s in stuck.items() if s.pending}
-    shapes = {r: (e.op, e.input_sizes, e.dtypes) for r, e in pend.items()}
+    shapes = {r: signature(inp.dumps[r], e) for r, e in pend.items()}
     e0 = next(iter(pend.values()))
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
     if len(set(shapes.values())) > 1:
         counts = Counter(shapes.values())
         odd = tuple(sorted(r for r, k in shapes.items() if counts[k] == min(counts.values())))
-        same_op = len({k[0] for k in shapes.values()}) == 1
+        same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
-        parts = "; ".join(f"rank {r}: {e.call()}{_at(user_frame(e))}" for r, e in sorted(pend.items()))
+        parts = "; ".join(
+            f"rank {r}: {_calls(shapes[r])} {'/'.join(dict.fromkeys(t for x in shapes[r] for t in x[2]))}{_at(user_frame(e))}"
+            for r, e in sorted(pend.items())
+        )
         locs = [
             loc
             for r, e in sorted(pend.items())
@@ -475,22 +675,80 @@ def _no_dump(
     )
 
 
+CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host's ranks share one clock
+
+
+def _alone(inp: Inputs) -> Finding:
+    """One rank's dump, nothing pending, and nothing that names the job's other ranks: a distributed job
+    has others, and they left no dump. Not OK: gloo marks a collective that failed because its peer died
+    retired and counts it completed, so a survivor's dump reads exactly like a healthy one."""
+    ((r, d),) = inp.dumps.items()
+    last = d.entries[-1] if d.entries else None
+    tail = (
+        f"; its last collective, {last.call()} (#{last.seq} of group {last.group}){_at(user_frame(last))}, "
+        if last
+        else "; "
+    )
+    msg = (
+        f"only rank {r} left a flight-recorder dump and nothing names the job's other ranks (pg_config holds "
+        f"none){tail}reads as completed, which on gloo it also does when it failed because a peer died: "
+        "the other ranks left no dump (crashed, killed, or dumped elsewhere)"
+    )
+    locs = _loc(r, user_frame(last), "last collective")
+    return Finding(
+        "postmortem.no-dump",
+        "error",
+        msg,
+        NO_DUMP_HINT + " Give torchrun's log folder or the job's log with the dump: they name every rank.",
+        (r,),
+        tuple(locs),
+        {"source": "flight recorder", "missing": "unknown", "dumped": [r], "waiting": False},
+        culprits=(),
+    )
+
+
+def _empty_dumps(inp: Inputs) -> list[Finding]:
+    """Ranks whose dump holds no entry while other ranks recorded collectives, and nothing is pending: not
+    silent, since what they did is unknown (their ring was off, they never reached a collective, or their
+    watchdog wrote an empty ring, as a rank whose Python thread held the GIL did in NVRx's jobs)."""
+    empty = sorted(r for r, d in inp.dumps.items() if not d.entries)
+    full = [d for d in inp.dumps.values() if d.entries]
+    if not empty or not full:
+        return []
+    most = max(len(d.entries) for d in full)
+    return [
+        Finding(
+            "postmortem.no-dump",
+            "warning",
+            f"{ranks_phrase(empty)} left an empty flight-recorder dump (0 entries) while the others recorded up to "
+            f"{most} collectives and none is pending: what {'it' if len(empty) == 1 else 'they'} did is unknown "
+            "(TORCH_FR_BUFFER_SIZE=0 there, no collective reached, or a watchdog that dumped an empty ring)",
+            NO_DUMP_HINT,
+            tuple(empty),
+            (),
+            {"source": "flight recorder", "empty": empty, "waiting": False},
+            culprits=tuple(empty),
+        )
+    ]
+
+
 def _mixed(inp: Inputs) -> list[Finding]:
-    """The same collective (group, seq) created further apart on two ranks than its timeout allows: the
-    dumps cannot come from one attempt of one job."""
+    """The same collective (group, seq), completed on two ranks, created further apart than its timeout:
+    the dumps cannot come from one attempt of one job (the rank that came first would have timed out
+    waiting). Only completed collectives count: a pending one may meet a late rank after its timeout."""
     first: dict[tuple[str, int], tuple[int, int, int]] = {}
     apart: set[tuple[int, int]] = set()
     for r, d in sorted(inp.dumps.items()):
-        for e in d.entries:
-            if e.is_p2p or not e.time_created_ns:
+        for e, own in zip(d.entries, d.completed):
+            if e.is_p2p or not e.time_created_ns or not own:
                 continue
             k = (e.group, e.seq)
             if k not in first:
                 first[k] = (r, e.time_created_ns, e.timeout_ms)
                 continue
             r0, t0, to = first[k]
-            slack_ns = (max(to, e.timeout_ms, 60_000) + 60_000) * 1_000_000
-            if r0 != r and abs(e.time_created_ns - t0) > slack_ns:
+            timeout_ms = max(to, e.timeout_ms) or 30 * 60_000  # unknown: gloo's default, the longest
+            if r0 != r and abs(e.time_created_ns - t0) > (timeout_ms + CLOCK_SLACK_MS) * 1_000_000:
                 apart.add((r0, r))
     if not apart:
         return []
@@ -501,14 +759,84 @@ def _mixed(inp: Inputs) -> list[Finding]:
             "postmortem.mixed-dumps",
             "warning",
             f"the dumps of {ranks_phrase(ranks)} come from different attempts or jobs: the same "
-            f"collectives were created further apart than their timeout (e.g. ranks {pairs[0][0]} and "
-            f"{pairs[0][1]}); the findings compare records that never met",
+            f"collectives completed although they were created further apart than their timeout (e.g. ranks "
+            f"{pairs[0][0]} and {pairs[0][1]}); the findings compare records that never met",
             MIXED_HINT,
             tuple(ranks),
             (),
             {"pairs": [list(p) for p in pairs]},
         )
     ]
+
+
+def _completed_mismatch(inp: Inputs) -> list[Finding]:
+    """The first collective every rank that recorded it completed with different shapes or dtypes
+    (gloo lets equal byte counts through; NCCL checks nothing): the job went on with wrong results."""
+    from ddpdoctor.analysis.hang.collective import HINT, MUST_AGREE
+
+    # NCCL's own names of the same calls, as profiling_name carries them
+    must = MUST_AGREE | {
+        "_broadcast_oop",
+        "_reduce_oop",
+        "allreduce_coalesced",
+        "_all_gather_base",
+        "_allgather_base",
+        "all_gather_into_tensor_coalesced",
+        "_reduce_scatter_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor_coalesced",
+    }
+    # Most jobs agree everywhere: each rank's completed positions are compared with the first rank's as one
+    # dict (C speed); only positions where some rank differs are grouped for the finding.
+    mine: dict[int, dict[tuple[str, int], Entry]] = {}
+    for r, d in inp.dumps.items():
+        got: dict[tuple[str, int], Entry] = {}
+        for e, own in zip(d.entries, d.completed):
+            if own and not e.is_p2p and e.op in must and (e.group, e.seq) not in got:
+                got[(e.group, e.seq)] = e
+        mine[r] = got
+    by_rank: dict[int, dict[tuple[str, int], tuple]] = {
+        r: {k: inp.dumps[r].signatures.get(k) or () for k in got} for r, got in mine.items()
+    }
+    ref: dict[tuple[str, int], tuple] = {}
+    for r in sorted(by_rank):
+        for k, v in by_rank[r].items():
+            ref.setdefault(k, v)
+    odd_keys = {k for r in by_rank for k, v in by_rank[r].items() if v != ref[k]} if len(by_rank) > 1 else set()
+    seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
+    for k in odd_keys:
+        for r in by_rank:
+            if k in by_rank[r]:
+                seen.setdefault(k, {})[r] = (by_rank[r][k], mine[r][k])
+    for key in sorted(seen, key=lambda k: (k[1], k[0])):
+        per = seen[key]
+        sigs = {r: sig for r, (sig, _) in per.items()}
+        if len(per) < 2 or len(set(sigs.values())) == 1:
+            continue
+        if len({tuple(x[0] for x in s) for s in sigs.values()}) != 1:
+            continue  # different calls: not a shape question
+        counts = Counter(sigs.values())
+        odd = tuple(sorted(r for r, k in sigs.items() if counts[k] == min(counts.values())))
+        parts = "; ".join(
+            f"rank {r}: {_calls(sigs[r])} {'/'.join(dict.fromkeys(t for x in sigs[r] for t in x[2]))}"
+            f"{_at(user_frame(per[r][1]))}"
+            for r in sorted(per)
+        )
+        locs = [loc for r in sorted(per) for loc in _loc(r, user_frame(per[r][1]), "mismatched" if r in odd else "")]
+        return [
+            Finding(
+                "collective.shape-mismatch",
+                "error",
+                f"ranks passed different shapes or dtypes to {per[min(per)][1].op} #{key[1]} of group {key[0]} "
+                f"and it completed: {parts}; the result is wrong",
+                HINT,
+                tuple(sorted(per)),
+                tuple(locs),
+                {"source": "flight recorder", "group": key[0], "seq": key[1]},
+                culprits=odd if len(odd) < len(per) else tuple(sorted(per)),
+            )
+        ]
+    return []
 
 
 def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
@@ -532,7 +860,8 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
         )
     if not known and dumps:
         notes.append(
-            f"the dumps do not say how many ranks the job had (gloo's pg_config is empty): ranks above "
+            f"the dumps do not say how many ranks the job had (their pg_config names no ranks: gloo writes the "
+            "world's ranks there until the job creates a second group, which overwrites them with []): ranks above "
             f"{max(inp.dumps)} that left no dump cannot be seen; give torchrun's log folder or the job's "
             "log too"
         )
@@ -542,13 +871,18 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
             f"{ranks_phrase(nostack)}: the dump holds no Python stacks (JSON dumps never do; pickle "
             "dumps with includeStackTraces=False neither): no user lines for these ranks"
         )
-    for d in dumps:
-        if d.entries and d.entries[0].record_id > 0:
-            notes.append(
-                f"rank {d.rank}: the ring dropped {d.entries[0].record_id} older entries "
-                f"(TORCH_FR_BUFFER_SIZE is {len(d.entries)} or so): a divergence before record "
-                f"{d.entries[0].record_id} cannot be seen"
-            )
+    cut = {d.rank: d.entries[0].record_id for d in dumps if d.entries and d.entries[0].record_id > 0}
+    if cut:
+        # one line for all ranks (a 16-rank job said it 16 times), and a buffer size only where every cut
+        # ring holds as many entries: rings of 8 to 43 entries were trimmed dumps, not a small buffer
+        sizes = {len(inp.dumps[r].entries) for r in cut}
+        size = f" (TORCH_FR_BUFFER_SIZE is {sizes.pop()} or so)" if len(sizes) == 1 else ""
+        r0 = min(cut, key=lambda r: cut[r])
+        notes.append(
+            f"{ranks_phrase(cut)}: the ring dropped {cut[r0]} older entries (rank {r0}; the others as many or "
+            f"more){size}: a divergence before record {cut[r0]} cannot be seen; the counts in pg_status still tell "
+            "how far each rank got"
+        )
     versions = {d.version for d in dumps}
     if len(versions) > 1:
         notes.append(
@@ -605,7 +939,7 @@ def _rank_lines(
             detail = (
                 f"no collective pending; last {last.call()} (#{last.seq} of group {last.group})"
                 if last
-                else "no collective recorded"
+                else "left an empty flight-recorder dump (0 entries)"
             )
             if any(e.victim for e in fails.get(r, ())):
                 detail += "; its collective failed when a peer went away"

@@ -183,3 +183,84 @@ def _summary(block: dict[str, str], tb: list[str], root: bool) -> RankError:
         "" if ef in ("", "<N/A>") else ef,
         root,
     )
+
+
+# -- a rank's own output: torchrun's worker logs (--log-dir .../attempt_<n>/<local_rank>/stderr.log) and the
+# console, where torchrun prefixes each worker line with "[rank1]:" (and "[default1]:" under --tee) ---------
+
+_PREFIX = re.compile(r"^(?:\[default(\d+)\]:)?(?:\[rank(\d+)\]:)?\s?")
+_FAULT_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (.+)$')  # faulthandler: no comma, innermost first
+_FATAL = {"Aborted": -6, "Segmentation fault": -11, "Bus error": -7, "Floating-point exception": -8}
+
+
+def _by_rank(text: str, rank: int | None) -> dict[int | None, list[str]]:
+    out: dict[int | None, list[str]] = {}
+    for line in text.splitlines():
+        m = _PREFIX.match(line)
+        assert m is not None  # every part of the pattern is optional
+        if m.group(2) is not None:
+            r: int | None = int(m.group(2))
+        elif m.group(1) is not None and rank is None:
+            r = int(m.group(1))  # "[default1]:" alone: the local rank's own output
+        elif rank is None:
+            continue  # the agent's own lines in a console log: its summary is read by summaries()
+        else:
+            r = rank
+        out.setdefault(r, []).append(line[m.end() :])
+    return out
+
+
+def _python_traceback(lines: list[str]) -> tuple[str, tuple[tuple[str, int, str], ...]] | None:
+    """The last Python traceback of a rank's lines: (the exception line, its frames outermost first)."""
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1)
+    if start < 0:
+        return None
+    body: list[str] = []
+    message = ""
+    for ln in lines[start + 1 :]:
+        if ln.startswith((" ", "\t")) or not ln.strip():
+            body.append(ln)
+            continue
+        message = ln.strip()
+        break
+    return message, frames_of("\n".join(body))
+
+
+def _fatal(lines: list[str]) -> tuple[str, int, tuple[tuple[str, int, str], ...]] | None:
+    """A native crash faulthandler reported ("Fatal Python error: Aborted" and each thread's stack): the
+    message (the C++ exception's what() where printed), the exit code, and the stack of the thread that was
+    in torch.distributed (else the last one), outermost first."""
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error: ")), -1)
+    if at < 0:
+        return None
+    kind = lines[at].split(": ", 1)[1].strip()
+    what = next((ln.split("what():", 1)[1].strip() for ln in lines[:at] if "what():" in ln), "")
+    threads: list[list[tuple[str, int, str]]] = []
+    for ln in lines[at + 1 :]:
+        if "(most recent call first)" in ln:
+            threads.append([])
+        elif threads and (m := _FAULT_FRAME.match(ln)):
+            threads[-1].append((m.group(1), int(m.group(2)), m.group(3).strip()))
+    stack = next((t for t in threads if any("torch/distributed/" in f[0] for f in t)), threads[-1] if threads else [])
+    message = f"Fatal Python error: {kind}" + (f": {what}" if what else "")
+    return message, _FATAL.get(kind, -6), tuple(reversed(stack))
+
+
+def worker_errors(text: str, path: str = "") -> list[RankError]:
+    """The failures a rank's own output shows: a Python traceback, or a native crash. In a worker log
+    of torchrun's log folder the rank is the folder's local rank unless the lines say ``[rankN]:``; in a
+    console log only prefixed lines count (the rest is the agent's)."""
+    attempt, local = _layout(path) if path else (None, None)
+    out = []
+    for rank, lines in sorted(_by_rank(text, local).items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        if rank is None:
+            continue
+        fatal = _fatal(lines)
+        if fatal is not None:
+            msg, code, frames = fatal
+            out.append(RankError(rank, local, attempt, msg, frames, None, code, path))
+            continue
+        tb = _python_traceback(lines)
+        if tb is not None and tb[0]:
+            out.append(RankError(rank, local, attempt, tb[0], tb[1], None, None, path))
+    return out

@@ -8,11 +8,14 @@ with (``TORCH_FR_DUMP_TEMP_FILE<rank>``).
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import os
 import pickle
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ddpdoctor.postmortem import safepickle
@@ -42,6 +45,7 @@ class Entry:
     group: str  # process_group[0]: the group's name, the same on every rank
     group_desc: str
     seq: int  # collective_seq_id (p2p_seq_id for a p2p op)
+    op_id: int  # op_id: counts p2p ops (and each op of a coalesced group) too; gloo's pg_status counts these
     is_p2p: bool
     op: str  # profiling_name without the backend: "all_reduce"
     backend: str  # "gloo", "nccl"
@@ -77,12 +81,153 @@ class Dump:
     version: str
     entries: tuple[Entry, ...]
     pg_status: dict[str, PgStatus]  # by pg_id
-    pg_ranks: dict[str, tuple[int, ...]]  # group name -> member ranks, where pg_config names them (NCCL)
+    # group name -> member ranks where pg_config names them (NCCL). gloo records its default group before
+    # the group has a name: under "" with the world's ranks, until a later group overwrites it with "[]"
+    pg_ranks: dict[str, tuple[int, ...]]
     stacks: bool  # whether entries carry Python frames (JSON dumps carry none)
+    # pg_id -> group name for pg_ids the ring holds no entry of (an empty dump, a group whose entries were
+    # dropped), inferred from the other ranks' dumps (name_groups): pg_status is keyed by the rank's own
+    # pg_id, which on NCCL is not the group's name ("5" on two ranks is two different TP groups)
+    pg_names: dict[str, str] = field(default_factory=dict)
+
+    # the maps below are built once per dump: the judge asks them for every rank of every pending
+    # collective, and a scan of the ring per question made 1,024 ranks take minutes
+
+    @cached_property
+    def _groups(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for e in self.entries:
+            out.setdefault(e.pg_id, e.group)
+        return out
+
+    @cached_property
+    def _by_group(self) -> dict[str, tuple[Entry, ...]]:
+        out: dict[str, list[Entry]] = {}
+        for e in self.entries:
+            if not e.is_p2p:
+                out.setdefault(e.group, []).append(e)
+        return {g: tuple(v) for g, v in out.items()}
+
+    @cached_property
+    def _by_key(self) -> dict[tuple[str, int], tuple[Entry, ...]]:
+        out: dict[tuple[str, int], list[Entry]] = {}
+        for e in self.entries:
+            if not e.is_p2p:
+                out.setdefault((e.group, e.seq), []).append(e)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def signatures(self) -> dict[tuple[str, int], tuple]:
+        """Per (group, seq): the (op, input sizes, dtypes) of every op there, a coalesced group's ``coalesced``
+        closing entry left out; what must agree across ranks. Built in one pass (1,024 ranks' rings)."""
+        out: dict[tuple[str, int], list] = {}
+        for e in self.entries:
+            if not e.is_p2p and not e.op.endswith("coalesced"):
+                out.setdefault((e.group, e.seq), []).append((e.op, e.input_sizes, e.dtypes))
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def completed(self) -> tuple[bool, ...]:
+        """Per entry (aligned with ``entries``): whether this rank's own records show it completed. gloo
+        never moves an entry's state past "scheduled"; retired means no longer watched, the only word a p2p op
+        (or a group without pg_status) has; pg_status counts op ids on gloo (p2p ops too) and sequence ids on
+        NCCL, compared like with like."""
+        out = []
+        ops = self.op_units
+        for e in self.entries:
+            st = self.pg_status.get(e.pg_id)
+            if e.is_p2p or st is None:
+                out.append(e.state == "completed" or e.retired)
+            else:
+                out.append((e.op_id if ops else e.seq) <= st.last_completed)
+        return tuple(out)
+
+    def at(self, group: str, seq: int) -> tuple[Entry, ...]:
+        """The rank's collective entries with this (group, sequence id): one, or a coalesced group's."""
+        return self._by_key.get((group, seq), ())
+
+    @cached_property
+    def op_units(self) -> bool:
+        """Whether pg_status counts op ids (gloo: ``last_enqueued_collective`` is the op id, which counts
+        p2p ops too) rather than collective sequence ids (NCCL). Read from the newest entry of each group
+        that tells them apart; else from the backend."""
+        for e in reversed(self.entries):
+            st = self.pg_status.get(e.pg_id)
+            if st is None or e.is_p2p or e.op_id == e.seq:
+                continue
+            if st.last_enqueued == e.op_id:
+                return True
+            if st.last_enqueued == e.seq:
+                return False
+        return any(e.backend == "gloo" for e in self.entries)
 
     def group_of(self, pg_id: str) -> str:
         """The group name of a pg_id (gloo and NCCL name groups by their pg_id unless named)."""
-        return next((e.group for e in self.entries if e.pg_id == pg_id), pg_id)
+        got = self._groups.get(pg_id) or self.pg_names.get(pg_id)
+        if got is not None:
+            return got
+        # gloo names every group by its pg_id; NCCL's pg_config names them otherwise: an unmapped pg_id there
+        # is no group name, and reading it as one mixed a rank's "5" with another group called "5"
+        return f"pg_id {pg_id}" if self.named_groups else pg_id
+
+    @cached_property
+    def named_groups(self) -> bool:
+        """Whether pg_config names the groups (NCCL) rather than leaving them unnamed (gloo)."""
+        return any(name for name in self.pg_ranks)
+
+    def collectives(self, group: str) -> tuple[Entry, ...]:
+        """The rank's collective entries on ``group``, oldest first."""
+        return self._by_group.get(group, ())
+
+    @cached_property
+    def _ops(self) -> dict[str, list[int]]:
+        return {g: [e.op_id for e in ents] for g, ents in self._by_group.items()}
+
+    def status_seq(self, group: str, value: int) -> int:
+        """A pg_status number of ``group`` as a collective sequence id. In op units (gloo) it is the
+        sequence id of the newest collective whose op id is at most ``value``: a p2p op raises the op id
+        and leaves the sequence id alone, so comparing op ids with sequence ids reads a pending
+        collective after any send/recv as done."""
+        if not self.op_units or value <= 0:
+            return value
+        ents = self.collectives(group)
+        if not ents:
+            return value  # the ring kept nothing of the group: the op id bounds the sequence id from above
+        i = bisect.bisect_right(self._ops[group], value)  # op ids grow with the sequence ids of a group
+        return ents[i - 1].seq if i else ents[0].seq - 1
+
+    @cached_property
+    def _enqueued(self) -> dict[str, int]:
+        out = {g: ents[-1].seq for g, ents in self._by_group.items()}
+        for pg_id, st in self.pg_status.items():
+            g = self.group_of(pg_id)
+            out[g] = max(out.get(g, 0), self.status_seq(g, st.last_enqueued))
+        return out
+
+    def enqueued(self, group: str) -> int:
+        """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
+        return self._enqueued.get(group, 0)
+
+
+def name_groups(dumps: list[Dump]) -> list[Dump]:
+    """The dumps with their pg_ids that have no entry mapped to group names: a rank's pg_id p is the group
+    other ranks' entries call p that this rank's pg_config makes it a member of, where exactly one is."""
+    seen: dict[str, set[str]] = {}
+    for d in dumps:
+        for pg_id, g in d._groups.items():
+            seen.setdefault(pg_id, set()).add(g)
+    out = []
+    for d in dumps:
+        mine = {g for g, ranks in d.pg_ranks.items() if d.rank in ranks}
+        names = {}
+        for pg_id in d.pg_status:
+            if pg_id in d._groups:
+                continue
+            cands = seen.get(pg_id, set()) & mine
+            if len(cands) == 1:
+                names[pg_id] = next(iter(cands))
+        out.append(dataclasses.replace(d, pg_names=names) if names else d)
+    return out
 
 
 def looks_like_dump(path: str) -> bool:
@@ -159,17 +304,38 @@ def _int(v: Any, default: int = -1) -> int:
 def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
     if not isinstance(v, (list, tuple)):
         return ()
-    return tuple(tuple(_int(d, 0) for d in s) if isinstance(s, (list, tuple)) else () for s in v)
+    out: list[tuple[int, ...]] = []
+    for s in v:
+        if not isinstance(s, (list, tuple)):
+            out.append(())
+        elif all(type(d) is int for d in s):
+            out.append(tuple(s))  # the usual case, without a conversion per dimension
+        else:
+            out.append(tuple(_int(d, 0) for d in s))
+    return tuple(out)
+
+
+# A ring's stacks repeat (the same few call sites thousands of times over 1,024 ranks): each distinct stack
+# becomes its Frame tuple once per load.
+_STACKS: dict[tuple, tuple[Frame, ...]] = {}
+_STACKS_MAX = 50_000
 
 
 def _frames(v: Any) -> tuple[Frame, ...]:
     if not isinstance(v, (list, tuple)):
         return ()
-    return tuple(
-        Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", "")))
-        for f in v
-        if isinstance(f, dict)
-    )
+    raw = [f for f in v if isinstance(f, dict)]
+    try:
+        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in raw)
+        hash(key)
+    except TypeError:  # an unhashable value where a name or line should be: no cache
+        key = None
+    if key is not None and key in _STACKS:
+        return _STACKS[key]
+    got = tuple(Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", ""))) for f in raw)
+    if key is not None and len(_STACKS) < _STACKS_MAX:
+        _STACKS[key] = got
+    return got
 
 
 def _entry(path: str, i: int, e: Any) -> Entry:
@@ -186,6 +352,7 @@ def _entry(path: str, i: int, e: Any) -> Entry:
         group=str(pg[0]),
         group_desc=str(pg[1]),
         seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")),
+        op_id=_int(e.get("op_id")),
         is_p2p=p2p,
         op=op or prof,
         backend=backend,
@@ -221,7 +388,7 @@ def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
         ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
         if isinstance(ranks, str):  # "[0, 1]": torch writes the list as text
             ranks = [int(t) for t in re.findall(r"-?\d+", ranks)]
-        if name and isinstance(ranks, list) and ranks:
+        if isinstance(ranks, list) and ranks:
             pg_ranks[str(name)] = tuple(_int(r) for r in ranks)
     stacks = any(e.frames for e in parsed)
     return Dump(rank, path, fmt, version, parsed, status, pg_ranks, stacks)

@@ -36,7 +36,7 @@ class Inputs:
 
     def empty(self) -> bool:
         """Nothing a post-mortem can use."""
-        return not (self.dumps or self.errors or self.summaries)
+        return not (self.dumps or self.errors or self.summaries or self.local_ranks)
 
 
 def is_run_dir(path: str) -> bool:
@@ -67,6 +67,7 @@ def load(paths: list[str]) -> Inputs:
                 f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
                 "failure summary, or a ddpdoctor run directory"
             )
+    inp.dumps = {d.rank: d for d in flight.name_groups(list(inp.dumps.values()))}
     return inp
 
 
@@ -121,9 +122,14 @@ def _file(path: str, inp: Inputs, explicit: bool) -> bool:
         _add_dump(inp, d)
         return True
     if name.endswith(LOG_NAMES) or explicit:
-        found = errorfiles.summaries(_tail(path))
+        text = _tail(path)
+        found = errorfiles.summaries(text)
         inp.summaries.extend(found)
-        return bool(found)
+        # the ranks' own tracebacks (worker logs of the log folder, "[rank1]:" lines of the console): the
+        # summary alone blames whichever rank the agent saw exit first, often one it ended itself
+        own = errorfiles.worker_errors(text, path)
+        inp.errors.extend(own)
+        return bool(found or own)
     return False
 
 

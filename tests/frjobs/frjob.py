@@ -10,6 +10,12 @@ Cases (argv[1]):
   kill     rank 1 dies (SIGKILL of itself) at step 3: no dump, no error file (DIE)
   raise    rank 1 raises at step 3 under torchrun's @record: an error file, no dump (RAISE)
   healthy  every collective completes; the dump is written once at the end
+  busy     rank 1 stalls at step 3 in its data-reading helper, before its all-reduce (BUSY): nothing pending
+  p2p      as busy, after a send/recv pair at step 1 (gloo records no p2p entry, but counts its op id)
+  helper   both ranks all-reduce on the side group through a helper at step 0; rank 1 alone does it again
+           at step 2 (EXTRA_HELPER): the innermost user line (HELPER) is both ranks'
+  size     rank 1 all-reduces 4 elements at step 2 where rank 0 reduces 8 (SIZE)
+  dtype    rank 1 all-reduces int32 at step 2 where rank 0 reduces float32 (DTYPE): same bytes, completes
 """
 
 import datetime
@@ -64,7 +70,6 @@ def _on_error(rank: int, exc: BaseException) -> None:
         dump(rank)
 
 
-@record
 def main() -> None:
     case = sys.argv[1]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -77,28 +82,67 @@ def main() -> None:
     except Exception as e:
         _on_error(rank, e)
         raise
-    if case == "healthy":
+    if case in ("healthy", "dtype"):
         dump(rank)
     dist.destroy_process_group()
+
+
+def read_batch(step: int) -> None:
+    """The data-reading helper rank 1 stalls in (busy, p2p): a loop that never returns."""
+    while True:
+        time.sleep(0.05)  # BUSY
+
+
+def sync(x: torch.Tensor, group: object = None) -> None:
+    dist.all_reduce(x, group=group)  # HELPER
 
 
 def train(case: str, rank: int, side: object, progress: list) -> None:
     x = torch.ones(8)
     for step in range(6):
-        dist.all_reduce(x)  # REGULAR
+        if case in ("busy", "p2p") and rank == 1 and step == 3:
+            read_batch(step)
+        if case == "p2p" and step == 1:
+            if rank == 0:
+                dist.send(x, 1)
+            else:
+                dist.recv(x, 0)
+        if case == "helper" and step == 0:
+            sync(x, side)  # REGULAR_HELPER
+        if case == "size" and rank == 1 and step == 2:
+            dist.all_reduce(torch.ones(4))  # SIZE
+        elif case == "dtype" and rank == 1 and step == 2:
+            dist.all_reduce(torch.ones(8, dtype=torch.int32))  # DTYPE
+        else:
+            dist.all_reduce(x)  # REGULAR
         progress[0] = time.monotonic()
         if case == "extra" and rank == 1 and step == 2:
             dist.all_reduce(x, group=side)  # EXTRA: only rank 1 makes this call
+        if case == "helper" and rank == 1 and step == 2:
+            sync(x, side)  # EXTRA_HELPER
         if case == "kill" and rank == 1 and step == 3:
             os.kill(os.getpid(), signal.SIGKILL)  # DIE
         if case == "raise" and rank == 1 and step == 3:
             raise RuntimeError("loss is nan at step 3")  # RAISE
-    if case == "healthy":
+    if case in ("healthy", "dtype"):
         # the job's 1 s watchdog stands in for NCCL's minutes: on a loaded host the last barrier can take
         # longer than that while both ranks are healthy, and a dump from inside it would look like a stall
         progress[0] = float("inf")
     dist.barrier()  # END
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    """torchrun's agent ends the other ranks with SIGTERM as soon as one rank dies, often before the
+    survivor's failed collective returned; on another node of a multi-node job its watchdog would have
+    dumped first. Python runs this handler once the blocked collective returns: dump (unless the main
+    thread is dumping right now), then end as SIGTERM would have. Placed last: the markers' lines stay."""
+    if _lock.acquire(blocking=False):
+        _lock.release()
+        dump(int(os.environ.get("RANK", "0")))
+        os._exit(128 + signal.SIGTERM)
+
+
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    # FRJOB_NO_RECORD: a script without torchrun's @record: no error file, the traceback only in the logs
+    (main if os.environ.get("FRJOB_NO_RECORD") else record(main))()

@@ -18,10 +18,21 @@ from ddpdoctor.record.reader import RunRecord
 
 def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the hang family, in report order."""
-    from ddpdoctor.analysis.hang import attach, collective, crash, deadlock, digest, multinode, startup, teardown
+    from ddpdoctor.analysis.hang import (
+        attach,
+        collective,
+        crash,
+        damage,
+        deadlock,
+        digest,
+        multinode,
+        startup,
+        teardown,
+    )
 
     return (
-        startup.detect(record, config)
+        damage.detect(record, config)
+        + startup.detect(record, config)
         + crash.detect(record, config)
         + digest.annotate(deadlock.detect(record, config), record)
         + collective.detect(record, config)

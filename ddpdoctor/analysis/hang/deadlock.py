@@ -52,6 +52,11 @@ def _uneven(record: RunRecord, states: dict[int, RankState]) -> tuple[dict[int, 
         dl = [e for e in rec.events if e.get("kind") == schema.K_DATALOADER]
         if dl:
             lens[r] = dl[-1].get("len")
+    if len(set(lens.values())) < 2 and any(states[r].state == "busy" for r, n in fwd.items() if n < max(fwd.values())):
+        # a rank with fewer steps that is still busy (in its step, in a data-reading helper) has not run
+        # out of batches unless its DataLoader is shorter: it has not come back; a wait for it is a
+        # timeout, never uneven batches
+        return None
     return fwd, lens
 
 

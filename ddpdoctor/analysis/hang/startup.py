@@ -23,8 +23,10 @@ def _torchrun_tail(record: RunRecord) -> str:
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """Findings for a run in which no rank reached init_process_group (the script never started training)."""
-    if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
-        return []
+    from ddpdoctor.analysis.hang.damage import cut_init
+
+    if any(rec.event(schema.K_INIT) for rec in record.ranks.values()) or cut_init(record):
+        return []  # a rank initialised (or its cut events hide an init its heartbeats prove)
     if record.monitor_event(schema.K_VERDICT) or record.monitor_event(schema.K_KILL):
         return []
     ends = [(r, rec.event(schema.K_FINISH), rec.error) for r, rec in record.ranks.items()]

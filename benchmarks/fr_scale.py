@@ -1,0 +1,106 @@
+"""Time the flight-recorder post-mortem (``ddpdoctor analyze DUMPS``) on synthetic dumps of growing size.
+
+Each job: RANKS gloo-style pickle dumps of ENTRIES collectives on the default group, each with a two-frame
+stack; every rank but the last waits in the final collective, the last rank is one behind (nothing
+pending: the common hang). For each size it times reading the dumps (``inputs.load``) and judging them
+(``report.build``) in this process, checks the culprit is the last rank, and prints one JSON line.
+Issue 34's goal: 1,024 ranks x 2,000 entries judged in under 10 s (the judge was O(ranks^2 x entries)).
+
+    python benchmarks/fr_scale.py --ranks 64 512 1024 --entries 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ddpdoctor.analysis.config import Config  # noqa: E402
+from ddpdoctor.postmortem import inputs, report  # noqa: E402
+
+
+def _entry(i: int, seq: int) -> dict:
+    return {
+        "record_id": i,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": "gloo:all_reduce",
+        "is_p2p": False,
+        "input_sizes": [[1024]],
+        "output_sizes": [[1024]],
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+        "state": "scheduled",
+        "retired": True,
+        "time_created_ns": 1_000_000_000 + seq * 1_000_000,
+        "timeout_ms": 600000,
+        "frames": [
+            {"name": "all_reduce", "filename": "/x/site-packages/torch/distributed/distributed_c10d.py", "line": 3245},
+            {"name": "train", "filename": "/job/train.py", "line": 42},
+        ],
+    }
+
+
+def write_job(folder: str, ranks: int, entries: int) -> None:
+    """RANKS dumps; the last rank issued one collective fewer than the others."""
+    world = str(list(range(ranks)))
+    for r in range(ranks):
+        n = entries - 1 if r == ranks - 1 else entries
+        ents = [_entry(i, i + 1) for i in range(n)]
+        done = n if r == ranks - 1 else n - 1
+        dump = {
+            "version": "2.10",
+            "pg_config": {"": {"name": "", "desc": "", "ranks": world}},
+            "pg_status": {
+                "0": {"last_enqueued_collective": n, "last_started_collective": -1, "last_completed_collective": done}
+            },
+            "entries": ents,
+        }
+        with open(os.path.join(folder, f"rank_{r}"), "wb") as f:
+            pickle.dump(dump, f)
+
+
+def run(ranks: int, entries: int) -> dict:
+    work = tempfile.mkdtemp(prefix="frscale-")
+    try:
+        write_job(work, ranks, entries)
+        t0 = time.perf_counter()
+        inp = inputs.load([work])
+        t1 = time.perf_counter()
+        rep = report.build(inp, Config())
+        t2 = time.perf_counter()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    f = rep.findings[0] if rep.findings else None
+    return {
+        "ranks": ranks,
+        "entries": entries,
+        "load_s": round(t1 - t0, 2),
+        "judge_s": round(t2 - t1, 2),
+        "total_s": round(t2 - t0, 2),
+        "finding": f.id if f else None,
+        "culprit_right": bool(f and f.culprits == (ranks - 1,)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 512, 1024])
+    ap.add_argument("--entries", type=int, default=2000)
+    args = ap.parse_args()
+    for n in args.ranks:
+        print(json.dumps(run(n, args.entries)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""A run directory whose records are damaged: a rank's folder deleted, its files cut. Pure.
+
+What is left must not be read as something that happened: a rank without records on a one-node run did
+run here (it is not "on another node"); a rank whose events have no init but whose heartbeats count DDP
+steps did initialise (its events file is cut: not a failure before init); a rank without a finish event in
+a job whose launcher exited 0 finished (not "killed"). This module names such ranks
+(``rundir.records-missing``) and tells the other detectors which records not to trust.
+"""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.record import schema
+from ddpdoctor.record.reader import RunRecord
+
+HINT = (
+    "The run directory was changed after the run: restore the missing or cut files (ranks/<r>/events.jsonl, "
+    "heartbeat.jsonl, ledger.jsonl), or re-run the job; ddpdoctor judges only what the records hold and names "
+    "the ranks whose records are gone."
+)
+
+
+def one_node(record: RunRecord) -> bool:
+    """Every rank of the job ran under this run directory's launcher: torchrun --standalone or --nnodes 1,
+    or spawn (one process tree)."""
+    mode = record.manifest.get("mode")
+    if mode == "spawn":
+        return True
+    if mode != "torchrun":
+        return False
+    args = [str(a) for a in record.manifest.get("torchrun_args") or []]
+    if "--standalone" in args:
+        return True
+    for i, a in enumerate(args):
+        value = (
+            a.split("=", 1)[1]
+            if a.startswith("--nnodes=")
+            else (args[i + 1] if a == "--nnodes" and i + 1 < len(args) else None)
+        )
+        if value is not None:
+            return value.split(":")[-1] == "1"
+    return False
+
+
+def _progressed(record: RunRecord, r: int) -> int:
+    """How many DDP steps or collectives the rank's other files show (0: none)."""
+    rec = record.ranks[r]
+    hb = rec.last_hb or {}
+    return max(int(hb.get("step") or 0), int(rec.counters.get("ddp_fwd") or 0), len(rec.ledger))
+
+
+def cut_init(record: RunRecord) -> list[int]:
+    """Ranks with no init event whose heartbeats, counters or ledger show they ran: events.jsonl is cut."""
+    return sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_INIT) is None and _progressed(record, r))
+
+
+def exited_cleanly(record: RunRecord) -> bool:
+    """The launcher (torchrun, spawn) exited 0 and nothing ended the run from outside: every rank exited 0."""
+    ex = record.monitor_event(schema.K_EXIT)
+    return bool(ex and ex.get("returncode") == 0 and record.monitor_event(schema.K_KILL) is None)
+
+
+def cut_finish(record: RunRecord) -> list[int]:
+    """Ranks without a finish event, without an error, in a job whose launcher exited 0: the finish was cut."""
+    if not exited_cleanly(record):
+        return []
+    return sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_FINISH) is None and not rec.error)
+
+
+def missing_ranks(record: RunRecord) -> list[int]:
+    """Ranks of a one-node run that have no records here at all (``ranks/<r>`` deleted or never written)."""
+    if not one_node(record) or not record.ranks:
+        return []
+    world = record.world_size or 0
+    return [r for r in range(world) if r not in record.ranks]
+
+
+def detect(record: RunRecord, cfg: Config) -> list[Finding]:
+    """``rundir.records-missing`` for every rank whose records are gone or contradict themselves."""
+    missing, no_init, no_finish = missing_ranks(record), cut_init(record), cut_finish(record)
+    parts = []
+    if missing:
+        parts.append(
+            f"{ranks_phrase(missing)} left no records in this run directory (ranks/{missing[0]} is absent) although "
+            "the job ran on this one node: what it did is unknown"
+        )
+    if no_init:
+        steps = {r: _progressed(record, r) for r in no_init}
+        parts.append(
+            f"the events of {ranks_phrase(no_init)} hold no init_process_group although "
+            f"{'its' if len(no_init) == 1 else 'their'} other records show {max(steps.values())} DDP steps or "
+            "collectives: events.jsonl is cut"
+        )
+    rest = [r for r in no_finish if r not in no_init]
+    if rest:
+        parts.append(
+            f"{ranks_phrase(rest)} {'has' if len(rest) == 1 else 'have'} no finish event although the launcher "
+            "exited 0 (every rank exited 0): events.jsonl is cut"
+        )
+    if not parts:
+        return []
+    culprits = tuple(sorted(set(missing) | set(no_init) | set(no_finish)))
+    return [
+        Finding(
+            "rundir.records-missing",
+            "error",
+            "the run directory is damaged: " + "; ".join(parts),
+            HINT,
+            culprits,
+            (),
+            {"missing": missing, "cut_init": no_init, "cut_finish": no_finish},
+            culprits=culprits,
+        )
+    ]

@@ -1,0 +1,65 @@
+"""Damaged run directories (a real run's records, tests/golden/healthy, with a rank's folder deleted or its
+events cut) are judged from what is left, and the damage is named: never an invented verdict, never OK."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ddpdoctor.analysis import diagnose
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.record.reader import load_run
+
+GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "healthy"
+
+
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(GOLDEN, run)
+    return run
+
+
+def _diagnose(run: Path):
+    return diagnose(load_run(str(run)), Config(timeout=60.0))
+
+
+def _cut(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def test_the_intact_run_is_ok(tmp_path):
+    rep = _diagnose(_run(tmp_path))
+    assert (rep.verdict, [f.id for f in rep.findings if f.severity == "error"]) == ("ok", [])
+
+
+def test_a_deleted_rank_folder_of_a_one_node_run_is_missing_not_on_another_node(tmp_path):
+    run = _run(tmp_path)
+    shutil.rmtree(run / "ranks" / "1")
+    rep = _diagnose(run)
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("rundir.records-missing", (1,), 1)
+    assert "ranks/1 is absent" in f.message
+    assert not any("another node" in g.message for g in rep.findings)
+
+
+def test_events_cut_before_init_are_not_a_failure_before_init(tmp_path):
+    run = _run(tmp_path)
+    for r in (0, 1):  # each rank's events cut inside its init line; heartbeats still count 16 steps
+        _cut(run / "ranks" / str(r) / "events.jsonl", 200)
+    rep = _diagnose(run)
+    ids = [f.id for f in rep.findings]
+    assert ids[0] == "rundir.records-missing" and rep.exit_code == 1
+    assert not any(i.startswith("run.") for i in ids)
+    assert rep.findings[0].culprits == (0, 1) and "16 DDP steps" in rep.findings[0].message
+
+
+def test_a_cut_finish_event_of_a_job_that_exited_0_is_not_a_kill(tmp_path):
+    run = _run(tmp_path)
+    ev = run / "ranks" / "1" / "events.jsonl"
+    lines = ev.read_bytes().splitlines(keepends=True)
+    ev.write_bytes(b"".join(lines[:-1]) + lines[-1][:20])  # the finish line cut mid-way
+    rep = _diagnose(run)
+    f = rep.findings[0]
+    assert (f.id, f.culprits) == ("rundir.records-missing", (1,))
+    assert not any(g.id == "crash.abnormal-exit" for g in rep.findings)
+    assert "killed" not in " ".join(g.message for g in rep.findings)

@@ -1,0 +1,158 @@
+"""The post-mortem on the records of real gloo jobs (tests/data/fr/gloo: torch 2.13's own dumps and
+torchrun's logs of tests/frjobs/frjob.py, see its README), and on dumps derived from them. Each test names
+the culprit rank and the line a user sees; each failed on the code before issue 34."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.postmortem import errorfiles, flight, inputs, report, safepickle
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "fr" / "gloo"
+LINES = json.loads((DATA / "lines.json").read_text())
+
+
+def _report(*paths: Path):
+    return report.build(inputs.load([str(p) for p in paths]), Config())
+
+
+def _lines(f, rank: int) -> set[int]:
+    return {loc.line for loc in f.locations if loc.rank == rank}
+
+
+def test_a_rank_with_nothing_pending_is_the_culprit():
+    # rank 1 stalls in its data-reading helper before collective #4; rank 0 waits in #4
+    rep = _report(DATA / "busy")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code, rep.verdict) == ("hang.timeout", (1,), 3, "hang")
+    assert "rank 0 waits for rank 1 (rank 0 in all_reduce([8]) (#4 of group 0)" in f.message
+    assert "collectives up to #3" in f.message and "rank 1 is behind" in f.message
+    assert _lines(f, 0) == {LINES["REGULAR"]}
+
+
+def test_a_send_recv_before_the_hang_does_not_make_a_pending_collective_done():
+    d = flight.load(str(DATA / "p2p" / "rank_0"))
+    last = d.entries[-1]
+    # the premise: gloo records no p2p entry, its op id moved past the sequence id, pg_status counts op ids
+    assert not any(e.is_p2p for e in d.entries) and last.op_id == last.seq + 1
+    assert d.pg_status["0"].last_completed == last.op_id - 1 >= last.seq
+    rep = _report(DATA / "p2p")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.timeout", (1,), 3)
+    assert "#4 of group 0" in f.message and _lines(f, 0) == {LINES["REGULAR"]}
+
+
+def _with_world(src: Path, dst: Path, ranks: str) -> None:
+    raw = safepickle.loads(src.read_bytes())
+    raw["pg_config"] = {"": {"name": "", "desc": "", "ranks": ranks}}  # gloo before any subgroup exists
+    dst.write_bytes(pickle.dumps(raw))
+
+
+def test_gloo_pg_config_names_the_world_and_the_rank_without_a_dump(tmp_path):
+    # derived: rank 0's real dump alone, with the pg_config gloo writes while the job has one group
+    _with_world(DATA / "busy" / "rank_0", tmp_path / "rank_0", "[0, 1]")
+    rep = _report(tmp_path / "rank_0")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("postmortem.no-dump", (1,), 3)
+    assert "first suspect is rank 1" in f.message
+    assert not any("pg_config" in n for n in rep.notes)
+    assert [r.state for r in rep.ranks] == ["waiting", "unresponsive"]
+
+
+def test_an_extra_collective_through_a_helper_names_the_callers_line():
+    # both ranks used the side group through sync() at step 0; rank 1 alone calls sync() again at step 2:
+    # the innermost user line (sync's) is both ranks'; the caller's line is rank 1's alone
+    rep = _report(DATA / "helper")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (1,), 3)
+    assert _lines(f, 1) == {LINES["EXTRA_HELPER"]} and _lines(f, 0) == {LINES["REGULAR"]}
+    assert f"frjob.py:{LINES['EXTRA_HELPER']}" in f.message
+
+
+def test_a_dtype_mismatch_that_completed_is_reported():
+    rep = _report(DATA / "dtype")
+    f = rep.findings[0]
+    assert (f.id, rep.exit_code) == ("collective.shape-mismatch", 1)
+    assert "Float" in f.message and "Int" in f.message and "#3 of group 0" in f.message
+    assert _lines(f, 1) == {LINES["DTYPE"]} and _lines(f, 0) == {LINES["REGULAR"]}
+
+
+def test_a_size_mismatch_aborts_the_smaller_rank_named_from_its_worker_log():
+    # gloo aborted rank 1 (4 elements against 8): exit -6, no dump, faulthandler's stack in its stderr.log
+    for path in (DATA / "size", DATA / "size" / "logs"):
+        rep = _report(path)
+        f = rep.findings[0]
+        assert (f.id, f.culprits, rep.exit_code) == ("crash.abnormal-exit", (1,), 1), path
+        assert "SIGABRT" in f.message and "Received data size doesn't match" in f.message
+        assert _lines(f, 1) == {LINES["SIZE"]}
+
+
+def test_a_traceback_in_torchruns_log_folder_or_console_names_the_rank_not_sigterm():
+    # no @record, so no error file: the traceback is only in the logs; torchrun's summary lists rank 0's
+    # SIGTERM (the agent's own doing) and rank 1's exit 1 without a traceback
+    base = DATA / "raise-no-record"
+    for path in (base, base / "logs", base / "console.log"):
+        rep = _report(path)
+        f = rep.findings[0]
+        assert (f.id, f.culprits, rep.exit_code) == ("crash.exception", (1,), 1), path
+        assert "loss is nan at step 3" in f.message and "SIGTERM" not in f.message
+        assert _lines(f, 1) == {LINES["RAISE"]}
+
+
+def test_worker_log_prefixes_and_faulthandler_frames():
+    text = "\n".join(
+        [
+            "[default1]:[rank1]: Traceback (most recent call last):",
+            '[default1]:[rank1]:   File "/job/train.py", line 9, in main',
+            "[default1]:[rank1]:     step()",
+            "[default1]:[rank1]: ValueError: bad batch",
+            "[default0]:[rank0]: ok",
+            "I1203 agent line",
+        ]
+    )
+    got = errorfiles.worker_errors(text)
+    assert [(e.rank, e.message, e.user_frame()) for e in got] == [
+        (1, "ValueError: bad batch", ("/job/train.py", 9, "main"))
+    ]
+
+
+def test_analyze_of_the_log_folder_alone_is_no_internal_error(tmp_path):
+    logs = tmp_path / "logs"
+    shutil.copytree(DATA / "raise-no-record" / "logs", logs)
+    for f in logs.rglob("stderr.log"):
+        f.write_text("")  # the log folder of a job whose ranks printed nothing: only its layout is left
+    p = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "analyze", str(logs), "--json", "-"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert "Traceback" not in p.stderr and p.returncode in (0, 1), p.stderr
+    rep = json.loads(p.stdout)
+    f = next(f for f in rep["findings"] if f["id"] == "postmortem.no-dump")
+    assert f["culprits"] == [0, 1]
+
+
+def test_a_survivors_dump_whose_failed_collective_reads_completed_is_not_ok():
+    # the real kill job: rank 1 SIGKILLed itself; rank 0's all-reduce #5 failed ("Connection reset by peer")
+    # and gloo marked it retired and counted it completed; the side group overwrote pg_config's world
+    d = flight.load(str(DATA / "kill-fr-only" / "rank_0"))
+    last = d.entries[-1]
+    assert last.retired and d.pg_status["0"].last_completed == last.op_id == 5 and not d.pg_ranks.get("")
+    rep = _report(DATA / "kill-fr-only")
+    f = rep.findings[0]
+    assert (f.id, f.severity, rep.exit_code) == ("postmortem.no-dump", "error", 1)
+    assert "only rank 0 left a flight-recorder dump" in f.message and _lines(f, 0) == {LINES["REGULAR"]}
+    # with torchrun's records the killed rank is named, and #5 is not claimed as one it completed
+    rep = _report(DATA / "kill")
+    f = rep.findings[0]
+    assert (f.id, f.culprits) == ("crash.abnormal-exit", (1,))
+    assert "up to #4 at least" in f.message and "SIGKILL" in f.message
