@@ -3,15 +3,15 @@ the healthy probe gives nothing above a note."""
 
 from __future__ import annotations
 
-from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
+from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line, script_argv
 
 
 def check(tmp_path, name, *extra):
-    return ddpdoctor(["check", "--script", str(PROBES / name), *extra], tmp_path)
+    return ddpdoctor(script_argv("check", str(PROBES / name), *extra), tmp_path)
 
 
 def test_healthy_probe_passes_check_with_notes_at_most(tmp_path):
-    r = ddpdoctor(["check"], tmp_path)
+    r = ddpdoctor(["check", "--probe", "healthy"], tmp_path)
     assert r.code == 0, r.out + r.err[-2000:]
     assert r.report["verdict"] == "ok"
     # a teardown abort at exit (torch 2.13 + gloo, a few runs in 100) is the only warning allowed
@@ -89,6 +89,6 @@ def test_gradient_accumulation_without_no_sync(tmp_path):
 
 
 def test_steps_option_ends_a_long_run(tmp_path):
-    r = ddpdoctor(["check", "--steps", "3", "--", "--epochs", "1000"], tmp_path, timeout=90)
+    r = ddpdoctor(["check", "--steps", "3", "--probe", "healthy", "--", "--epochs", "1000"], tmp_path, timeout=90)
     assert r.code == 0, r.err[-2000:]
     assert "--steps 3 reached" in r.err

@@ -25,14 +25,16 @@ def run_cli_in_process(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_help_does_not_import_torch():
-    for args in (["--help"], ["hang", "--help"], ["analyze", "--help"], ["--version"]):
+    for args in (["--help"], ["hang", "--help"], ["analyze", "--help"], ["--version"], ["findings", "crash.exception"]):
         r = run_cli_in_process(args)
         assert "NO_TORCH 0" in r.stderr, (args, r.stderr)
+    r = run_cli_in_process(["hang", "--timeout", "5"])  # no script: the one line comes before any torch
+    assert "ddpdoctor: error: no script" in r.stderr and "NO_TORCH 2" in r.stderr, r.stderr
     assert "Exit codes" in run_cli_in_process(["--help"]).stdout
 
 
 def test_analyze_does_not_import_torch(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(PROBES / "shape_mismatch.py")], tmp_path)
+    r = ddpdoctor(["hang", str(PROBES / "shape_mismatch.py")], tmp_path)
     assert r.code == 3
     a = run_cli_in_process(["analyze", str(r.run_dir)])
     assert "NO_TORCH 3" in a.stderr, a.stderr[-2000:]
@@ -40,7 +42,7 @@ def test_analyze_does_not_import_torch(tmp_path):
 
 
 def test_run_directory_is_private(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(PROBES / "shape_mismatch.py")], tmp_path)
+    r = ddpdoctor(["hang", str(PROBES / "shape_mismatch.py")], tmp_path)
     assert (r.run_dir.stat().st_mode & 0o777) == 0o700
     logs = r.run_dir / "logs"  # torchrun's own --log-dir files, inside the private directory
     for p in r.run_dir.rglob("*"):

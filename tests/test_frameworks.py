@@ -11,7 +11,7 @@ import ast
 import importlib.util
 
 import pytest
-from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line
+from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line, script_argv
 
 FW = ROOT / "tests" / "frameworks"
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("lightning", "accelerate")}
@@ -24,7 +24,7 @@ needs_accelerate = pytest.mark.skipif(
 
 
 def _run(tmp_path, command, script, *extra, timeout=90):
-    return ddpdoctor([command, "--script", str(script), *extra], tmp_path, timeout=timeout)
+    return ddpdoctor(script_argv(command, str(script), *extra), tmp_path, timeout=timeout)
 
 
 def _errors(r):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from helpers import ROOT, ddpdoctor, finding, marker_line
+from helpers import ROOT, ddpdoctor, finding, marker_line, script_argv
 
 SCRIPTS = ROOT / "tests" / "scripts" / "memleak"
 needs_transformers = pytest.mark.skipif(
@@ -17,7 +17,7 @@ needs_transformers = pytest.mark.skipif(
 
 
 def _memleak(tmp_path, name, *args, timeout=150):
-    return ddpdoctor(["memleak", "--script", str(SCRIPTS / name), *(("--", *args) if args else ())], tmp_path, timeout)
+    return ddpdoctor(script_argv("memleak", str(SCRIPTS / name), *(("--", *args) if args else ())), tmp_path, timeout)
 
 
 def _errors(r):

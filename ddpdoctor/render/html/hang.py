@@ -8,7 +8,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
-from ddpdoctor.render.html.parts import Sources, e, group_ranks, ranks_label, short
+from ddpdoctor.render.html.parts import Sources, culprits_of, e, group_ranks, ranks_label, short
 
 BEFORE, AFTER = 4, 3  # positions shown around the divergence
 MAX_COLUMNS = 8  # rank groups shown side by side
@@ -148,7 +148,7 @@ def _main_stack(rec: Any) -> tuple[tuple, str] | None:
 
 
 def _stacks(report: Report, record: Any) -> str:
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     stacks: dict[int, tuple] = {}
     raw: dict[int, str] = {}
     for r, rec in record.ranks.items():

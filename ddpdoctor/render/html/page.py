@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ddpdoctor.analysis.findings import SEVERITIES, Finding, Report
-from ddpdoctor.render.html.parts import CSS, Sources, e, evidence_html, group_ranks, ranks_label, short
+from ddpdoctor.render.html.parts import CSS, Sources, culprits_of, e, evidence_html, group_ranks, ranks_label, short
 
 _SEV = {"error": "error", "warning": "warning", "note": "note"}
 
@@ -81,7 +81,7 @@ def _findings(report: Report, src: Sources) -> str:
 
 def _finding(f: Finding, i: int, src: Sources) -> str:
     sev = _SEV.get(f.severity, "note")
-    culprits = set(f.culprits)
+    culprits = set(f.culprits) if f.severity != "note" else set()  # a note blames no rank
     cul = (
         (
             f' <span class="culprit" data-culprits="{e(",".join(map(str, sorted(culprits))))}">culprit: '
@@ -119,7 +119,7 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
 def _ranks(report: Report) -> str:
     if not report.ranks:
         return ""
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     by_rank = {
         r.rank: (r.state, r.detail, (r.location.file, r.location.line) if r.location else None) for r in report.ranks
     }
