@@ -1,5 +1,6 @@
-"""The hang part of the HTML report: the ranks' collective sequences side by side around the first
-divergence (position, op, shapes, call site), the culprit marked, and each rank's stack, folded.
+"""The hang part of the HTML report: a picture of the hang (``render.lanes``: a lane per rank over time, the
+divergence marked), the ranks' collective sequences side by side around the first divergence (position, op,
+shapes, call site), the culprit marked, and each rank's stack, folded.
 Ranks with the same sequence window (or the same stack) share one column (one fold)."""
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ def _cell(slot: tuple | None, src: Sources | None = None) -> str:
 
 
 def section(report: Report, record: Any, src: Sources) -> str:
+    """The hang section: the picture of the hang, the sequences around the divergence, the stacks."""
+    from ddpdoctor.render import lanes
+
     parts = []
+    if lanes.applies(record, report):
+        parts.append(f'<div class="lanes-wrap">{lanes.lanes_svg(record, report)}</div>')
     found = _divergence(report)
     if found:
         parts.append(_sequences(record, found[0], found[1], src))

@@ -128,6 +128,7 @@ monospace;font-size:12.5px}
 .error .sev{color:var(--err)}.warning .sev{color:var(--warn)}.note .sev{color:var(--note)}
 .fid{font-family:ui-monospace,monospace;font-weight:600}
 .culprit{background:var(--cul);color:var(--err);border-radius:3px;padding:0 5px;font-weight:600;font-size:12px}
+.lanes-wrap{overflow-x:auto;margin:8px 0}
 .hint{margin:6px 0;padding:4px 8px;background:#f6f8fa;border-radius:4px}
 .loc{margin:8px 0 4px}.role{color:var(--mut)}
 table.src{border-collapse:collapse;margin:2px 0 8px;width:100%;background:#f6f8fa;border:1px solid var(--line)}
