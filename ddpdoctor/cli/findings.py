@@ -59,8 +59,8 @@ def _row(e) -> dict:  # type: ignore[no-untyped-def]
     help="Write it as JSON to FILE ('-' or no FILE: stdout).",
 )
 def findings(finding_id: str | None, family: str | None, json_path: str | None) -> None:
-    """Every finding id ddpdoctor can report (family, severity, verdict, exit code), or one finding's page:
-    what it means, why it happens, the fix and an example.
+    """Every finding id ddpdoctor can report (severity, exit code, title), or one finding's page: what it
+    means, why it happens and the fix.
 
     \b
     ddpdoctor findings                        # the catalog
@@ -69,7 +69,12 @@ def findings(finding_id: str | None, family: str | None, json_path: str | None) 
     ddpdoctor findings --json - | jq '.findings[].id'
     """
     from ddpdoctor.analysis.catalog import CATALOG, check_names, page_text
+    from ddpdoctor.errors import DdpdoctorError
 
+    if json_path in CATALOG or json_path in FAMILIES:  # `--json crash.exception` would write a file by that name
+        raise DdpdoctorError(
+            f"--json {json_path}: that is a finding id, not a file: ddpdoctor findings {json_path} --json -"
+        )
     if finding_id is not None:
         if finding_id in FAMILIES and finding_id not in CATALOG:
             family, finding_id = finding_id, None  # `findings crash`: the family's list

@@ -54,3 +54,13 @@ def test_json_goes_to_a_file_like_every_other_command(capsys, tmp_path):
     one = json.loads(out)
     assert (one["id"], one["family"], one["severity"]) == ("seed.identical-streams", "seed", "note")
     assert one["text"].startswith("# seed.identical-streams") and one["url"].endswith("seed.identical-streams.md")
+
+
+def test_json_before_an_id_is_not_taken_for_a_file_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "--json", "crash.exception")
+    assert code == 2 and out == "" and not (tmp_path / "crash.exception").exists()
+    assert err == (
+        "ddpdoctor: error: --json crash.exception: that is a finding id, not a file: "
+        "ddpdoctor findings crash.exception --json -\n"
+    )
