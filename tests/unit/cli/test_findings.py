@@ -4,6 +4,7 @@ In-process through the CLI's own entry point (no torch)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -64,3 +65,18 @@ def test_json_before_an_id_is_not_taken_for_a_file_name(capsys, tmp_path, monkey
         "ddpdoctor: error: --json crash.exception: that is a finding id, not a file: "
         "ddpdoctor findings crash.exception --json -\n"
     )
+
+
+def test_the_hang_groups_pages_read_what_why_fix_example():
+    # run.*, crash.* and hang.*: cut to the four sections, the internals in docs/how-it-works.md
+    from helpers import ROOT
+
+    from ddpdoctor.analysis.catalog import page_text
+
+    for fid in CATALOG:
+        text = page_text(fid) or ""
+        heads = re.findall(r"^## (.+)$", text, re.M)
+        if fid.split(".")[0] in ("run", "crash", "hang") or "## What" in text:
+            assert heads == ["What", "Why", "Fix", "Example"], (fid, heads)
+            assert "**How it is found" not in text, fid
+    assert "### hang.rank-conditional-collective" in (ROOT / "docs" / "how-it-works.md").read_text()
