@@ -60,7 +60,7 @@ def _row(e) -> dict:  # type: ignore[no-untyped-def]
 )
 def findings(finding_id: str | None, family: str | None, json_path: str | None) -> None:
     """Every finding id ddpdoctor can report (severity, exit code, title), or one finding's page: what it
-    means, why it happens and the fix.
+    means, why it happens, the fix and an example.
 
     \b
     ddpdoctor findings                        # the catalog
