@@ -45,7 +45,18 @@ def test_json_to_stdout_is_one_document_and_the_script_output_goes_to_stderr(tmp
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "hang", "--json", "-", "--run-dir", str(tmp_path / "run")],
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "hang",
+            "--json",
+            "-",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--probe",
+            "healthy",
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ddpdoctor.analysis.catalog import entry
 from ddpdoctor.analysis.findings import REPORT_SCHEMA, REPORT_VERSION, Location, Report
 
 
@@ -31,6 +32,7 @@ def to_dict(report: Report) -> dict:
                 "locations": [_location(l) for l in f.locations],
                 "message": f.message,
                 "hint": f.hint,
+                "url": entry(f.id).url,  # the finding's page (`ddpdoctor findings ID` prints it)
                 "evidence": f.evidence,
             }
             for f in report.findings

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ddpdoctor.analysis.catalog import entry
 from ddpdoctor.analysis.findings import SEVERITIES, Finding, Report
 from ddpdoctor.render.html.parts import CSS, Sources, culprits_of, e, evidence_html, group_ranks, ranks_label, short
 
@@ -111,6 +112,11 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
         out.append(src.excerpt(file, int(line)))
     if f.hint:
         out.append(f'<p class="hint"><b>fix:</b> {e(f.hint)}</p>')
+    # the finding's page as text, not a link: the report points nowhere on the network
+    out.append(
+        f'<p class="small doc">page: <code>{e(entry(f.id).url)}</code> (or <code>ddpdoctor findings '
+        f"{e(f.id)}</code>)</p>"
+    )
     out.append(evidence_html(f.evidence))
     out.append("</article>")
     return "".join(out)
