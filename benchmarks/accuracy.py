@@ -1,7 +1,7 @@
 """Accuracy of ddpdoctor's verdicts on the corpus of realistic DDP scripts (tests/corpus/).
 
 Runs each case of tests/corpus/cases.py, one at a time, as a user would:
-    .venv/bin/ddpdoctor <command> --script S --nproc-per-node N [options] --json F --run-dir D -- ARGS
+    .venv/bin/ddpdoctor <command> --nproc-per-node N [options] --json F --run-dir D S ARGS
 bounded by a timeout, in a temporary working directory that is removed afterwards; then compares the
 JSON report with what the case expects (verdict, exit code, error-severity finding ids, culprit ranks,
 the `# FAULT` line) and prints per-case pass/fail with the reason, per finding id precision and recall,
@@ -60,8 +60,6 @@ def run_case(case: dict, timeout: float, keep: Path | None = None) -> dict:
     cmd = [
         *ddpdoctor_exe(),
         case["command"],
-        "--script",
-        str(script),
         "--nproc-per-node",
         str(case["nproc"]),
         *case["options"],
@@ -69,9 +67,9 @@ def run_case(case: dict, timeout: float, keep: Path | None = None) -> dict:
         str(jpath),
         "--run-dir",
         str(work / "run"),
+        str(script),
     ]
-    if case["args"]:
-        cmd += ["--", *case["args"]]
+    cmd += case["args"]  # after the script, the script's (torchrun's rule)
     t0 = time.time()
     proc = subprocess.Popen(
         cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

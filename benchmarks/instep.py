@@ -1,7 +1,7 @@
 """Where a probe's cost lands inside a step: the comm-heavy step's phases timed with the probes on and off,
 in the same rank process, alternating blocks of steps (issue 10).
 
-    ddpdoctor hang --script benchmarks/instep.py --nproc-per-node 1     # or check, memleak, profile
+    ddpdoctor hang --nproc-per-node 1 benchmarks/instep.py     # or check, memleak, profile
     torchrun --standalone --nproc-per-node 1 benchmarks/instep.py       # bare: on and off alike
 
 "Off" sets ddpdoctor's active probe to None (every wrapper then calls straight through), (the

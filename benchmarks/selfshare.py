@@ -5,7 +5,7 @@ command.
     python benchmarks/selfshare.py                       # hang, check, memleak, profile; 2 ranks
     python benchmarks/selfshare.py --command hang --seconds 20 --rate 400
 
-For each command: start ``ddpdoctor <command> --script benchmarks/comm_loop.py``, wait until rank 0 has
+For each command: start ``ddpdoctor <command> benchmarks/comm_loop.py``, wait until rank 0 has
 initialised plus ``--settle`` seconds, record rank 0 with ``py-spy record --nonblocking --format raw``
 (idle samples are left out by py-spy: what remains is on-CPU time, all threads), then end the run (its
 process group, started here). A sample counts as ddpdoctor's when its innermost Python frame is in the
@@ -75,15 +75,13 @@ def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, 
             "-m",
             "ddpdoctor",
             command,
-            "--script",
-            str(LOOP),
             "--nproc-per-node",
             str(nproc),
             "--run-dir",
             str(run_dir),
             "--max-time",
             str(int(settle + seconds + 60)),
-            "--",
+            str(LOOP),
             "--steps",
             "1000000",
         ]

@@ -43,9 +43,7 @@ def main() -> None:
         "hang",
         "--run-dir",
         run_dir,
-        "--script",
         os.path.join(HERE, "soak_loop.py"),
-        "--",
         "--seconds",
         str(a.seconds),
     ]

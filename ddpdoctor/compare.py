@@ -1,7 +1,7 @@
 """``ddpdoctor compare BASE.json NEW.json``: gate a change on step time and memory growth.
 
 Reads the ``figures`` of two JSON reports (``ddpdoctor profile --json``: per-rank steady-state step and
-phase medians; ``ddpdoctor memleak --json``: per-rank memory growth per step) and prints a table per rank
+phases (the typical steady step); ``ddpdoctor memleak --json``: per-rank memory growth per step) and prints a table per rank
 and phase. A regression: a rank's step time grew by more than ``--max-step-time-regression`` percent, or
 its RSS / CUDA growth per step rose by more than ``--max-memory-slope-regression`` bytes. Stdlib only.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import rank_list
 from ddpdoctor.errors import DdpdoctorError, ExitCode
+from ddpdoctor.units import size  # one way to write a size: the report's and this table's agree
 
 PHASES = ("step", "data", "forward", "backward+comm", "optimizer", "collective", "other")
 
@@ -51,15 +52,6 @@ def load(path: str) -> dict[str, Any]:
     return data
 
 
-def size(n: float) -> str:
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= f:
-            return f"{sign}{n / f:.2f} {unit}"
-    return f"{sign}{n:.0f} B"
-
-
 def parse_bytes(text: str) -> float:
     t = text.strip().upper().removesuffix("B")
     mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
@@ -80,7 +72,7 @@ def _pct(base: float, new: float) -> float | None:
 def step_table(base: dict[str, Any], new: dict[str, Any], max_pct: float, out: Comparison) -> None:
     common = sorted(set(base) & set(new), key=int)
     out.lines.append(
-        f"ddpdoctor compare: step time, steady-state median ms per step (regression: step > +{max_pct:g}%)"
+        f"ddpdoctor compare: step time, typical steady-state ms per step (regression: step > +{max_pct:g}%)"
     )
     out.lines.append(f"  {'rank':>5}  {'phase':14s}{'base ms':>10}{'new ms':>10}{'change':>10}")
     for r in common:

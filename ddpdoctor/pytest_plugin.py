@@ -103,8 +103,6 @@ def run(
         "-m",
         "ddpdoctor",
         command,
-        "--script",
-        str(script),
         "--nproc-per-node",
         str(nproc),
         "--run-dir",
@@ -112,10 +110,9 @@ def run(
         "--json",
         str(jpath),
         *_option_args(options),
+        str(script),
     ]
-    script_args = [str(a) for a in args]
-    if script_args:
-        cmd += ["--", *script_args]
+    cmd += [str(a) for a in args]  # after the script, the script's (torchrun's rule)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -142,3 +142,11 @@ def loc_of(f: dict, rank: int) -> tuple[str, int]:
 
 def lines_of(f: dict, rank: int) -> set[int]:
     return {l["line"] for l in f["locations"] if l["rank"] == rank}
+
+
+def script_argv(command: str, script: object, *extra: str) -> list[str]:
+    """The command line a user types, in torchrun's order: ``COMMAND [OPTIONS] SCRIPT [ARGS]...``, from
+    ``extra`` written as ``OPTIONS [-- ARGS]`` (everything after the script is the script's)."""
+    rest = list(extra)
+    opts, args = (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
+    return [command, *opts, str(script), *args]

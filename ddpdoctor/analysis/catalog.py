@@ -5,9 +5,11 @@ code of a report come from here (``registry.diagnose``), the docs test checks on
 README's list of ids is checked against it, and a test scans the code for id literals that are not in
 it. Pure, stdlib only.
 
-Families are the keys every registry shares (commands, rank probes, detectors, HTML sections): ``hang``
-(run by every command: how the run ended and why it stopped), ``check``, ``memleak``, ``profile``, plus
-``probe`` (ddpdoctor's own health inside the ranks) and ``doctor`` (the health check, its own report).
+An id's family is its prefix (``crash`` of ``crash.exception``): what ``findings --family`` and
+``--select``/``--ignore`` name. Its group is the key every registry shares (commands, rank probes, detectors,
+HTML sections): ``hang`` (run by every command: how the run ended and why it stopped), ``check``,
+``memleak``, ``profile``, plus ``probe`` (ddpdoctor's own health inside the ranks) and ``doctor`` (the health
+check, its own report).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from dataclasses import dataclass
 from ddpdoctor.analysis.findings import Severity, Verdict
 from ddpdoctor.errors import ExitCode
 
-FAMILIES = ("hang", "check", "memleak", "profile", "probe", "doctor")
+GROUPS = ("hang", "check", "memleak", "profile", "probe", "doctor")
+# where each page has a stable address (the pages ship in the package too, ``ddpdoctor findings ID``)
+DOCS_URL = "https://github.com/ddpdoctor/ddpdoctor/blob/main/docs/findings"
 
 
 @dataclass(frozen=True)
@@ -27,11 +31,16 @@ class Entry:
     or a note leaves the verdict OK and exits 0 unless ``--fail-on`` asks)."""
 
     id: str
-    family: str
+    group: str  # the registry key (GROUPS): which command's detectors give it
     severities: tuple[Severity, ...]
     title: str
     verdict: Verdict = "findings"
     exit_code: int = ExitCode.FINDINGS
+
+    @property
+    def family(self) -> str:
+        """The id's prefix: ``crash`` for ``crash.exception``."""
+        return self.id.split(".", 1)[0]
 
     @property
     def severity(self) -> Severity:
@@ -40,8 +49,13 @@ class Entry:
 
     @property
     def page(self) -> str:
-        """The docs page, relative to the repository root."""
+        """The docs page, relative to the repository root (shipped in the package too: ``page_text``)."""
         return f"docs/findings/{self.id}.md"
+
+    @property
+    def url(self) -> str:
+        """The page's stable address, for reports and ``findings ID``."""
+        return f"{DOCS_URL}/{self.id}.md"
 
 
 def _e(
@@ -200,6 +214,7 @@ _ENTRIES = (
 )
 
 CATALOG: dict[str, Entry] = {e.id: e for e in _ENTRIES}
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(e.family for e in _ENTRIES))  # the id prefixes, catalog order
 
 # which verdict wins when a report has error findings of several verdicts
 VERDICT_RANK: dict[str, int] = {"error": 0, "hang": 1, "crash": 2, "findings": 3, "ok": 4}
@@ -214,7 +229,7 @@ def entry(fid: str) -> Entry:
     return Entry(fid, fid.split(".", 1)[0], ("error",), "(not in the catalog)")
 
 
-_FAMILY_NOTE = {
+_GROUP_NOTE = {
     "hang": "every command",
     "check": "`check`",
     "memleak": "`memleak`",
@@ -227,8 +242,68 @@ _FAMILY_NOTE = {
 def readme_table() -> str:
     """The README's list of findings (between its ``findings:begin``/``findings:end`` markers), made from
     the catalog; ``tests/unit/analysis/test_catalog.py`` keeps the README equal to it."""
-    rows = ["| family | findings |", "|---|---|"]
-    for fam in FAMILIES:
-        ids = [f"[`{e.id}`]({e.page})" for e in _ENTRIES if e.family == fam]
-        rows.append(f"| {fam} ({_FAMILY_NOTE[fam]}) | {', '.join(ids)} |")
+    rows = ["| run by | findings |", "|---|---|"]
+    for group in GROUPS:
+        ids = [f"[`{e.id}`]({e.page})" for e in _ENTRIES if e.group == group]
+        rows.append(f"| {group} ({_GROUP_NOTE[group]}) | {', '.join(ids)} |")
     return "\n".join(rows)
+
+
+def _page_dirs() -> list[str]:
+    """Where the pages are: the package's ``findings_pages`` (an installed wheel), else the checkout's
+    ``docs/findings`` beside the package (an editable install, which does not map a folder without code)."""
+    import importlib.util
+    import os
+
+    dirs = []
+    try:
+        spec = importlib.util.find_spec("ddpdoctor.findings_pages")
+        dirs += list(spec.submodule_search_locations or ()) if spec else []
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))  # ddpdoctor/analysis
+    dirs.append(os.path.join(os.path.dirname(os.path.dirname(here)), "docs", "findings"))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def page_text(fid: str) -> str | None:
+    """The page of ``fid`` as Markdown, or None when this install has none."""
+    import os
+
+    if fid not in CATALOG:
+        return None
+    for d in _page_dirs():
+        path = os.path.join(d, f"{fid}.md")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+    return None
+
+
+def selected(fid: str, select: tuple[str, ...], ignore: tuple[str, ...]) -> bool:
+    """ruff's rule for ``--select``/``--ignore``: each names an id or a family (``crash``, ``crash.exception``);
+    an id is kept when some select names it (no select: all) and no ignore does, the more specific name
+    winning when both do (``--select crash --ignore crash.abnormal-exit``; ``--ignore hang --select
+    hang.timeout``) and the ignore when both are as specific."""
+
+    def best(names: tuple[str, ...]) -> float:
+        # 2: the id itself, 1: its family, 0: neither
+        fam = fid.split(".", 1)[0]
+        return max((2 if n == fid else 1 if n == fam else 0 for n in names), default=0)
+
+    s = best(select) if select else 0.5  # no --select: everything, less specific than any name
+    return s > 0 and s > best(ignore)  # equally specific: the ignore wins (ruff's rule)
+
+
+def check_names(names: tuple[str, ...], option: str) -> None:
+    """Every name of ``--select``/``--ignore`` is an id or a family of the catalog; else one line, exit 2."""
+    import difflib
+
+    from ddpdoctor.errors import DdpdoctorError
+
+    known = [*CATALOG, *FAMILIES]
+    for n in names:
+        if n not in known:
+            close = difflib.get_close_matches(n, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (`ddpdoctor findings` lists them)"
+            raise DdpdoctorError(f"{option} {n}: no such finding id or family{hint}")

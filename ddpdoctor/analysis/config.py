@@ -14,3 +14,5 @@ class Config:
     settle: float = 1.0  # a mismatch must hold this long before it is called certain
     stale: float = 3.0  # a rank whose heartbeat is older than this is unresponsive
     fail_on: str = "error"  # lowest severity that makes the exit code non-zero
+    select: tuple[str, ...] = ()  # ids or families to report (none: all); catalog.selected
+    ignore: tuple[str, ...] = ()  # ids or families left out

@@ -121,7 +121,9 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     )
     ev: dict = {"ended": {str(r): h for r, h in ended.items()}}
     if unseen:
-        msg += f"; {unseen_phrase(unseen)}"
+        from ddpdoctor.analysis.hang.damage import one_node
+
+        msg += f"; {unseen_phrase(unseen, gone=one_node(record))}"
         hint = (
             "This node sees only its own ranks; a transport error here usually means a rank on another "
             "node failed or diverged first. Run ddpdoctor analyze with every node's run directory, "

@@ -1,7 +1,7 @@
 """The figures a report carries for ``ddpdoctor compare`` (JSON ``figures``). Pure.
 
-``step_ms``: per rank, the steady-state median milliseconds of a step and of each phase (the profile's
-breakdown). ``memory``: per rank, the growth per step after warm-up of process RSS and CUDA allocated
+``step_ms``: per rank, the typical steady-state step and its phases in milliseconds (the profile's
+breakdown, ``steps.typical_step``: the parts add up to the step). ``memory``: per rank, the growth per step after warm-up of process RSS and CUDA allocated
 bytes (memleak's Theil-Sen slopes) and the last value. Each appears only when the record has the data.
 """
 
@@ -19,7 +19,7 @@ def compute(record: RunRecord) -> dict[str, Any]:
     """The report's figures (step times, memory growth) from the record."""
     out: dict[str, Any] = {}
     if any(rec.timeline for rec in record.ranks.values()):
-        med = profile.medians(record)
+        med = profile.typical(record)
         if med:
             out["step_ms"] = {str(r): {k: round(v, 3) for k, v in m.items()} for r, m in sorted(med.items())}
     mem: dict[str, Any] = {}

@@ -74,9 +74,12 @@ def group_values(by_rank: dict[int, Any], first: Any = (), bare: bool = False) -
     return "; ".join(f"{ranks_phrase(rs)}: {text}" for text, rs in order)
 
 
-def unseen_phrase(ranks: Any) -> str:
-    """``rank 0 runs on another node`` / ``3 ranks [0-2] run on other nodes``, not visible here."""
+def unseen_phrase(ranks: Any, gone: bool = False) -> str:
+    """``rank 0 runs on another node`` / ``3 ranks [0-2] run on other nodes``, not visible here; ``gone``: the
+    job ran on this one node, so the ranks' records are missing instead (rundir.records-missing)."""
     rs = sorted({int(r) for r in ranks})
+    if gone:
+        return f"{ranks_phrase(rs)} left no records here (rundir.records-missing)"
     if len(rs) == 1:
         return f"rank {rs[0]} runs on another node and is not visible here"
     return f"{ranks_phrase(rs)} run on other nodes and are not visible here"

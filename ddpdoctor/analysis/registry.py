@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ddpdoctor.analysis import check, ending, figures, hang, memleak, profile, selfcheck
-from ddpdoctor.analysis.catalog import VERDICT_RANK, entry
+from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
 from ddpdoctor.analysis.hang import multinode
@@ -44,6 +44,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     if "hang.uneven-batches" in ids:
         findings = [f for f in findings if f.id != "data.uneven-batches"]
     findings.sort(key=lambda f: severity_rank(f.severity))
+    findings, notes = pick(findings, config)
     verdict, code = verdict_of(findings, config.fail_on)
     return Report(
         command=command or str(record.manifest.get("command", "analyze")),
@@ -53,8 +54,20 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         findings=tuple(findings),
         ranks=tuple(rank_lines(record, config)),
         summary=_summary(verdict, findings),
+        notes=notes,
         figures=figures.compute(record),
     )
+
+
+def pick(findings: list[Finding], config: Config) -> tuple[list[Finding], tuple[str, ...]]:
+    """The findings ``--select``/``--ignore`` keep, and the note that says what they left out (the verdict and
+    exit code are the kept findings')."""
+    if not config.select and not config.ignore:
+        return findings, ()
+    kept = [f for f in findings if selected(f.id, config.select, config.ignore)]
+    left = sorted({f.id for f in findings} - {f.id for f in kept})
+    note = (f"left out by --select/--ignore: {', '.join(left)}",) if left else ()
+    return kept, note
 
 
 def verdict_of(findings: list[Finding], fail_on: str = "error") -> tuple[Verdict, int]:

@@ -7,14 +7,16 @@ import sys
 import click
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.cli.options import output_options
+from ddpdoctor.cli.options import GroupedCommand, output_options
 from ddpdoctor.commands import spec_of
 from ddpdoctor.errors import DdpdoctorError
 
 
-@click.command()
+@click.command(cls=GroupedCommand, short_help="Re-diagnose saved runs, torch's dumps and logs (no torch).")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
-@click.option("--timeout", type=float, default=None, help="Re-judge with another --timeout (default: the run's own).")
+@click.option(
+    "--timeout", type=float, metavar="S", default=None, help="Re-judge with another --timeout.  [default: the run's]"
+)
 @output_options
 def analyze(
     run_dirs: tuple[str, ...],
@@ -22,6 +24,8 @@ def analyze(
     json_path: str | None,
     junit_path: str | None,
     fail_on: str,
+    select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
     html_path: str | None = None,
 ) -> None:
     """Re-diagnose a saved run directory without re-running it (no torch needed).
@@ -29,15 +33,22 @@ def analyze(
     For a multi-node job give every node's run directory: the ranks are compared across nodes.
     Jobs not run under ddpdoctor: give torch's flight-recorder dumps (pickle or JSON), torchrun error files,
     torchrun's log folder or the job's log, in any mix (docs/postmortem.md).
+
+    \b
+    ddpdoctor analyze ddpdoctor-runs/hang-20260101-120000-4242
+    ddpdoctor analyze node0-run node1-run --json report.json
+    ddpdoctor analyze /shared/fr-dumps/ torchrun-logs/ --ignore crash
     """
     from ddpdoctor.analysis import diagnose
+    from ddpdoctor.cli.project import selection
     from ddpdoctor.launch.command import attach_pictures, check_html_path, emit
     from ddpdoctor.postmortem import command as postmortem
     from ddpdoctor.record.reader import RunDirError, load_runs
 
     check_html_path(html_path)
+    select, ignore = selection(select, ignore)
     dirs, others = postmortem.split(list(run_dirs))
-    pm, found = postmortem.analyze(others, fail_on) if others else (None, [])
+    pm, found = postmortem.analyze(others, fail_on, select, ignore) if others else (None, [])
     dirs += found
     if not dirs and pm is not None:
         pm = postmortem.with_html(pm, html_path)
@@ -52,11 +63,11 @@ def analyze(
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
     spec = spec_of(command)
-    report = diagnose(record, Config(timeout=t, fail_on=fail_on), command)
+    report = diagnose(record, Config(timeout=t, fail_on=fail_on, select=select, ignore=ignore), command)
     if command == "attach":  # the flight-recorder dumps attach took, with the stacks (postmortem/attached.py)
         from ddpdoctor.postmortem.attached import with_flight_recorder
 
-        report = with_flight_recorder(report, dirs, fail_on)
+        report = with_flight_recorder(report, dirs, fail_on, select, ignore)
     report = attach_pictures(report, record, spec.pictures if spec else (), html_path)
     if pm is not None:
         report = postmortem.merge(report, pm)

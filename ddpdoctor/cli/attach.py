@@ -7,49 +7,52 @@ import sys
 import click
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.cli.options import output_options
+from ddpdoctor.cli.options import GroupedCommand, output_options
 
 
-@click.command()
+@click.command(cls=GroupedCommand, short_help="Diagnose a running job started without ddpdoctor (py-spy).")
 @click.option(
     "--pid",
     type=int,
     default=None,
-    help="A torchrun agent, an mp.spawn parent or any rank of the job. Default: every torchrun/mp.spawn "
-    "job of this user on this host.",
+    help="The job of this agent, spawn parent or rank.  [default: every job]",
 )
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1, max=60),
     default=1.0,
     show_default=True,
-    help="Seconds between the two stack dumps (a rank whose stack did not change is stuck).",
+    metavar="S",
+    help="Seconds between the two stack dumps.",
 )
 @click.option(
-    "--timeout", type=click.FloatRange(min=1), default=10.0, show_default=True, help="Seconds one py-spy dump may take."
+    "--timeout",
+    type=click.FloatRange(min=1),
+    metavar="S",
+    default=10.0,
+    show_default=True,
+    help="Seconds one py-spy dump may take.",
 )
-@click.option("--no-native", is_flag=True, help="Leave out the native frames (their dump pauses a stuck rank ~1 s).")
+@click.option("--no-native", is_flag=True, help="Leave out native frames (their dump pauses a rank ~1 s).")
 @click.option(
     "--fr-timeout",
     type=click.FloatRange(min=1, max=600),
     default=15.0,
     show_default=True,
-    help="Seconds to take the ranks' flight recorder, where the job offers a trigger (torch's debug server; "
-    "NCCL's TORCH_NCCL_DEBUG_INFO_PIPE_FILE).",
+    metavar="S",
+    help="Seconds to take the flight recorder.",
 )
 @click.option(
     "--no-fr",
     is_flag=True,
-    help="Stacks only: do not ask the ranks for their flight recorder (a dump through NCCL's pipe overwrites "
-    "the rank's TORCH_FR_DUMP_TEMP_FILE; attach keeps the old one in fr-earlier/).",
+    help="Stacks only: do not ask for the flight recorder.",
 )
-@click.option(
-    "--kill", is_flag=True, help="End the job afterwards (launcher first; TERM, then KILL). Default: leave it running."
-)
+@click.option("--kill", is_flag=True, help="End the job afterwards.  [default: leave it running]")
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False),
-    help="Where to keep the records (default ./ddpdoctor-runs/attach-...).",
+    metavar="DIR",
+    help="Records folder.  [default: ./ddpdoctor-runs/attach-TIME]",
 )
 @output_options
 def attach(
@@ -64,6 +67,8 @@ def attach(
     json_path: str | None,
     junit_path: str | None,
     fail_on: str,
+    select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
     html_path: str | None = None,
 ) -> None:
     """Diagnose a running DDP job started without ddpdoctor: every rank's stacks (py-spy), same findings as hang.
@@ -80,11 +85,13 @@ def attach(
     from ddpdoctor.attach.session import attach as run_attach
     from ddpdoctor.attach.session import describe
     from ddpdoctor.attach.session import kill as end_job
+    from ddpdoctor.cli.project import selection
     from ddpdoctor.launch.command import attach_pictures, check_html_path, check_writable, emit
     from ddpdoctor.postmortem.attached import with_flight_recorder
     from ddpdoctor.record.reader import load_run
 
     check_html_path(html_path)
+    select, ignore = selection(select, ignore)
     check_writable(json_path)
     check_writable(junit_path)
     done = run_attach(
@@ -102,9 +109,8 @@ def attach(
             f"ddpdoctor: attach: {describe(a.job)}; stacks read in {a.seconds:.1f} s; records in {a.run_dir}", err=True
         )
         record = load_run(a.run_dir)
-        report = with_flight_recorder(
-            diagnose(record, Config(timeout=interval, fail_on=fail_on), "attach"), [a.run_dir], fail_on
-        )
+        cfg = Config(timeout=interval, fail_on=fail_on, select=select, ignore=ignore)
+        report = with_flight_recorder(diagnose(record, cfg, "attach"), [a.run_dir], fail_on, select, ignore)
         report = attach_pictures(report, record, ("html",), html_path)
         emit(report, json_path, junit_path)
         code = max(code, report.exit_code)

@@ -7,7 +7,7 @@ import sys
 import click
 
 
-@click.command()
+@click.command(short_help="Compare two profile or memleak JSON reports: regressions.")
 @click.argument("base", type=click.Path(dir_okay=False))
 @click.argument("new", type=click.Path(dir_okay=False))
 @click.option(
@@ -16,22 +16,21 @@ import click
     type=click.FloatRange(min=0),
     default=None,
     metavar="PCT",
-    help="A rank whose steady-state step time grew by more than PCT percent is a regression (default 10).",
+    help="Step time up > PCT %: a regression.  [default: 10]",
 )
 @click.option(
     "--max-memory-slope-regression",
     "max_slope",
     default=None,
     metavar="BYTES",
-    help="A rank whose RSS or CUDA growth per step rose by more than this (e.g. 64K, 1M) is a "
-    "regression (default 64K).",
+    help="Growth per step up > BYTES: a regression.  [default: 64K]",
 )
 def compare(base: str, new: str, max_step: float | None, max_slope: str | None) -> None:
     """Compare two JSON reports (profile: step time per rank and phase; memleak: memory growth per step).
 
     \b
     Exit 0: no regression; 1: a regression; 2: bad input.
-    ddpdoctor profile --script train.py --steps 50 --json new.json
+    ddpdoctor profile --steps 50 --json new.json train.py
     ddpdoctor compare base.json new.json --max-step-time-regression 10
     """
     from ddpdoctor.compare import compare as run_compare

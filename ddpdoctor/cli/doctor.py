@@ -7,48 +7,49 @@ from typing import Any
 
 import click
 
-from ddpdoctor.cli.options import output_options, torchrun_options
+from ddpdoctor.cli.options import GroupedCommand, output_options, torchrun_options
 from ddpdoctor.errors import DdpdoctorError
 
 
-@click.command()
+@click.command(cls=GroupedCommand, short_help="Health check of this machine or cluster, and the self-test.")
 @click.option("--skip-probes", is_flag=True, help="Leave out the self-test of the built-in probes.")
-@click.option("--skip-health", is_flag=True, help="Leave out the health check (environment, collectives, bandwidth).")
-@click.option("--only", multiple=True, help="Run only these probes (file names, e.g. crash.py).")
+@click.option("--skip-health", is_flag=True, help="Leave out the health check (environment, collectives).")
+@click.option("--only", multiple=True, metavar="PROBE", help="Run only this probe, e.g. crash.py (repeatable).")
 @click.option(
     "--min-busbw",
     type=click.FloatRange(min=0),
     default=None,
     metavar="GBPS",
-    help="Fail when all_reduce's bus bandwidth at the largest size is below this (GB/s, nccl-tests' busbw).",
+    help="Fail below this all_reduce bus bandwidth (GB/s).",
 )
 @click.option(
     "--sizes",
     default=None,
     metavar="LIST",
-    help="Bandwidth sweep sizes, e.g. 64K,1M,16M (default: 64K,1M,16M on gloo; 1M..512M on nccl).",
+    help="Bandwidth sweep sizes, e.g. 64K,1M,16M.  [default: by backend]",
 )
 @click.option(
     "--backend",
     type=click.Choice(["auto", "gloo", "nccl"]),
     default="auto",
     show_default=True,
-    help="Backend of the health check (auto: nccl where a GPU is, else gloo).",
+    help="The health check's backend (auto: nccl on a GPU).",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=1),
+    metavar="S",
     default=60.0,
     show_default=True,
-    help="Seconds a rendezvous or a collective may take before it fails (the whole health check is "
-    "bounded by 3x this + 60 s).",
+    help="Seconds a rendezvous or collective may take",
 )
 @torchrun_options
 @click.option(
     "--run-dir",
     "runs_root",
     type=click.Path(file_okay=False),
-    help="Folder for the run directories (default ./ddpdoctor-runs/doctor-...).",
+    metavar="DIR",
+    help="Folder of the runs.  [default: ./ddpdoctor-runs/doctor-TIME]",
 )
 @output_options
 def doctor(
@@ -63,6 +64,9 @@ def doctor(
     json_path: str | None,
     junit_path: str | None,
     fail_on: str,
+    select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
+    html_path: str | None = None,
     **torchrun: Any,
 ) -> None:
     """Health check of this machine or cluster, then the self-test of the built-in probes.
@@ -79,7 +83,10 @@ def doctor(
     ddpdoctor doctor --skip-probes --min-busbw 100 --json health.json
     ddpdoctor doctor --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --skip-probes
     """
+    from ddpdoctor.cli.project import selection
     from ddpdoctor.health.selftest import run_doctor
+
+    select, ignore = selection(select, ignore)
 
     size_list = None
     if sizes:
@@ -103,5 +110,7 @@ def doctor(
             timeout=timeout,
             sizes=size_list,
             min_busbw=min_busbw,
+            select=select,
+            ignore=ignore,
         )
     )

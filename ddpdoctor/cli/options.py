@@ -1,5 +1,6 @@
 """The click options the commands share and the click command of one run spec: the one builder that the
 CLI and ``doctor``'s self-test both use (the self-test parses each probe's options as the command line would).
+``--help`` is in groups: the command's own options, then torchrun's, then the report's (``GroupedCommand``).
 
 Stdlib and click only: ``ddpdoctor --help`` must not import torch.
 """
@@ -14,87 +15,229 @@ import click
 from ddpdoctor.commands import CommandSpec
 from ddpdoctor.launch.command import TORCHRUN_OPTIONS
 
+TORCHRUN_TITLE = "torchrun options"
+OUTPUT_TITLE = "Output options"
+# parameter name -> its --help group; the others are the command's own ("Options", first)
+_GROUP = {
+    **{name.lstrip("-").replace("-", "_"): TORCHRUN_TITLE for name, *_ in TORCHRUN_OPTIONS},
+    "job_store": TORCHRUN_TITLE,
+    **dict.fromkeys(("json_path", "junit_path", "html_path", "fail_on", "select", "ignore"), OUTPUT_TITLE),
+}
+
+
+# the options every run shares, listed after a command's own
+_SHARED = {"script", "probe", "timeout", "launch", "max_time", "run_dir"}
+
+
+class GroupedCommand(click.Command):
+    """A click command whose ``--help`` lists its options in groups: its own first (those of its spec before
+    the ones every run shares, ``-h, --help`` last), then torchrun's, then the report's."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The options, one section per group."""
+        groups: dict[str, list[tuple[str, str]]] = {"Options": [], TORCHRUN_TITLE: [], OUTPUT_TITLE: []}
+        params = [p for p in self.get_params(ctx) if isinstance(p, click.Option)]
+        helper = self.get_help_option(ctx)
+        params.sort(key=lambda p: (p is helper, p.name in _SHARED))  # stable: each group keeps its order
+        for p in params:
+            rec = p.get_help_record(ctx)
+            if rec is not None:
+                groups[_GROUP.get(p.name or "", "Options")].append(rec)
+        for title, rows in groups.items():
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows, col_max=32)  # --nproc-per-node N|auto|cpu|gpu on its line
+
 
 def torchrun_options(f: Callable) -> Callable:
     """The torchrun options every command that launches ranks passes through (launch.options)."""
-    for name, typ, help_ in reversed(TORCHRUN_OPTIONS):
-        f = click.option(name, type=typ, default=None, help=help_)(f)
+    for name, typ, metavar, help_ in reversed(TORCHRUN_OPTIONS):
+        f = click.option(name, type=typ, metavar=metavar, default=None, help=help_)(f)
     return f
 
 
 def output_options(f: Callable) -> Callable:
-    """--json, --junit, --html and --fail-on: every command that gives a report."""
+    """--json, --junit, --html, --fail-on, --select and --ignore: every command that gives a report."""
+    f = click.option("--ignore", multiple=True, metavar="ID", help="Leave out this finding id or family (repeatable).")(
+        f
+    )
     f = click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False),
-        help="Write the HTML report here too (one self-contained file; every run directory holds report.html).",
+        "--select", multiple=True, metavar="ID", help="Report only these finding ids or families.  [default: all]"
     )(f)
-    f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")(f)
+    f = click.option(
+        "--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the HTML report here too."
+    )(f)
+    f = click.option(
+        "--junit", "junit_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write a JUnit XML report."
+    )(f)
     f = click.option(
         "--json",
         "json_path",
         type=click.Path(dir_okay=False),
-        help="Write the JSON report (docs/json-schema.md); '-' for stdout.",
+        metavar="FILE",
+        help="Write the JSON report ('-': stdout).",
     )(f)
     f = click.option(
         "--fail-on",
         type=click.Choice(["error", "warning", "note"]),
         default="error",
         show_default=True,
-        help="Lowest finding severity that gives a non-zero exit code.",
+        help="Lowest severity that exits non-zero.",
     )(f)
     return f
 
 
+def probe_names() -> list[str]:
+    """The built-in probes (``probes/*.py``) by name, for ``--probe NAME``; read from the folder, not imported."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("ddpdoctor.probes")
+    folders = list(spec.submodule_search_locations or ()) if spec else []
+    names = {n[:-3] for d in folders for n in os.listdir(d) if n.endswith(".py") and not n.startswith("_")}
+    return sorted(names)
+
+
 def run_options(f: Callable) -> Callable:
     """The options every command that runs a script shares."""
-    f = click.argument("script_args", nargs=-1, type=click.UNPROCESSED)(f)
+    f = click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")(f)
     f = output_options(f)
     f = click.option(
-        "--max-time", type=click.FloatRange(min=1), default=None, help="End the run after this many seconds."
+        "--job-store",
+        metavar="HOST:PORT",
+        default=None,
+        help="Multi-node: where the nodes' ddpdoctors meet.",
+    )(f)
+    f = torchrun_options(f)
+    f = click.option(
+        "--run-dir",
+        type=click.Path(file_okay=False),
+        metavar="DIR",
+        help="Where to keep the records.  [default: ./ddpdoctor-runs/CMD-TIME]",
     )(f)
     f = click.option(
-        "--run-dir", type=click.Path(file_okay=False), help="Where to keep the records (default ./ddpdoctor-runs/...)."
+        "--max-time", type=click.FloatRange(min=1), metavar="S", default=None, help="End the run after S seconds."
     )(f)
     f = click.option(
         "--launch",
         type=click.Choice(["auto", "torchrun", "spawn"]),
         default="auto",
         show_default=True,
-        help="spawn: the script starts its own ranks with torch.multiprocessing.spawn; auto detects it.",
+        help="spawn: the script spawns its own ranks.",
     )(f)
     f = click.option(
         "--timeout",
         type=click.FloatRange(min=0.5),
+        metavar="S",
         default=60.0,
         show_default=True,
-        help="Seconds a rank may wait in a collective while another is still busy before it is called "
-        "a hang. Certain deadlocks are reported within seconds whatever this is.",
+        help="Uncertain waits over S s are hangs.",
     )(f)
-    f = torchrun_options(f)
     f = click.option(
-        "--job-store",
-        metavar="HOST:PORT",
+        "--probe",
+        type=click.Choice(probe_names()),
+        metavar="NAME",  # the 30 names are in the error of a wrong one
         default=None,
-        help="Multi-node: where the nodes' ddpdoctors share their ranks (docs/multinode.md), the same on every "
-        "node; the ddpdoctor on HOST serves it. Default: $DDPDOCTOR_JOB_STORE, else the rendezvous port + 1.",
+        help="Run a built-in probe instead of a script, e.g. healthy.",
     )(f)
     f = click.option(
-        "--script", type=click.Path(dir_okay=False), help="The training script. Default: the built-in healthy probe."
+        "--script",
+        metavar="SCRIPT",
+        help="The same as SCRIPT (an alias): what follows is the script's.",
     )(f)
     return f
+
+
+def _value_options(cmd: click.Command) -> tuple[set[str], set[str]]:
+    """The command's option names: those that take a value, and all of them."""
+    takes, names = set(), set()
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            for n in (*p.opts, *p.secondary_opts):
+                names.add(n)
+                if not p.is_flag and not p.count:
+                    takes.add(n)
+    return takes, names
+
+
+def script_alias(cmd: click.Command, args: list[str]) -> list[str]:
+    """``--script S REST`` -> ``-- S REST``: the alias takes torchrun's rule too, so that what follows the
+    script is the script's however it was named (``check --script t.py --epochs 3`` gives the script its
+    ``--epochs``). Only ddpdoctor's own options, before the script, are looked at."""
+    takes, _names = _value_options(cmd)
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "--" or not tok.startswith("-") or tok == "-":
+            return args
+        if tok == "--script" and i + 1 < len(args):
+            return [*args[:i], "--", args[i + 1], *args[i + 2 :]]
+        if tok.startswith("--script="):
+            return [*args[:i], "--", tok.split("=", 1)[1], *args[i + 1 :]]
+        i += 2 if tok in takes else 1
+    return args
+
+
+class RunCommand(GroupedCommand):
+    """A command that runs a script, parsed by torchrun's rule: ddpdoctor's options, then the script, then
+    the script's arguments (``ddpdoctor hang train.py --epochs 3``: ``--epochs 3`` is train.py's)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Click's parsing after ``--script S`` is made the positional script (script_alias)."""
+        return super().parse_args(ctx, script_alias(self, list(args)))
+
+
+def split_script(cmd: click.Command, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
+    is that built-in probe with every positional as its argument; else the first positional is the script.
+    Neither: a usage error (no stand-in script runs unasked)."""
+    from ddpdoctor.errors import DdpdoctorError
+    from ddpdoctor.launch.command import probe_path
+
+    positional = list(params.pop("script_args", None) or ())
+    probe = params.pop("probe", None)
+    params.pop("script", None)
+    if probe:
+        script, rest = probe_path(f"{probe}.py"), positional
+    elif positional:
+        script, rest = positional[0], positional[1:]
+    else:
+        raise DdpdoctorError(
+            f"no script: ddpdoctor {cmd.name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
+            "or --probe healthy for the built-in healthy job"
+        )
+    if rest[:1] == ["--"]:
+        rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
+    elif "--" in rest:
+        # ddpdoctor's options after the script, then `--`: the form before torchrun's rule, whose options
+        # would now reach the script silently
+        _takes, names = _value_options(cmd)
+        mine = [a for a in rest[: rest.index("--")] if a.split("=", 1)[0] in names and a != "--script"]
+        if mine:
+            raise DdpdoctorError(
+                f"{mine[0]} comes after the script, so it is the script's (torchrun's rule): put ddpdoctor's "
+                f"options before the script, e.g. ddpdoctor {cmd.name} {mine[0]} ... {script} ARGS"
+            )
+    return script, tuple(rest)
 
 
 def run_command(spec: CommandSpec) -> click.Command:
     """The click command of one spec: the options every run shares, then the spec's own."""
 
     def callback(**params: Any) -> None:
+        from ddpdoctor.cli.project import selection
         from ddpdoctor.launch.command import run_params
 
+        # the project's [tool.ddpdoctor] here, not in run_params: doctor's self-test must not take it
+        params["select"], params["ignore"] = selection(params.get("select", ()), params.get("ignore", ()))
         sys.exit(run_params(spec, params).exit_code)
 
     for opt in reversed(spec.options):
         callback = click.option(*opt.decls, **opt.kwargs)(callback)
     callback.__doc__ = spec.help
-    return click.command(name=spec.name)(run_options(callback))
+    return click.command(
+        name=spec.name,
+        cls=RunCommand,
+        short_help=spec.help.strip().splitlines()[0],
+        context_settings={"allow_interspersed_args": False},
+    )(run_options(callback))

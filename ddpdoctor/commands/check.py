@@ -14,37 +14,42 @@ def _validate(v: Values) -> None:
 
 SPEC = CommandSpec(
     name="check",
-    help="""Check set_epoch, shard overlap, seeds, parameter/buffer drift, checkpoint races, no_sync.
+    help="""Check samplers, seeds, drift, checkpoint writers and no_sync.
+
+    set_epoch, shard overlap and gaps, sampler seeds, parameter and buffer drift across ranks, several ranks
+    writing one checkpoint, gradient accumulation without no_sync().
 
     \b
-    ddpdoctor check --script train.py --epochs 2
+    ddpdoctor check --epochs 2 train.py             # check's --epochs: before the script
+    ddpdoctor check train.py --epochs 3             # the script's --epochs: after it
+    ddpdoctor check --probe healthy                 # the built-in healthy job
     """,
     options=(
         Opt(
             ("--steps",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="N",
                 default=None,
-                help="End the run once every rank has made this many DDP steps.",
+                help="End the run after N DDP steps on every rank.",
             ),
         ),
         Opt(
             ("--epochs",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="E",
                 default=None,
-                help="End the run once every rank has begun this many epochs and one more "
-                "(passes of its busiest DataLoader line).",
+                help="End the run when every rank begins epoch E+1.",
             ),
         ),
         Opt(
             ("--fingerprint-every",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="K",
                 default=None,
-                help="Fingerprint parameters and buffers every K DDP forwards "
-                "(and at construction). Default: forward 1, every 10 up to "
-                "100, then every 100.",
+                help="Fingerprint every K DDP forwards.  [default: auto]",
             ),
         ),
     ),

@@ -5,10 +5,13 @@ from ddpdoctor.commands import CommandSpec
 
 SPEC = CommandSpec(
     name="hang",
-    help="""Run a DDP script and report deadlocks, divergent collectives and crashes per rank and line.
+    help="""Deadlocks, divergent collectives and crashes, per rank and line.
+
+    Every command runs these detectors too; this one asks the ranks for nothing more.
 
     \b
-    ddpdoctor hang --script train.py --nproc-per-node 2 -- --epochs 3
+    ddpdoctor hang train.py --epochs 3              # like torchrun: after the script, the script's
+    ddpdoctor hang --nproc-per-node 4 --timeout 120 train.py --epochs 3
     """,
     pictures=("html",),
 )

@@ -6,28 +6,29 @@ from ddpdoctor.commands import CommandSpec, Opt, Stop
 
 SPEC = CommandSpec(
     name="memleak",
-    help="""Find memory that grows step after step: on which rank, in which layer, and why.
+    help="""Memory that grows step after step: which rank, what holds it, why.
 
     \b
-    ddpdoctor memleak --script train.py --steps 200
+    ddpdoctor memleak --steps 200 train.py --epochs 100
+    ddpdoctor memleak --snapshot train.py          # on a GPU: the allocator history too
     """,
     options=(
         Opt(
             ("--steps",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="N",
                 default=None,
-                help="End the run once every rank has made this many steps (optimizer steps, else DDP forwards).",
+                help="End the run after N optimizer steps on every rank.",
             ),
         ),
         Opt(
             ("--census-every",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="K",
                 default=None,
-                help="Census live tensors and autograd graphs every K steps (default: at "
-                "steps 1, 2, 4, ..., 64, then whenever it costs at most 0.25-0.5% of "
-                "the time, more often while memory grows, and at the end).",
+                help="Census live tensors every K steps.  [default: by cost]",
             ),
         ),
         Opt(
@@ -35,9 +36,7 @@ SPEC = CommandSpec(
             dict(
                 is_flag=True,
                 default=False,
-                help="On a GPU: record the CUDA allocator's history (torch.cuda.memory._record_memory_history) "
-                "and dump it when a census first sees growth and at the end, per rank, for "
-                "https://pytorch.org/memory_viz (costs time on every allocation).",
+                help="GPU: dump the allocator's history for pytorch.org/memory_viz.",
             ),
         ),
     ),

@@ -31,41 +31,40 @@ def _nsys(v: Values) -> tuple[str, ...]:
 
 SPEC = CommandSpec(
     name="profile",
-    help="""Where each rank's step time goes: step breakdown, stragglers, data-loader waits, NVTX for Nsight.
+    help="""Where each rank's step time goes: phases, stragglers, data waits.
+
+    NVTX ranges for Nsight Systems, and trace.json for ui.perfetto.dev.
 
     \b
-    ddpdoctor profile --script train.py --steps 200            # own timeline: trace.json (Perfetto)
-    ddpdoctor profile --script train.py --nsys                 # plus one nsys report per rank
+    ddpdoctor profile --steps 200 train.py            # own timeline: trace.json (Perfetto)
+    ddpdoctor profile --nsys train.py                 # plus one nsys report per rank
     """,
     options=(
         Opt(
             ("--steps",),
             dict(
                 type=click.IntRange(min=1),
+                metavar="N",
                 default=None,
-                help="End the run once every rank has made this many DDP steps.",
+                help="End the run after N DDP steps on every rank.",
             ),
         ),
         Opt(
             ("--nsys", "use_nsys"),
             dict(
                 is_flag=True,
-                help="Run each rank under Nsight Systems (`nsys profile`), "
-                "one report per rank, with ddpdoctor's NVTX ranges.",
+                help="Run each rank under `nsys profile`: one report per rank.",
             ),
         ),
         Opt(
             ("--nsys-args",),
-            dict(default="", help="Extra arguments for `nsys profile` (one string, split like a shell)."),
+            dict(default="", metavar="ARGS", help="Extra `nsys profile` arguments, as one string."),
         ),
         Opt(
             ("--bucket-ranges",),
             dict(
                 is_flag=True,
-                help="Time each DDP gradient bucket's all-reduce as a range "
-                "of its own (a Python comm hook: about 0.1-0.2 ms per step "
-                "measured here). Default: on with --nsys, else off; "
-                "DDP's own timers give the buckets and comm time.",
+                help="Time each DDP bucket's all-reduce.  [default: with --nsys]",
             ),
         ),
     ),

@@ -130,7 +130,10 @@ def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
         progress.start(i, p)
         t0 = time.time()
         # the probe's options are parsed by the command itself, exactly as on the command line
-        args = ["--script", p.path, "--run-dir", os.path.join(root, p.name[:-3]), *p.options]
+        # (``Self-test: OPTIONS -- ARGS``: ddpdoctor's options, then the probe and its arguments, torchrun's order)
+        opts = list(p.options)
+        mine, theirs = (opts[: opts.index("--")], opts[opts.index("--") + 1 :]) if "--" in opts else (opts, [])
+        args = ["--run-dir", os.path.join(root, p.name[:-3]), *mine, p.path, *theirs]
         params = run_command(COMMANDS[p.command]).make_context(p.command, args).params
         try:
             report = run_params(COMMANDS[p.command], params, quiet=True)
@@ -170,6 +173,8 @@ def run_doctor(
     timeout: float = 60.0,
     sizes: list[int] | None = None,
     min_busbw: float | None = None,
+    select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
 ) -> int:
     """The health check (environment, collectives, bandwidth) and the probes' self-test; the reports."""
     from ddpdoctor.health import report as hr
@@ -222,6 +227,13 @@ def run_doctor(
                         "it) and report it with the run directory.",
                     )
                 )
+    if select or ignore:  # --select/--ignore on the health check's and the self-test's own findings
+        from ddpdoctor.analysis.config import Config
+        from ddpdoctor.analysis.registry import pick
+
+        result["findings"], left = pick(result["findings"], Config(select=select, ignore=ignore))
+        if left:
+            say(left[0] + "\n")
     result["findings"].sort(key=lambda f: severity_rank(f.severity))
     bad = [f for f in result["findings"] if severity_rank(f.severity) <= severity_rank(fail_on)]
     result["verdict"] = "findings" if bad else "ok"

@@ -16,15 +16,16 @@ from ddpdoctor.errors import DdpdoctorError, ExitCode
 from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import schema
 
+# (option, type, metavar, one line of help): passed to torchrun as they are
 TORCHRUN_OPTIONS = [
-    ("--nproc-per-node", str, "Workers per node (torchrun). Default: the number of GPUs, else 2."),
-    ("--nnodes", str, "Number of nodes, or MIN:MAX (torchrun)."),
-    ("--node-rank", int, "This node's rank (torchrun, static rendezvous)."),
-    ("--rdzv-backend", str, "Rendezvous backend (torchrun), e.g. c10d."),
-    ("--rdzv-endpoint", str, "Rendezvous endpoint host:port (torchrun)."),
-    ("--rdzv-id", str, "Rendezvous job id (torchrun)."),
-    ("--master-addr", str, "Master address (torchrun, static rendezvous)."),
-    ("--master-port", int, "Master port (torchrun, static rendezvous)."),
+    ("--nproc-per-node", str, "N|auto|cpu|gpu", "Workers per node.  [default: the GPUs, else 2]"),
+    ("--nnodes", str, "N|MIN:MAX", "Number of nodes."),
+    ("--node-rank", int, "N", "This node's rank (static rendezvous)."),
+    ("--rdzv-backend", str, "NAME", "Rendezvous backend, e.g. c10d."),
+    ("--rdzv-endpoint", str, "HOST:PORT", "Rendezvous endpoint."),
+    ("--rdzv-id", str, "ID", "Rendezvous job id."),
+    ("--master-addr", str, "HOST", "Master address (static rendezvous)."),
+    ("--master-port", int, "PORT", "Master port (static rendezvous)."),
 ]
 
 
@@ -60,7 +61,7 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
         opts.get(k) is not None
         for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
     )
-    for name, _t, _h in TORCHRUN_OPTIONS[1:]:
+    for name, *_ in TORCHRUN_OPTIONS[1:]:
         v = opts.get(name.lstrip("-").replace("-", "_"))
         if v is not None:
             args += [name, str(v)]
@@ -148,9 +149,8 @@ def attach_pictures(report: Report, record: Any, pictures: tuple[str, ...], html
     return dataclasses.replace(report, notes=tuple(notes)) if notes != list(report.notes) else report
 
 
-TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, _t, _h in TORCHRUN_OPTIONS}
+TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, *_ in TORCHRUN_OPTIONS}
 _COMMON = (
-    "script",
     "timeout",
     "launch",
     "run_dir",
@@ -158,23 +158,33 @@ _COMMON = (
     "json_path",
     "junit_path",
     "fail_on",
-    "script_args",
     "html_path",
     "job_store",
+    "select",
+    "ignore",
 )
 
 
 def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
     """Run a command from its click parameters (the CLI, and ``doctor`` parsing a probe's options)."""
+    from ddpdoctor.cli.options import run_command as click_command
+    from ddpdoctor.cli.options import split_script
+
     p = dict(params)
+    script, script_args = split_script(click_command(spec), p)
     common = {k: p.pop(k, None) for k in _COMMON}
     torchrun = {k: p.pop(k) for k in list(p) if k in TORCHRUN_KEYS}
-    cfg = Config(timeout=float(common["timeout"] or 60.0), fail_on=common["fail_on"] or "error")
+    cfg = Config(
+        timeout=float(common["timeout"] or 60.0),
+        fail_on=common["fail_on"] or "error",
+        select=tuple(common["select"] or ()),
+        ignore=tuple(common["ignore"] or ()),
+    )
     return run_command(
         spec,
         p,
-        common["script"],
-        tuple(common["script_args"] or ()),
+        script,
+        script_args,
         torchrun,
         common["launch"] or "auto",
         common["run_dir"],
@@ -191,7 +201,7 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
 def run_command(
     spec: CommandSpec,
     values: dict[str, Any],
-    script: str | None,
+    script: str,
     script_args: tuple[str, ...],
     torchrun: dict[str, Any],
     launch: str,
@@ -225,7 +235,6 @@ def run_command(
 
         if store_address(job_store) is None:
             raise DdpdoctorError(f"--job-store must be HOST:PORT with a port from 1 to 65535 (got {job_store!r})")
-    script = script or probe_path("healthy.py")
     tree = check_script(script)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):

@@ -1,6 +1,6 @@
 """Multi-node launchers: torchrun's multi-node options from the environment a launcher sets. Stdlib only.
 
-``srun ddpdoctor hang --script train.py`` on every node of an allocation needs no torchrun options: the
+``srun ddpdoctor hang train.py`` on every node of an allocation needs no torchrun options: the
 number of nodes, this node's rank, the rendezvous endpoint (the first host of the node list) and its id (the
 job id) come from SLURM's variables. A Kubernetes PyTorchJob sets torchrun's own ``PET_*`` variables (with
 torchrun in the container) or ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (one process per pod,

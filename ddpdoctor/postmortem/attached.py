@@ -42,8 +42,11 @@ def fr_dirs(run_dirs: list[str]) -> list[str]:
     return out
 
 
-def with_flight_recorder(report: Report, run_dirs: list[str], fail_on: str) -> Report:
-    """``report`` (diagnosed from the stacks) with the dumps attach took, and its one line on them."""
+def with_flight_recorder(
+    report: Report, run_dirs: list[str], fail_on: str, select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
+) -> Report:
+    """``report`` (diagnosed from the stacks) with the dumps attach took, and its one line on them
+    (``select``/``ignore``: --select/--ignore)."""
     from ddpdoctor.postmortem import command
 
     notes = [n for n in (fr_note(d) for d in run_dirs) if n]
@@ -51,7 +54,7 @@ def with_flight_recorder(report: Report, run_dirs: list[str], fail_on: str) -> R
     fr: Report | None = None
     if dirs:
         try:
-            fr, _ = command.analyze(dirs, fail_on)
+            fr, _ = command.analyze(dirs, fail_on, select, ignore)
         except DdpdoctorError as e:  # attach checked every dump it kept: one that no longer reads was changed
             notes.append(f"the flight-recorder dumps were not used: {e}")
     out = combine(report, fr) if fr is not None else report

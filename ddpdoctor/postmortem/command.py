@@ -24,16 +24,19 @@ def _exists(p: str) -> bool:
     return os.path.exists(p)
 
 
-def analyze(paths: list[str], fail_on: str) -> tuple[Report | None, list[str]]:
+def analyze(
+    paths: list[str], fail_on: str, select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
+) -> tuple[Report | None, list[str]]:
     """The post-mortem report of ``paths`` and the run directories found inside them. DdpdoctorError
-    (exit 2, one line) for bad input: a truncated or foreign dump, a pickle that refers to code."""
+    (exit 2, one line) for bad input: a truncated or foreign dump, a pickle that refers to code.
+    ``select``/``ignore``: --select/--ignore."""
     try:
         inp = inputs.load(paths)
     except inputs.InputError as e:
         raise DdpdoctorError(str(e)) from None
     if inp.empty():
         return None, inp.run_dirs
-    return report.build(inp, Config(fail_on=fail_on)), inp.run_dirs
+    return report.build(inp, Config(fail_on=fail_on, select=select, ignore=ignore)), inp.run_dirs
 
 
 def with_html(rep: Report, html_path: str | None) -> Report:

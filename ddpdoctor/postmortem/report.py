@@ -32,6 +32,10 @@ def build(inp: Inputs, config: Config) -> Report:
     """The post-mortem of what ``inp`` holds."""
     found, ranks, notes = detect.findings(inp)
     found.sort(key=lambda f: severity_rank(f.severity))
+    from ddpdoctor.analysis.registry import pick
+
+    found, left = pick(found, config)
+    notes = [*notes, *left]
     verdict, code = verdict_of(found, config.fail_on)
     where = ", ".join(inp.paths)
     return Report(

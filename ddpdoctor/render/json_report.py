@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
-from ddpdoctor.analysis.findings import REPORT_SCHEMA, REPORT_VERSION, Report
+from ddpdoctor.analysis.catalog import entry
+from ddpdoctor.analysis.findings import REPORT_SCHEMA, REPORT_VERSION, Location, Report
+
+
+def _location(l: Location) -> dict:
+    """A location, one shape for ``findings[].locations`` and ``ranks[].location``."""
+    return {"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
 
 
 def to_dict(report: Report) -> dict:
+    """The report as the JSON document's dict."""
     return {
         "schema": REPORT_SCHEMA,
         "version": REPORT_VERSION,
@@ -23,12 +29,10 @@ def to_dict(report: Report) -> dict:
                 "severity": f.severity,
                 "ranks": list(f.ranks),
                 "culprits": list(f.culprits),
-                "locations": [
-                    {"rank": l.rank, "file": l.file, "line": l.line, "function": l.func, "role": l.role}
-                    for l in f.locations
-                ],
+                "locations": [_location(l) for l in f.locations],
                 "message": f.message,
                 "hint": f.hint,
+                "url": entry(f.id).url,  # the finding's page (`ddpdoctor findings ID` prints it)
                 "evidence": f.evidence,
             }
             for f in report.findings
@@ -38,7 +42,7 @@ def to_dict(report: Report) -> dict:
                 "rank": r.rank,
                 "state": r.state,
                 "detail": r.detail,
-                "location": asdict(r.location) if r.location else None,
+                "location": _location(r.location) if r.location else None,
             }
             for r in report.ranks
         ],

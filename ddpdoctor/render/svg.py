@@ -28,7 +28,8 @@ def line_chart(
     if y1 == y0:
         y1 = y0 + 1
     pad = (y1 - y0) * 0.05
-    y0, y1 = y0 - pad, y1 + pad
+    # memory and counts are magnitudes: their axis starts at 0, never below it
+    y0, y1 = (0.0 if y0 >= 0 else y0 - pad), y1 + pad
     pw, ph = width - left - right, height - top - bottom
 
     def X(x: float) -> float:

@@ -17,17 +17,19 @@ def one_line_error(r, code, text):
 
 
 def test_missing_script(tmp_path):
-    one_line_error(ddpdoctor(["hang", "--script", "nope.py"], tmp_path), 2, "script not found: nope.py")
+    one_line_error(ddpdoctor(["hang", "nope.py"], tmp_path), 2, "script not found: nope.py")
 
 
 def test_syntax_error_names_file_and_line(tmp_path):
     (tmp_path / "bad.py").write_text("import torch\nx = (\n")
-    one_line_error(ddpdoctor(["hang", "--script", "bad.py"], tmp_path), 2, "bad.py:2: SyntaxError")
+    one_line_error(ddpdoctor(["hang", "bad.py"], tmp_path), 2, "bad.py:2: SyntaxError")
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_bad_nproc(tmp_path, value):
-    one_line_error(ddpdoctor(["hang", "--nproc-per-node", value], tmp_path), 2, "--nproc-per-node")
+    one_line_error(
+        ddpdoctor(["hang", "--probe", "healthy", "--nproc-per-node", value], tmp_path), 2, "--nproc-per-node"
+    )
 
 
 def test_unknown_option(tmp_path):
@@ -43,13 +45,13 @@ def test_unwritable_run_dir(tmp_path):
     else:
         target = locked / "run"
     (tmp_path / "x.py").write_text("")
-    r = ddpdoctor(["hang", "--script", "x.py"], tmp_path, run_dir=target, json_report=False)
+    r = ddpdoctor(["hang", "x.py"], tmp_path, run_dir=target, json_report=False)
     one_line_error(r, 2, "cannot create run directory")
 
 
 def test_script_exiting_1_before_init(tmp_path):
     (tmp_path / "early.py").write_text("import sys\nprint('leaving early')\nsys.exit(1)\n")
-    r = ddpdoctor(["hang", "--script", "early.py"], tmp_path)
+    r = ddpdoctor(["hang", "early.py"], tmp_path)
     assert r.code == 4, r.err[-2000:]
     assert r.report["findings"][0]["id"] == "run.failed-before-init"
     assert "exited with code 1 before init_process_group" in r.out
@@ -59,7 +61,7 @@ def test_script_exiting_1_before_init(tmp_path):
 
 def test_script_raising_before_init_shows_its_line(tmp_path):
     (tmp_path / "cfg.py").write_text("import os\n\nraise RuntimeError('missing config')\n")
-    r = ddpdoctor(["hang", "--script", "cfg.py"], tmp_path)
+    r = ddpdoctor(["hang", "cfg.py"], tmp_path)
     assert r.code == 4
     f = r.report["findings"][0]
     assert f["id"] == "run.failed-before-init"
@@ -69,7 +71,7 @@ def test_script_raising_before_init_shows_its_line(tmp_path):
 
 def test_script_that_never_initialises_distributed(tmp_path):
     (tmp_path / "plain.py").write_text("print('single process')\n")
-    r = ddpdoctor(["hang", "--script", "plain.py"], tmp_path)
+    r = ddpdoctor(["hang", "plain.py"], tmp_path)
     assert r.code == 2
     assert r.report["findings"][0]["id"] == "run.no-distributed"
     assert "single process" in r.out
@@ -95,5 +97,7 @@ def test_analyze_missing_foreign_truncated_and_future_run_dirs(tmp_path):
 
 
 def test_unwritable_json_path_is_refused_before_running(tmp_path):
-    r = ddpdoctor(["hang", "--json", str(tmp_path / "no" / "dir" / "r.json")], tmp_path, json_report=False)
+    r = ddpdoctor(
+        ["hang", "--probe", "healthy", "--json", str(tmp_path / "no" / "dir" / "r.json")], tmp_path, json_report=False
+    )
     one_line_error(r, 2, "cannot write")

@@ -3,16 +3,16 @@ the healthy probe gives nothing above a note."""
 
 from __future__ import annotations
 
-from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
+from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line, script_argv
 
 
 def check(shared_job, name, *extra):
     """One run of the probe per session, shared with the other tests that ask for it (test_html.py)."""
-    return shared_job.run(["check", "--script", str(PROBES / name), *extra])
+    return shared_job.run(script_argv("check", str(PROBES / name), *extra))
 
 
 def test_healthy_probe_passes_check_with_notes_at_most(tmp_path):
-    r = ddpdoctor(["check"], tmp_path)
+    r = ddpdoctor(["check", "--probe", "healthy"], tmp_path)
     assert r.code == 0, r.out + r.err[-2000:]
     assert r.report["verdict"] == "ok"
     # a teardown abort at exit (torch 2.13 + gloo, a few runs in 100) is the only warning allowed
@@ -90,6 +90,6 @@ def test_gradient_accumulation_without_no_sync(shared_job):
 
 
 def test_steps_option_ends_a_long_run(tmp_path):
-    r = ddpdoctor(["check", "--steps", "3", "--", "--epochs", "1000"], tmp_path, timeout=90)
+    r = ddpdoctor(["check", "--steps", "3", "--probe", "healthy", "--", "--epochs", "1000"], tmp_path, timeout=90)
     assert r.code == 0, r.err[-2000:]
     assert "--steps 3 reached" in r.err

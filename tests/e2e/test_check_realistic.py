@@ -20,14 +20,14 @@ def script(tmp_path, name: str, body: str):
 
 
 def test_tutorial_trainer_with_peek_and_set_epoch_is_healthy(tmp_path):
-    r = ddpdoctor(["check", "--script", str(PROBES / "check_tutorial_peek.py")], tmp_path)
+    r = ddpdoctor(["check", str(PROBES / "check_tutorial_peek.py")], tmp_path)
     assert r.code == 0, r.out
     assert errors(r.report) == [] and "data.missing-set-epoch" not in [f["id"] for f in r.report["findings"]]
 
 
 def test_tutorial_trainer_without_set_epoch(tmp_path):
     probe = PROBES / "check_tutorial_no_set_epoch.py"
-    r = ddpdoctor(["check", "--script", str(probe)], tmp_path)
+    r = ddpdoctor(["check", str(probe)], tmp_path)
     assert r.code == 1, r.out
     f = finding(r.report, "data.missing-set-epoch")
     assert f["culprits"] == [0, 1]
@@ -74,7 +74,7 @@ EVAL_LOADERS = """
 
 
 def test_evaluation_samplers_and_single_epoch_are_not_flagged(tmp_path):
-    r = ddpdoctor(["check", "--script", str(script(tmp_path, "eval_loaders.py", EVAL_LOADERS))], tmp_path)
+    r = ddpdoctor(["check", str(script(tmp_path, "eval_loaders.py", EVAL_LOADERS))], tmp_path)
     assert r.code == 0, r.out
     assert errors(r.report) == []
 
@@ -102,12 +102,12 @@ PRESHARDED = """
 
 
 def test_presharded_data_without_distributed_sampler_is_not_an_overlap(tmp_path):
-    r = ddpdoctor(["check", "--script", str(script(tmp_path, "presharded.py", PRESHARDED))], tmp_path)
+    r = ddpdoctor(["check", str(script(tmp_path, "presharded.py", PRESHARDED))], tmp_path)
     assert r.code == 0, r.out
     assert "data.shard-overlap" not in [f["id"] for f in r.report["findings"]]
     # the same script with the slicing removed trains every rank on the same data
     same = script(tmp_path, "same.py", PRESHARDED.replace("x[rank::world], x[rank::world]", "x, x"))
-    r = ddpdoctor(["check", "--script", str(same)], tmp_path)
+    r = ddpdoctor(["check", str(same)], tmp_path)
     f = finding(r.report, "data.shard-overlap")
     assert f["culprits"] == [0, 1] and r.code == 1
 
@@ -137,7 +137,7 @@ GAN = """
 
 
 def test_two_ddp_models_gan_style(tmp_path):
-    r = ddpdoctor(["check", "--script", str(script(tmp_path, "gan.py", GAN))], tmp_path)
+    r = ddpdoctor(["check", str(script(tmp_path, "gan.py", GAN))], tmp_path)
     assert r.code == 0, r.out
     ids = [f["id"] for f in r.report["findings"]]
     assert errors(r.report) == [] and "perf.grad-accum-no-sync" not in ids

@@ -25,7 +25,7 @@ def run_cli_in_process(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_analyze_does_not_import_torch(shared_job):
-    r = shared_job.run(["hang", "--script", str(PROBES / "shape_mismatch.py")])
+    r = shared_job.run(["hang", str(PROBES / "shape_mismatch.py")])
     assert r.code == 3
     a = run_cli_in_process(["analyze", str(r.run_dir)])
     assert "NO_TORCH 3" in a.stderr, a.stderr[-2000:]
@@ -33,7 +33,7 @@ def test_analyze_does_not_import_torch(shared_job):
 
 
 def test_run_directory_is_private(shared_job):
-    r = shared_job.run(["hang", "--script", str(PROBES / "shape_mismatch.py")])
+    r = shared_job.run(["hang", str(PROBES / "shape_mismatch.py")])
     assert (r.run_dir.stat().st_mode & 0o777) == 0o700
     logs = r.run_dir / "logs"  # torchrun's own --log-dir files, inside the private directory
     for p in r.run_dir.rglob("*"):

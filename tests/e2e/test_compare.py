@@ -15,7 +15,7 @@ def _write(path, data):
 
 
 def test_profile_report_carries_step_figures_and_compare_gates_step_time(tmp_path):
-    r = ddpdoctor(["profile", "--steps", "10"], tmp_path)
+    r = ddpdoctor(["profile", "--steps", "10", "--probe", "healthy"], tmp_path)
     assert r.report is not None, r.err[-2000:]
     steps = r.report["figures"]["step_ms"]
     assert set(steps) == {"0", "1"}

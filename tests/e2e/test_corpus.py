@@ -22,16 +22,8 @@ FAULTS = [c for c in FAST if c["primary"]]
 
 
 def run(tmp_path, case):
-    args = [
-        case["command"],
-        "--script",
-        str(CORPUS / case["script"]),
-        "--nproc-per-node",
-        str(case["nproc"]),
-        *case["options"],
-    ]
-    if case["args"]:
-        args += ["--", *case["args"]]
+    args = [case["command"], "--nproc-per-node", str(case["nproc"]), *case["options"], str(CORPUS / case["script"])]
+    args += case["args"]  # after the script, the script's (torchrun's rule)
     return ddpdoctor(args, tmp_path, timeout=180, cwd=tmp_path)
 
 

@@ -16,7 +16,7 @@ SCRIPTS = TESTS / "scripts" / "culprits"
 def _hang(tmp_path, name: str, n: int = 2, env: dict | None = None, cwd: Path | None = None):
     script = SCRIPTS / f"{name}.py"
     r = ddpdoctor(
-        ["hang", "--script", str(script), "--nproc-per-node", str(n), "--timeout", "40"],
+        ["hang", "--nproc-per-node", str(n), "--timeout", "40", str(script)],
         tmp_path,
         timeout=240,
         env=env,
@@ -112,7 +112,7 @@ def test_module_level_loop_early_exit_is_placed_at_the_break_not_in_runpy(tmp_pa
 
 def test_straggler_inside_backward_names_rank1_its_backward_line_and_the_waiting_rank(tmp_path):
     script = SCRIPTS / "backward_straggler.py"
-    r = ddpdoctor(["profile", "--script", str(script), "--steps", "120"], tmp_path, timeout=240)
+    r = ddpdoctor(["profile", "--steps", "120", str(script)], tmp_path, timeout=240)
     assert r.code == 0 and r.report is not None, r.out + r.err[-3000:]
     f = finding(r.report, "profile.straggler")
     assert f["culprits"] == [1], f["message"]

@@ -8,7 +8,7 @@ installed (``pip install -e '.[frameworks]'``); run them with that environment's
 from __future__ import annotations
 
 import pytest
-from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line, needs
+from helpers import PROBES, ROOT, ddpdoctor, finding, lines_of, marker_line, needs, script_argv
 
 FW = ROOT / "tests" / "frameworks"
 needs_lightning = needs("lightning")
@@ -16,7 +16,7 @@ needs_accelerate = needs("accelerate")
 
 
 def _run(tmp_path, command, script, *extra, timeout=90):
-    return ddpdoctor([command, "--script", str(script), *extra], tmp_path, timeout=timeout)
+    return ddpdoctor(script_argv(command, str(script), *extra), tmp_path, timeout=timeout)
 
 
 def _errors(r):

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
+from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line, script_argv
 
 
 def run_probe(shared_job, name, *extra, timeout=120):
     """One run of the probe per session, shared by every test that asks for the same arguments."""
-    return shared_job.run(["hang", "--script", str(PROBES / name), *extra], timeout=timeout)
+    return shared_job.run(script_argv("hang", str(PROBES / name), *extra), timeout=timeout)
 
 
 def test_healthy_default_workload_has_no_findings(tmp_path):
-    r = ddpdoctor(["hang"], tmp_path)
+    r = ddpdoctor(["hang", "--probe", "healthy"], tmp_path)
     assert r.code == 0, r.err[-2000:]
     assert r.report["verdict"] == "ok"
     assert [f for f in r.report["findings"] if f["severity"] == "error"] == []

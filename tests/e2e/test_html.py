@@ -153,28 +153,28 @@ def runs(tmp_path_factory, shared_job) -> dict:
     script.write_text("\n".join(src) + "\n")
     out = {
         "hang": (
-            ddpdoctor(["hang", "--script", str(script)], tmp),
+            ddpdoctor(["hang", str(script)], tmp),
             "hang.rank-conditional-collective",
             {0},
             script,
             "EXTRA",
         ),
         "memleak": (
-            ddpdoctor(["memleak", "--script", str(PROBES / "leak_graph.py"), "--", "--steps", "60"], tmp),
+            ddpdoctor(["memleak", str(PROBES / "leak_graph.py"), "--steps", "60"], tmp),
             "memleak.autograd-graph",
             {0, 1},
             PROBES / "leak_graph.py",
             "ACCUM",
         ),
         "check": (
-            shared_job.run(["check", "--script", str(PROBES / "check_set_epoch.py")]),  # as test_check_probes.py
+            shared_job.run(["check", str(PROBES / "check_set_epoch.py")]),  # as test_check_probes.py
             "data.missing-set-epoch",
             {0, 1},
             PROBES / "check_set_epoch.py",
             "SAMPLER",
         ),
         "profile": (
-            ddpdoctor(["profile", "--bucket-ranges", "--script", str(PROBES / "straggler.py")], tmp),
+            ddpdoctor(["profile", "--bucket-ranges", str(PROBES / "straggler.py")], tmp),
             "profile.straggler",
             {1},
             PROBES / "straggler.py",

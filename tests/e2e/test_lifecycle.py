@@ -41,7 +41,7 @@ def wait_for_ranks(run_dir: Path, n: int = 2, timeout: float = 60) -> None:
 
 
 def test_ctrl_c_ends_the_whole_tree_and_keeps_the_records(tmp_path):
-    proc, token, run_dir = start(tmp_path, "--script", str(PROBES / "slow_rank.py"), "--timeout", "300")
+    proc, token, run_dir = start(tmp_path, "--timeout", "300", str(PROBES / "slow_rank.py"))
     try:
         wait_for_ranks(run_dir)
         assert len(processes_with_token(token)) >= 4  # ddpdoctor, torchrun, two ranks
@@ -57,7 +57,7 @@ def test_ctrl_c_ends_the_whole_tree_and_keeps_the_records(tmp_path):
 
 
 def test_ranks_end_themselves_when_ddpdoctor_is_killed(tmp_path):
-    proc, token, run_dir = start(tmp_path, "--script", str(PROBES / "slow_rank.py"), "--timeout", "300")
+    proc, token, run_dir = start(tmp_path, "--timeout", "300", str(PROBES / "slow_rank.py"))
     try:
         wait_for_ranks(run_dir)
         os.kill(proc.pid, signal.SIGKILL)  # ddpdoctor only, not its process group
@@ -70,7 +70,7 @@ def test_ranks_end_themselves_when_ddpdoctor_is_killed(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_sigterm_is_handled_like_ctrl_c(tmp_path, sig):
-    proc, token, run_dir = start(tmp_path, "--script", str(PROBES / "slow_rank.py"), "--timeout", "300")
+    proc, token, run_dir = start(tmp_path, "--timeout", "300", str(PROBES / "slow_rank.py"))
     try:
         wait_for_ranks(run_dir)
         proc.send_signal(sig)

@@ -121,7 +121,7 @@ def rows(lines: list[str]) -> list[tuple[int, int, int, str, str]]:
 def test_table_on_a_terminal_keeps_the_workers_lines_whole(tmp_path):
     script = tmp_path / "chatty.py"
     script.write_text(CHATTY.replace("STEPS", str(STEPS)))
-    code, raw = run_in_pty(["hang", "--script", str(script), "--run-dir", str(tmp_path / "run")], tmp_path)
+    code, raw = run_in_pty(["hang", "--run-dir", str(tmp_path / "run"), str(script)], tmp_path)
     lines = screen_lines(raw)
     assert code == 0, raw[-3000:]
     assert "\x1b[" in raw, "no escape codes: the table was not drawn in place"
@@ -146,9 +146,7 @@ def test_table_on_a_terminal_keeps_the_workers_lines_whole(tmp_path):
 
 
 def test_table_shows_the_collective_each_rank_waits_in(tmp_path):
-    code, raw = run_in_pty(
-        ["hang", "--script", str(PROBES / "rank_conditional.py"), "--run-dir", str(tmp_path / "run")], tmp_path
-    )
+    code, raw = run_in_pty(["hang", "--run-dir", str(tmp_path / "run"), str(PROBES / "rank_conditional.py")], tmp_path)
     lines = screen_lines(raw)
     assert code == 3, raw[-3000:]
     got = rows(lines)
@@ -163,7 +161,7 @@ def test_table_shows_the_collective_each_rank_waits_in(tmp_path):
 
 
 def test_no_terminal_no_escape_codes(shared_job):
-    r = shared_job.run(["hang", "--script", str(PROBES / "rank_conditional.py")])
+    r = shared_job.run(["hang", str(PROBES / "rank_conditional.py")])
     assert r.code == 3, r.err[-2000:]
     assert "\x1b" not in r.err and "\x1b" not in r.out
     assert "ddpdoctor: deadlock: rank " in r.err  # the plain lines, as before

@@ -10,7 +10,7 @@ import textwrap
 from xml.etree import ElementTree as ET
 
 import pytest
-from helpers import PROBES, ddpdoctor, finding, marker_line
+from helpers import PROBES, ddpdoctor, finding, marker_line, script_argv
 
 HEALTHY_STYLES = textwrap.dedent("""
     import argparse
@@ -52,7 +52,7 @@ HEALTHY_STYLES = textwrap.dedent("""
 
 
 def memleak(tmp_path, name, *extra):
-    return ddpdoctor(["memleak", "--script", str(PROBES / name), *extra], tmp_path)
+    return ddpdoctor(script_argv("memleak", str(PROBES / name), *extra), tmp_path)
 
 
 def errors(report):
@@ -125,7 +125,7 @@ def test_healthy_fast_loops_have_no_error(tmp_path, style):
     if style == "plain-loop":
         script = tmp_path / "train_styles.py"
         script.write_text(HEALTHY_STYLES)
-        r = ddpdoctor(["memleak", "--script", str(script)], tmp_path)
+        r = ddpdoctor(["memleak", str(script)], tmp_path)
     else:
         r = memleak(tmp_path, "leak_trainer_losses.py", "--", "4", "--keep", "none" if style == "tutorial" else "item")
     assert errors(r.report) == [] and r.code == 0, r.out
@@ -143,13 +143,11 @@ def test_steps_option_ends_the_run(tmp_path):
     r = ddpdoctor(
         [
             "memleak",
-            "--script",
-            str(PROBES / "leak_graph.py"),
             "--steps",
             "30",
             "--census-every",
             "10",
-            "--",
+            str(PROBES / "leak_graph.py"),
             "--steps",
             "100000",
         ],

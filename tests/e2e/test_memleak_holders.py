@@ -4,14 +4,14 @@ trainer class); the rank set is exactly the ranks that leak; the healthy variant
 
 from __future__ import annotations
 
-from helpers import ROOT, ddpdoctor, finding, marker_line, needs
+from helpers import ROOT, ddpdoctor, finding, marker_line, needs, script_argv
 
 SCRIPTS = ROOT / "tests" / "scripts" / "memleak"
 needs_transformers = needs("transformers")
 
 
 def _memleak(tmp_path, name, *args, timeout=150):
-    return ddpdoctor(["memleak", "--script", str(SCRIPTS / name), *(("--", *args) if args else ())], tmp_path, timeout)
+    return ddpdoctor(script_argv("memleak", str(SCRIPTS / name), *(("--", *args) if args else ())), tmp_path, timeout)
 
 
 def _errors(r):

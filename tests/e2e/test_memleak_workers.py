@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import ROOT, ddpdoctor, finding, marker_line
+from helpers import ROOT, ddpdoctor, finding, marker_line, script_argv
 
 SCRIPT = ROOT / "tests" / "scripts" / "worker_records.py"
 ID = "memleak.dataloader-workers"
@@ -20,7 +20,7 @@ def errors(report):
 
 def run(tmp_path, *args, census_every=None):
     opts = ["--census-every", str(census_every)] if census_every else []
-    return ddpdoctor(["memleak", "--script", str(SCRIPT), *opts, "--", *args], tmp_path, timeout=90)
+    return ddpdoctor(script_argv("memleak", str(SCRIPT), *opts, "--", *args), tmp_path, timeout=90)
 
 
 def samples(run_dir, rank):

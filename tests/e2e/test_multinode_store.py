@@ -57,8 +57,6 @@ class TwoNodes:
                 "-m",
                 "ddpdoctor",
                 command,
-                "--script",
-                str(SCRIPT),
                 "--nnodes",
                 "2",
                 "--nproc-per-node",
@@ -76,7 +74,7 @@ class TwoNodes:
                 "--json",
                 str(tmp / f"node{n}.json"),
                 *extra,
-                "--",
+                str(SCRIPT),
                 mode,
             ]
             env = dict(os.environ, **envs[n], **{TOKEN_VAR: self.tokens[n], "DDPDOCTOR_LIVE": "0"})

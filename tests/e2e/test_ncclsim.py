@@ -23,7 +23,7 @@ CASES = [  # probe, finding, culprits, (rank, marker) that must be among the fin
 
 @pytest.mark.parametrize("probe,fid,culprits,where", CASES, ids=[c[0][:-3] for c in CASES])
 def test_hang_probe_under_nccl_semantics(tmp_path, probe, fid, culprits, where):
-    r = ddpdoctor(["hang", "--script", str(PROBES / probe), "--timeout", "120"], tmp_path, timeout=150, env=SIM)
+    r = ddpdoctor(["hang", "--timeout", "120", str(PROBES / probe)], tmp_path, timeout=150, env=SIM)
     assert "ncclsim: not installed" not in r.err
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, fid)
@@ -36,7 +36,7 @@ def test_the_simulation_returns_before_completion(tmp_path):
     """The check that the simulation is on: under it a sync all_reduce of mismatched sizes returns and the
     run goes on (gloo alone aborts); ddpdoctor then reports the silent mismatch from the ledgers."""
     probe = PROBES / "shape_mismatch.py"
-    r = ddpdoctor(["check", "--script", str(probe)], tmp_path, timeout=150, env=SIM)
+    r = ddpdoctor(["check", str(probe)], tmp_path, timeout=150, env=SIM)
     if r.report and any(f["id"].startswith("crash") or f["id"] == "hang.shape-mismatch" for f in r.report["findings"]):
         pytest.skip("gloo's background work aborted the rank before the run ended (timing)")
     f = finding(r.report, "collective.shape-mismatch")

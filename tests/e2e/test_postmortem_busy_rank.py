@@ -9,7 +9,7 @@ from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
 def test_a_rank_busy_in_its_reader_is_a_timeout_not_uneven_batches(tmp_path):
     probe = PROBES / "busy_in_reader.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "3"], tmp_path, timeout=180)
+    r = ddpdoctor(["hang", "--timeout", "3", str(probe)], tmp_path, timeout=180)
     assert r.code == 3, r.err[-2000:]
     ids = [f["id"] for f in r.report["findings"]]
     assert "hang.uneven-batches" not in ids, ids

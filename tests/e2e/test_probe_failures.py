@@ -18,7 +18,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "broken_probe.py"
     ],
 )
 def test_a_broken_probe_is_named_with_the_data_it_misses(tmp_path, command, where, missing):
-    r = ddpdoctor([command, "--script", str(SCRIPT), "--", "--break", command], tmp_path, timeout=180)
+    r = ddpdoctor([command, str(SCRIPT), "--break", command], tmp_path, timeout=180)
     assert r.report is not None, r.err[-2000:]
     finding(r.report, "probe.internal-error")
     said = {f["evidence"]["where"]: f for f in r.report["findings"] if f["id"] == "probe.internal-error"}
@@ -32,6 +32,6 @@ def test_a_broken_probe_is_named_with_the_data_it_misses(tmp_path, command, wher
 
 
 def test_an_unbroken_run_has_no_probe_error(tmp_path):
-    r = ddpdoctor(["memleak", "--script", str(SCRIPT), "--", "--break", "none"], tmp_path, timeout=180)
+    r = ddpdoctor(["memleak", str(SCRIPT), "--break", "none"], tmp_path, timeout=180)
     assert r.report is not None and r.code == 0, r.err[-2000:]
     assert "probe.internal-error" not in [f["id"] for f in r.report["findings"]]

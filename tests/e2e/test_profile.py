@@ -58,7 +58,7 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
     logs.mkdir()
     monkeypatch.setenv("NVTX_INJECTION64_PATH", str(recorder))
     monkeypatch.setenv("NVTX_RECORDER_DIR", str(logs))
-    r = ddpdoctor(["profile", "--script", str(PROBES / "straggler.py"), "--", "--steps", str(STEPS)], tmp_path)
+    r = ddpdoctor(["profile", str(PROBES / "straggler.py"), "--steps", str(STEPS)], tmp_path)
     assert r.code == 0, r.err[-2000:]
     pid_rank = {}
     for d in (r.run_dir / "ranks").iterdir():
@@ -99,7 +99,7 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
 
 def test_no_nvtx_call_without_a_tool(tmp_path, monkeypatch):
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    r = ddpdoctor(["profile", "--script", str(PROBES / "straggler.py"), "--", "--steps", "4"], tmp_path)
+    r = ddpdoctor(["profile", str(PROBES / "straggler.py"), "--steps", "4"], tmp_path)
     info = [
         json.loads(l)
         for l in (r.run_dir / "ranks" / "0" / "timeline.jsonl").read_text().splitlines()
@@ -117,7 +117,7 @@ def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(tmp_path, mon
     backward's comm time come from DDP's logger; --bucket-ranges adds one range per bucket all-reduce."""
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
     script = str(PROBES / "straggler.py")
-    r = ddpdoctor(["profile", "--script", script, "--", "--steps", "12"], tmp_path)
+    r = ddpdoctor(["profile", script, "--steps", "12"], tmp_path)
     assert r.code == 0, r.err[-2000:]
     for rank in (0, 1):
         tl = _rank_timeline(r.run_dir, rank)
@@ -129,7 +129,7 @@ def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(tmp_path, mon
     assert "DDP's own timers" in summary["message"] and "gradient all-reduce" in summary["message"]
     assert summary["evidence"]["ddp_timers_ms"]["comm_ms"] > 0
 
-    h = ddpdoctor(["profile", "--bucket-ranges", "--script", script, "--", "--steps", "12"], tmp_path)
+    h = ddpdoctor(["profile", "--bucket-ranges", script, "--steps", "12"], tmp_path)
     assert h.code == 0, h.err[-2000:]
     for rank in (0, 1):
         tl = _rank_timeline(h.run_dir, rank)
@@ -154,7 +154,7 @@ def roles(f: dict) -> dict[tuple[int, str], set[int]]:
 
 def test_straggler_rank_phase_and_line(tmp_path):
     script = PROBES / "straggler.py"
-    r = ddpdoctor(["profile", "--script", str(script)], tmp_path)
+    r = ddpdoctor(["profile", str(script)], tmp_path)
     f = finding(r.report, "profile.straggler")
     assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
     assert f["evidence"]["rank"] == 1 and f["evidence"]["phase"] == "forward"
@@ -205,7 +205,7 @@ def test_straggler_sleeping_in_a_helper_between_forward_and_backward(tmp_path):
     backward. The finding names rank 1 alone as culprit, the sleep, and where rank 0 waits."""
     script = tmp_path / "train.py"
     script.write_text(HELPER_STRAGGLER)
-    r = ddpdoctor(["profile", "--script", str(script)], tmp_path)
+    r = ddpdoctor(["profile", str(script)], tmp_path)
     assert r.code == 0, r.err[-2000:]
     f = finding(r.report, "profile.straggler")
     assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
@@ -222,7 +222,7 @@ def test_straggler_sleeping_in_a_helper_between_forward_and_backward(tmp_path):
 
 def test_dataloader_bound_names_getitem_and_the_loop(tmp_path):
     script = PROBES / "dataloader_bound.py"
-    r = ddpdoctor(["profile", "--script", str(script), "--fail-on", "warning"], tmp_path)
+    r = ddpdoctor(["profile", "--fail-on", "warning", str(script)], tmp_path)
     f = finding(r.report, "profile.dataloader-bound")
     assert f["ranks"] == [0, 1] and f["culprits"] == [0, 1]
     getitem = line_of(script, "time.sleep(0.002)")  # num_workers=0: __getitem__ runs in the training process
@@ -344,7 +344,7 @@ TRACE_SCHEMA = {
 
 
 def test_healthy_profile_and_its_trace_file(tmp_path):
-    r = ddpdoctor(["profile", "--", "--epochs", "6"], tmp_path)
+    r = ddpdoctor(["profile", "--probe", "healthy", "--", "--epochs", "6"], tmp_path)
     assert r.code == 0
     assert [
         f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")
@@ -363,7 +363,7 @@ def test_healthy_profile_and_its_trace_file(tmp_path):
 def test_nsys_missing_is_one_line_and_could_not_run(tmp_path, monkeypatch):
     if shutil.which("nsys"):
         pytest.skip("nsys is installed here")
-    r = ddpdoctor(["profile", "--nsys"], tmp_path, json_report=False)
+    r = ddpdoctor(["profile", "--nsys", "--probe", "healthy"], tmp_path, json_report=False)
     assert r.code == 4
     assert r.err.strip().startswith("ddpdoctor: error: nsys (Nsight Systems) is not on PATH")
     assert len(r.err.strip().splitlines()) == 1
@@ -415,7 +415,7 @@ def test_a_long_run_keeps_every_step_up_to_1000_then_blocks_of_ten(tmp_path):
     and the breakdown are those of every step."""
     script = tmp_path / "train.py"
     script.write_text(LONG_LOOP)
-    r = ddpdoctor(["profile", "--script", str(script)], tmp_path, timeout=240)
+    r = ddpdoctor(["profile", str(script)], tmp_path, timeout=240)
     assert r.code == 0, r.err[-2000:]
     assert [
         f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")

@@ -17,7 +17,7 @@ SCRIPTS = TESTS / "scripts"
 
 def test_async_all_reduce_in_rank0_save_branch_is_rank_conditional(tmp_path):
     probe = PROBES / "trainer_async_save.py"
-    r = ddpdoctor(["hang", "--script", str(probe)], tmp_path)
+    r = ddpdoctor(["hang", str(probe)], tmp_path)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0]
@@ -27,7 +27,7 @@ def test_async_all_reduce_in_rank0_save_branch_is_rank_conditional(tmp_path):
 
 def test_early_exit_of_some_ranks_at_four_ranks_is_grouped(tmp_path):
     probe = PROBES / "early_exit_some.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--nproc-per-node", "4"], tmp_path, timeout=180)
+    r = ddpdoctor(["hang", "--nproc-per-node", "4", str(probe)], tmp_path, timeout=180)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.early-exit")
     assert f["culprits"] == [1, 3]
@@ -43,7 +43,18 @@ def test_json_to_stdout_is_one_document_and_the_script_output_goes_to_stderr(tmp
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor", "hang", "--json", "-", "--run-dir", str(tmp_path / "run")],
+        [
+            sys.executable,
+            "-m",
+            "ddpdoctor",
+            "hang",
+            "--json",
+            "-",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--probe",
+            "healthy",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -71,8 +82,6 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
             "-m",
             "ddpdoctor",
             "hang",
-            "--script",
-            str(script),
             "--nnodes",
             "2",
             "--nproc-per-node",
@@ -89,6 +98,7 @@ def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
             str(tmp_path / f"node{node}"),
             "--json",
             str(tmp_path / f"node{node}.json"),
+            str(script),
         ]
         procs.append(
             subprocess.Popen(
@@ -127,7 +137,7 @@ def test_receive_deadlock_outside_any_collective_call_is_certain_in_seconds(tmp_
     """Both ranks block in Work.wait() of an irecv nobody answers: no rank sits inside a collective call,
     yet the tracked Works prove it in seconds although --timeout is 300."""
     probe = PROBES / "recv_deadlock.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "300"], tmp_path, timeout=150)
+    r = ddpdoctor(["hang", "--timeout", "300", str(probe)], tmp_path, timeout=150)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.p2p-deadlock")
     assert f["culprits"] == [0, 1]
@@ -141,7 +151,7 @@ def test_async_mismatch_blocked_at_sync_points_is_certain_in_seconds(tmp_path):
     """Every rank waits on its Works at SYNC; rank 0's extra async all_reduce meets rank 1's broadcast at
     the same position: certain although --timeout is 300, naming the culprit and where each rank blocks."""
     probe = PROBES / "async_sync_point.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "300"], tmp_path, timeout=150)
+    r = ddpdoctor(["hang", "--timeout", "300", str(probe)], tmp_path, timeout=150)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0] and marker_line(probe, "EXTRA") in lines_of(f, 0)
@@ -151,7 +161,7 @@ def test_async_mismatch_blocked_at_sync_points_is_certain_in_seconds(tmp_path):
 
 def test_async_collective_only_rank0_issues_waited_in_a_helper(tmp_path):
     probe = PROBES / "async_extra_wait.py"
-    r = ddpdoctor(["hang", "--script", str(probe), "--timeout", "10"], tmp_path, timeout=150)
+    r = ddpdoctor(["hang", "--timeout", "10", str(probe)], tmp_path, timeout=150)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0] and marker_line(probe, "EXTRA") in lines_of(f, 0)

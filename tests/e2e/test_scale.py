@@ -21,7 +21,7 @@ def _lines(path: Path) -> int:
 def test_ring_bounds_the_files_and_the_divergence_is_still_found(tmp_path, monkeypatch):
     monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "256")
     monkeypatch.setenv("DDPDOCTOR_HB_RING", "16")
-    r = ddpdoctor(["hang", "--script", str(SCRIPT)], tmp_path, timeout=120)
+    r = ddpdoctor(["hang", str(SCRIPT)], tmp_path, timeout=120)
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
     diverged = [(l["rank"], l["line"]) for l in f["locations"] if l["role"] == "diverged"]
@@ -51,7 +51,7 @@ def test_a_rank_killed_after_a_collective_returned_did_not_die_inside_it(tmp_pat
     SIGKILLed just after its last all_reduce returned leaves the map untrimmed (NUL bytes after its
     lines) and no end line: the reader still reads every line, and the counters say the last call
     returned, so the rank is not reported as dead inside it; the rank it left waiting is."""
-    r = ddpdoctor(["hang", "--script", str(KILL_AFTER)], tmp_path, timeout=120)
+    r = ddpdoctor(["hang", str(KILL_AFTER)], tmp_path, timeout=120)
     assert r.code == 1, r.err[-2000:]
     f = finding(r.report, "crash.abnormal-exit")
     assert f["culprits"] == [1] and "rank 1: ended without finishing (killed)" in f["message"]
@@ -154,7 +154,7 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
     from ddpdoctor.analysis.hang import digest
 
     monkeypatch.setenv("DDPDOCTOR_LEDGER_RING", "16")
-    ok = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT)], tmp_path, timeout=120)
+    ok = ddpdoctor(["hang", str(DIGEST_SCRIPT)], tmp_path, timeout=120)
     assert ok.code in (0, 1), ok.err[-2000:]  # 1: the documented gloo teardown abort at most
     rec = reader.load_run(str(ok.run_dir))
     fins = {r: rec.ranks[r].event(schema.K_FINISH) for r in (0, 1)}
@@ -167,7 +167,7 @@ def test_running_digest_sees_a_divergence_before_the_ring(tmp_path, monkeypatch)
     assert digest._at(c0, d0, kept, cn) == dn  # the rank's hash and the analysis's agree
     assert digest.before_window(rec) is None
 
-    bad = ddpdoctor(["hang", "--script", str(DIGEST_SCRIPT), "--", "--extra"], tmp_path, timeout=120)
+    bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra"], tmp_path, timeout=120)
     assert bad.code == 3, bad.err[-2000:]
     rec = reader.load_run(str(bad.run_dir))
     info = digest.before_window(rec)
@@ -186,7 +186,7 @@ def test_the_call_line_cache_records_every_call_as_made(tmp_path):
     """The collective wrapper prepares a call line's ledger text once (shapes, dtypes, group): calls
     from one line with other shapes, dtypes or groups are all recorded as made."""
     script = TESTS / "scripts" / "site_cache.py"
-    r = ddpdoctor(["hang", "--script", str(script)], tmp_path, timeout=120)
+    r = ddpdoctor(["hang", str(script)], tmp_path, timeout=120)
     assert r.code == 0, r.out + r.err[-2000:]
     line = marker_line(script, "CALL")
     for rank in (0, 1):

@@ -25,7 +25,7 @@ def with_abort(tmp_path, probe: str) -> str:
 
 
 def test_abort_after_finishing_is_a_teardown_warning(tmp_path):
-    r = ddpdoctor(["hang", "--script", with_abort(tmp_path, "healthy.py")], tmp_path)
+    r = ddpdoctor(["hang", with_abort(tmp_path, "healthy.py")], tmp_path)
     assert r.code == 0, r.out + r.err[-2000:]
     f = finding(r.report, "teardown.gloo-abort")
     assert f["severity"] == "warning" and f["ranks"] == [1]
@@ -33,7 +33,7 @@ def test_abort_after_finishing_is_a_teardown_warning(tmp_path):
 
 
 def test_early_exit_is_still_found_when_the_exiting_rank_aborts(tmp_path):
-    r = ddpdoctor(["hang", "--script", with_abort(tmp_path, "early_exit.py")], tmp_path)
+    r = ddpdoctor(["hang", with_abort(tmp_path, "early_exit.py")], tmp_path)
     assert r.code == 3, r.out + r.err[-2000:]
     f = finding(r.report, "hang.early-exit")
     assert 1 in [l["rank"] for l in f["locations"]]

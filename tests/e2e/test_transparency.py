@@ -58,7 +58,7 @@ def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
         timeout=120,
     )
     assert bare.returncode == 0, bare.stderr[-2000:]
-    r = ddpdoctor(["hang", "--script", "pkg/show.py", "--", "a", "--flag", "x y"], tmp_path)
+    r = ddpdoctor(["hang", "pkg/show.py", "a", "--flag", "x y"], tmp_path)
     assert r.code == 0, r.err[-2000:]
     plain, ours = seen(bare.stdout), seen(r.out)
     assert set(plain) == set(ours) == {"0", "1"}
@@ -105,7 +105,7 @@ def test_the_users_module_is_left_as_it_is_under_check(tmp_path):
     the run is OK and the fingerprints were still taken."""
     script = tmp_path / "train.py"
     script.write_text(MODULE_SCRIPT)
-    r = ddpdoctor(["check", "--script", str(script)], tmp_path)
+    r = ddpdoctor(["check", str(script)], tmp_path)
     assert r.code == 0, r.err[-2000:]
     assert r.out.count("MODULE hooks=[0, 0, 0] saved=True") == 2
     assert [f["id"] for f in r.report["findings"] if f["severity"] in ("error", "warning")] == []

@@ -7,7 +7,7 @@ DDP=${DDPDOCTOR:-.venv/bin/ddpdoctor}
 record() {  # NAME COMMAND PROBE [OPTIONS...]
     local name=$1 cmd=$2 probe=$3; shift 3
     local tmp; tmp=$(mktemp -d)
-    timeout 300 "$DDP" "$cmd" --script "probes/$probe" --run-dir "$tmp/run" "$@" >/dev/null 2>&1
+    timeout 300 "$DDP" "$cmd" --run-dir "$tmp/run" "$@" "probes/$probe" >/dev/null 2>&1
     rm -rf "tests/golden/$name"
     mkdir -p "tests/golden/$name"
     # keep the record, drop what analyze does not read (logs, pictures, reports)

@@ -181,7 +181,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
                 ranks,
                 (),
                 {"identical": same, "rng_first_step": {str(r): g for r, g in first.items()}},
-                culprits=ranks,
+                culprits=(),  # usual and harmless: no rank is at fault
             )
         )
     return out

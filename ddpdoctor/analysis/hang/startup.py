@@ -82,7 +82,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             "run.no-distributed",
             "error",
             "the script finished without calling torch.distributed.init_process_group: nothing distributed to diagnose",
-            "Run a DDP script (or omit --script for the built-in probe).",
+            "Run a DDP script (or `--probe healthy` for the built-in healthy job).",
             (),
         )
     ]

@@ -168,7 +168,9 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     hint = HINTS["hang.timeout"]
     if unseen:
         # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
-        msg += f"; {unseen_phrase(unseen)}"
+        from ddpdoctor.analysis.hang.damage import one_node
+
+        msg += f"; {unseen_phrase(unseen, gone=one_node(record))}"
         hint = (
             "This node sees only its own ranks. Run ddpdoctor analyze with every node's run directory, "
             f"{analyze_command(record.run_dir)}, to find the rank that diverged."

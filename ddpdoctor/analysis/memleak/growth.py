@@ -125,9 +125,9 @@ def _held(h: dict[str, Any]) -> str:
 
 
 def _mb(x: float) -> str:
-    if abs(x) >= 2**20:
-        return f"{x / 2**20:.2f} MiB"
-    return f"{x / 1024:.1f} KiB"
+    from ddpdoctor.units import size
+
+    return size(x)  # as `compare` writes it
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
@@ -159,7 +159,23 @@ def _project(steps: list[dict[str, Any]], census: list[dict[str, Any]], per_step
         where = "the host"
     if free <= 0:
         return ""
-    return f"; at this rate {where} is full in about {int(free / per_step):,} more steps"
+    steps_left = free / per_step
+    if steps_left > FULL_HORIZON:  # beyond any run: a count of millions of steps says nothing
+        return ""
+    return f"; at this rate {where} is full in about {_about(steps_left)} more steps"
+
+
+FULL_HORIZON = 1_000_000  # steps: "full in N more steps" is said only within this
+
+
+def _about(n: float) -> str:
+    """A count to two significant figures: 12,000 (not 12,345), 830."""
+    from math import floor, log10
+
+    if n < 100:
+        return str(max(1, round(n)))
+    k = 10 ** (floor(log10(n)) - 1)
+    return f"{int(round(n / k) * k):,}"
 
 
 def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -> list[Finding]:
@@ -194,8 +210,12 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
             holders[r] = h
             locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     per = median(g["late_slope"] for g in hits.values())
-    rss = [growth([(s["step"], float(s.get("rss", 0))) for s in steps[r]]) for r in hr]
-    rss_slope = median(g["slope"] for g in rss if g) if any(rss) else 0.0
+    # the points figures.py takes: a memory line without RSS is no point at 0
+    rss = [
+        growth([(s["step"], float(s["rss"])) for s in steps[r] if "rss" in s and s.get("step") is not None]) for r in hr
+    ]
+    # the later half's slope, as every growth figure (figures.py, compare) and the judgement use
+    rss_slope = median(g["late_slope"] for g in rss if g) if any(rss) else 0.0
     h0 = next(iter(holders.values()), {})
     name = h0.get("name", "")
     stored = bool(h0.get("container")) if h0 else False

@@ -15,7 +15,7 @@ from statistics import median, median_low
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, rank_list, ranks_phrase
-from ddpdoctor.analysis.profile.steps import Hot, Samples, _short, medians, samples_of
+from ddpdoctor.analysis.profile.steps import Hot, Samples, _short, samples_of, typical
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -57,7 +57,7 @@ def _line(r: int, med: dict[int, dict[str, float]], samples: dict[int, Samples],
 def detect(record: RunRecord) -> list[Finding]:
     """profile.straggler for the ranks whose backward compute (DDP's timers) exceeds the others'."""
     timers = ddp_timers(record)
-    med = {r: m for r, m in medians(record).items() if r in timers}
+    med = {r: m for r, m in typical(record).items() if r in timers}
     if len(med) < 2:
         return []
     step = median(m["step"] for m in med.values())

@@ -1,9 +1,9 @@
 """Where each rank's step time goes: breakdown, stragglers, data-loader-bound steps, GPU utilisation. Pure.
 
-Works on ddpdoctor's own timeline (``timeline.jsonl``), so it needs neither nsys nor a GPU. The phase
-medians come from the timeline's ranges; the user line inside a phase comes from the main-thread samples
-(``samples`` records: counts per phase and line), turned into ms per step as the line's share of the phase's
-samples times the phase's median.
+Works on ddpdoctor's own timeline (``timeline.jsonl``), so it needs neither nsys nor a GPU. Each rank's
+typical step and its phases (``steps.typical``: the parts add up to the step) come from the timeline's
+ranges; the user line inside a phase comes from the main-thread samples (``samples`` records: counts per
+phase and line), turned into ms per step as the line's share of the phase's samples times the phase's ms.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from ddpdoctor.analysis.profile.steps import (
     _line_phrase,
     _short,
     _step_order,
-    medians,
+    rounded_parts,
     samples_of,
+    typical,
 )
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
@@ -42,7 +43,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """The profile findings: stragglers, data-loader-bound steps, low GPU utilisation, the breakdown."""
     if not any(rec.timeline for rec in record.ranks.values()):
         return []
-    med = medians(record)
+    med = typical(record)
     samples = {r: samples_of(rec.timeline) for r, rec in record.ranks.items()}
     out: list[Finding] = []
     if len(med) >= 2:
@@ -342,7 +343,8 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
     # ranks with the same rounded breakdown are grouped: short at any world size
     groups: dict[str, list[int]] = defaultdict(list)
     for r, m in sorted(med.items()):
-        groups[f"step {m['step']:.1f} ms = " + " + ".join(f"{p} {m[p]:.1f}" for p in shown)].append(r)
+        step, part = rounded_parts({p: m[p] for p in shown})  # the shown parts add up to the shown step
+        groups[f"step {step:.1f} ms = " + " + ".join(f"{p} {part[p]:.1f}" for p in shown)].append(r)
     for text, rs in sorted(groups.items(), key=lambda kv: kv[1][0])[:16]:
         parts.append(f"{ranks_phrase(rs)}: {text}")
     if len(groups) > 16:
@@ -367,12 +369,16 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         Finding(
             "profile.summary",
             "note",
-            "; ".join(parts) + ". " + tuning,
-            "Steady state after the first 20% of steps. Open trace.json in ui.perfetto.dev for the timeline.",
+            # a note has nothing to fix: what the figures are goes in the message
+            "typical steady step (the middle half of the steps after the first 20%; the parts add up to it): "
+            + "; ".join(parts)
+            + ". "
+            + tuning,
+            "",
             tuple(sorted(med)),
             (),
             {
-                "median_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
+                "typical_ms": {str(r): m for r, m in med.items()} if len(med) <= 64 else {},
                 "buckets": buckets,
                 "amp": i0.get("amp"),
                 "accumulation": accum,

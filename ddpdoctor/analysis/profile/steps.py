@@ -1,11 +1,10 @@
-"""What one rank's timeline says: the phases of each step (ms), their steady medians, and the line samples per phase. Pure."""
+"""What one rank's timeline says: the phases of each step (ms), the typical steady step, and the line samples per phase. Pure."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 from ddpdoctor.record import schema
@@ -84,13 +83,40 @@ def steady(rows: list[dict[str, float]]) -> list[dict[str, float]]:
     return rows[skip:] if len(rows) > skip + 1 else rows
 
 
-def medians(record: RunRecord) -> dict[int, dict[str, float]]:
-    """Per rank, the median ms of each phase over the steady steps."""
+def typical_step(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The typical step of ``rows`` and its parts, one definition for every figure: the steps whose time lies
+    in the middle half (between the quartiles, robust as a median is), each phase averaged over those same
+    steps, and the step the sum of its phases, so the parts add up to the step exactly."""
+    ranked = sorted(rows, key=lambda x: x["step"])
+    q = len(ranked) // 4
+    mid = ranked[q : len(ranked) - q] or ranked
+    out = {p: sum(x[p] for x in mid) / len(mid) for p in PHASES}
+    out["step"] = sum(out[p] for p in PHASES)
+    return out
+
+
+def rounded_parts(parts: dict[str, float], digits: int = 1) -> tuple[float, dict[str, float]]:
+    """``parts`` and their sum rounded to ``digits`` so that the rounded parts still add up to the rounded
+    sum (largest remainder: ``step 0.5 = a 0.3 + b 0.2``, not ``0.5 = 0.2 + 0.2`` for 0.25 + 0.25)."""
+    import math
+
+    scale = 10**digits
+    total = round(sum(parts.values()) * scale)
+    floors = {k: math.floor(v * scale) for k, v in parts.items()}
+    short = total - sum(floors.values())  # 0 <= short <= len(parts): floors lose less than 1 each
+    for k in sorted(parts, key=lambda k: parts[k] * scale - floors[k], reverse=True)[: max(0, short)]:
+        floors[k] += 1
+    return total / scale, {k: v / scale for k, v in floors.items()}
+
+
+def typical(record: RunRecord) -> dict[int, dict[str, float]]:
+    """Per rank, the typical steady step and its phases in ms (``typical_step``), and ``steps``: how many
+    steady steps there were."""
     out = {}
     for r, rec in record.ranks.items():
         rows = steady(breakdown(rec.timeline))
         if rows:
-            out[r] = {p: median(x[p] for x in rows) for p in (*PHASES, "step")}
+            out[r] = typical_step(rows)
             out[r]["steps"] = float(len(rows))
     return out
 

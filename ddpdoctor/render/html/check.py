@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.record import schema
-from ddpdoctor.render.html.parts import Sources, e, group_ranks, ranks_label, short, table
+from ddpdoctor.render.html.parts import Sources, culprits_of, e, group_ranks, ranks_label, short, table
 
 MAX_ROWS = 40
 MAX_DRIFTS = 3
@@ -16,7 +16,7 @@ MAX_DRIFTS = 3
 def section(report: Any, record: Any, src: Sources) -> str:
     if not any(r.checks or r.fingerprints for r in record.ranks.values()):
         return ""
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     parts = [_samplers(record, culprits), _overlap(record), _drift(record, culprits)]
     body = "".join(p for p in parts if p)
     return f'<section id="check"><h2>Data, seeds and drift</h2>{body}</section>' if body else ""

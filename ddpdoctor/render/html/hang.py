@@ -1,5 +1,6 @@
-"""The hang part of the HTML report: the ranks' collective sequences side by side around the first
-divergence (position, op, shapes, call site), the culprit marked, and each rank's stack, folded.
+"""The hang part of the HTML report: a picture of the hang (``render.lanes``: a lane per rank over time, the
+divergence marked), the ranks' collective sequences side by side around the first divergence (position, op,
+shapes, call site), the culprit marked, and each rank's stack, folded.
 Ranks with the same sequence window (or the same stack) share one column (one fold)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
-from ddpdoctor.render.html.parts import Sources, e, group_ranks, ranks_label, short
+from ddpdoctor.render.html.parts import Sources, culprits_of, e, group_ranks, ranks_label, short
 
 BEFORE, AFTER = 4, 3  # positions shown around the divergence
 MAX_COLUMNS = 8  # rank groups shown side by side
@@ -71,7 +72,12 @@ def _cell(slot: tuple | None, src: Sources | None = None) -> str:
 
 
 def section(report: Report, record: Any, src: Sources) -> str:
+    """The hang section: the picture of the hang, the sequences around the divergence, the stacks."""
+    from ddpdoctor.render import lanes
+
     parts = []
+    if lanes.applies(record, report):
+        parts.append(f'<div class="lanes-wrap">{lanes.lanes_svg(record, report)}</div>')
     found = _divergence(report)
     if found:
         parts.append(_sequences(record, found[0], found[1], src))
@@ -148,7 +154,7 @@ def _main_stack(rec: Any) -> tuple[tuple, str] | None:
 
 
 def _stacks(report: Report, record: Any) -> str:
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     stacks: dict[int, tuple] = {}
     raw: dict[int, str] = {}
     for r, rec in record.ranks.items():

@@ -9,7 +9,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Report
 from ddpdoctor.record import schema
-from ddpdoctor.render.html.parts import Sources, e, fmt_bytes, group_ranks, ranks_label, short, table
+from ddpdoctor.render.html.parts import Sources, culprits_of, e, fmt_bytes, group_ranks, ranks_label, short, table
 from ddpdoctor.render.svg import line_chart
 
 PER_RANK = 8  # up to this many ranks, one series (one column) per rank
@@ -212,7 +212,7 @@ def _holders(report: Report, src: Sources) -> str:
                 )
     if not holders:
         return ""
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     rows = []
     for (name, file, line, func, path), ranks in group_ranks(holders, culprits):
         text = src.line(file, line)

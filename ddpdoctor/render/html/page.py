@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ddpdoctor.analysis.catalog import entry
 from ddpdoctor.analysis.findings import SEVERITIES, Finding, Report
-from ddpdoctor.render.html.parts import CSS, Sources, e, evidence_html, group_ranks, ranks_label, short
+from ddpdoctor.render.html.parts import CSS, Sources, culprits_of, e, evidence_html, group_ranks, ranks_label, short
 
 _SEV = {"error": "error", "warning": "warning", "note": "note"}
 
@@ -81,7 +82,7 @@ def _findings(report: Report, src: Sources) -> str:
 
 def _finding(f: Finding, i: int, src: Sources) -> str:
     sev = _SEV.get(f.severity, "note")
-    culprits = set(f.culprits)
+    culprits = set(f.culprits) if f.severity != "note" else set()  # a note blames no rank
     cul = (
         (
             f' <span class="culprit" data-culprits="{e(",".join(map(str, sorted(culprits))))}">culprit: '
@@ -111,6 +112,11 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
         out.append(src.excerpt(file, int(line)))
     if f.hint:
         out.append(f'<p class="hint"><b>fix:</b> {e(f.hint)}</p>')
+    # the finding's page as text, not a link: the report points nowhere on the network
+    out.append(
+        f'<p class="small doc">page: <code>{e(entry(f.id).url)}</code> (or <code>ddpdoctor findings '
+        f"{e(f.id)}</code>)</p>"
+    )
     out.append(evidence_html(f.evidence))
     out.append("</article>")
     return "".join(out)
@@ -119,7 +125,7 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
 def _ranks(report: Report) -> str:
     if not report.ranks:
         return ""
-    culprits = {r for f in report.findings for r in f.culprits}
+    culprits = culprits_of(report)
     by_rank = {
         r.rank: (r.state, r.detail, (r.location.file, r.location.line) if r.location else None) for r in report.ranks
     }

@@ -26,13 +26,20 @@ def ranks_label(ranks: Iterable[int]) -> str:
 
 
 def group_ranks(by_rank: dict[int, Any], first: Iterable[int] = ()) -> list[tuple[Any, list[int]]]:
-    """``{rank: key}`` -> [(key, ranks)] with the groups that hold a ``first`` rank first, then by size
-    (smallest first: the odd ones out), then by lowest rank. Keys must be hashable."""
-    groups: dict[Any, list[int]] = {}
-    for r, k in sorted(by_rank.items()):
-        groups.setdefault(k, []).append(r)
+    """``{rank: key}`` -> [(key, ranks)] with the groups of ``first`` ranks (the culprits) first, then by size
+    (smallest first: the odd ones out), then by lowest rank. A ``first`` rank never shares a group with
+    another rank (a culprit mark on a row then names only culprits). Keys must be hashable."""
     lead = {int(r) for r in first}
-    return sorted(groups.items(), key=lambda kv: (not lead & set(kv[1]), len(kv[1]), kv[1][0]))
+    groups: dict[tuple[Any, bool], list[int]] = {}
+    for r, k in sorted(by_rank.items()):
+        groups.setdefault((k, r in lead), []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: (not kv[0][1], len(kv[1]), kv[1][0]))
+    return [(k, ranks) for (k, _lead), ranks in ordered]
+
+
+def culprits_of(report: Any) -> set[int]:
+    """The ranks the report's findings name as culprits; a note names none (nothing is at fault)."""
+    return {r for f in report.findings if f.severity != "note" for r in f.culprits}
 
 
 def short(path: str) -> str:
@@ -121,6 +128,7 @@ monospace;font-size:12.5px}
 .error .sev{color:var(--err)}.warning .sev{color:var(--warn)}.note .sev{color:var(--note)}
 .fid{font-family:ui-monospace,monospace;font-weight:600}
 .culprit{background:var(--cul);color:var(--err);border-radius:3px;padding:0 5px;font-weight:600;font-size:12px}
+.lanes-wrap{overflow-x:auto;margin:8px 0}
 .hint{margin:6px 0;padding:4px 8px;background:#f6f8fa;border-radius:4px}
 .loc{margin:8px 0 4px}.role{color:var(--mut)}
 table.src{border-collapse:collapse;margin:2px 0 8px;width:100%;background:#f6f8fa;border:1px solid var(--line)}

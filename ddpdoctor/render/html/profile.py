@@ -1,4 +1,4 @@
-"""The profile part of the HTML report: per-rank stacked bars of the step phases (steady-state medians
+"""The profile part of the HTML report: per-rank stacked bars of the step phases (the typical steady step
 from ``profile.summary``), the straggler marked; a timeline of a few consecutive steady-state steps per
 rank (one lane each, the phases' ranges coloured, the same steps for every rank, aligned at the first
 one's start); and the Perfetto trace linked. Past a few ranks both pictures show the stragglers, the
@@ -242,7 +242,7 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
 
 def section(report: Report, record: Any, src: Sources) -> str:
     summary = next((f for f in report.findings if f.id == "profile.summary"), None)
-    medians = (summary.evidence or {}).get("median_ms") if summary else None
+    medians = (summary.evidence or {}).get("typical_ms") if summary else None
     trace = os.path.join(record.run_dir, schema.TRACE_JSON)
     has_trace = os.path.exists(trace) or any(r.timeline for r in record.ranks.values())
     if not medians and not has_trace:
@@ -268,9 +268,9 @@ def section(report: Report, record: Any, src: Sources) -> str:
     if any(r.timeline for r in record.ranks.values()):
         step_ms = {int(r): float(m.get("step", 0) or 0) for r, m in (medians or {}).items() if isinstance(m, dict)}
         if not step_ms and len(record.ranks) > MAX_LANES:  # past 64 ranks the summary keeps no medians
-            from ddpdoctor.analysis.profile.breakdown import medians as step_medians
+            from ddpdoctor.analysis.profile.breakdown import typical
 
-            step_ms = {r: m["step"] for r, m in step_medians(record).items()}
+            step_ms = {r: m["step"] for r, m in typical(record).items()}
         out.append(_timeline(record, slow, step_ms))
     if has_trace:
         out.append(

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ddpdoctor
+from helpers import ddpdoctor, script_argv
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ONE = ["--nproc-per-node", "1"]
@@ -20,7 +20,7 @@ def _lines(path: Path, kind: str) -> list[dict]:
 
 
 def test_nccl_run_is_healthy_and_its_collectives_are_tracked_to_completion(tmp_path):
-    r = ddpdoctor(["hang", "--script", str(SCRIPTS / "nccl_loop.py"), *ONE], tmp_path, timeout=240)
+    r = ddpdoctor(script_argv("hang", str(SCRIPTS / "nccl_loop.py"), *ONE), tmp_path, timeout=240)
     assert r.code == 0, r.err[-3000:]
     assert [f for f in r.report["findings"] if f["severity"] == "error"] == []
     rank0 = r.run_dir / "ranks" / "0"
@@ -34,7 +34,7 @@ def test_nccl_run_is_healthy_and_its_collectives_are_tracked_to_completion(tmp_p
 
 
 def test_cuda_leak_is_found_with_memory_summaries_and_nvml(tmp_path):
-    r = ddpdoctor(["memleak", "--script", str(SCRIPTS / "cuda_leak.py"), *ONE], tmp_path, timeout=300)
+    r = ddpdoctor(script_argv("memleak", str(SCRIPTS / "cuda_leak.py"), *ONE), tmp_path, timeout=300)
     assert r.code == 1, r.err[-3000:]
     ids = {f["id"] for f in r.report["findings"]}
     assert ids & {"memleak.cuda", "memleak.autograd-graph", "memleak.tensors"}, ids
@@ -49,7 +49,7 @@ def test_cuda_leak_is_found_with_memory_summaries_and_nvml(tmp_path):
 
 def test_kept_gpu_tensors_are_a_cuda_leak_with_the_summary_and_a_snapshot(tmp_path):
     r = ddpdoctor(
-        ["memleak", "--snapshot", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "kept"], tmp_path, timeout=300
+        script_argv("memleak", str(SCRIPTS / "cuda_paths.py"), "--snapshot", *ONE, "--", "kept"), tmp_path, timeout=300
     )
     assert r.code == 1, r.err[-3000:]
     f = next(f for f in r.report["findings"] if f["id"] in ("memleak.cuda", "memleak.tensors"))
@@ -65,21 +65,19 @@ def test_kept_gpu_tensors_are_a_cuda_leak_with_the_summary_and_a_snapshot(tmp_pa
 
 
 def test_changing_sizes_are_not_called_a_leak(tmp_path):
-    r = ddpdoctor(
-        ["memleak", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "fragment"], tmp_path, timeout=300
-    )
+    r = ddpdoctor(script_argv("memleak", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "fragment"), tmp_path, timeout=300)
     assert "memleak.cuda" not in {f["id"] for f in r.report["findings"]}, r.out
     assert r.code in (0,), r.out  # at most the fragmentation warning
 
 
 def test_a_steady_gpu_loop_is_clean(tmp_path):
-    r = ddpdoctor(["memleak", "--script", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "healthy"], tmp_path, timeout=300)
+    r = ddpdoctor(script_argv("memleak", str(SCRIPTS / "cuda_paths.py"), *ONE, "--", "healthy"), tmp_path, timeout=300)
     assert r.code == 0 and [f for f in r.report["findings"] if f["severity"] == "error"] == [], r.out
 
 
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys (Nsight Systems) is not installed")
 def test_profile_under_nsys_writes_a_report(tmp_path):
-    r = ddpdoctor(["profile", "--nsys", "--script", str(SCRIPTS / "nccl_loop.py"), *ONE], tmp_path, timeout=300)
+    r = ddpdoctor(script_argv("profile", str(SCRIPTS / "nccl_loop.py"), "--nsys", *ONE), tmp_path, timeout=300)
     assert r.code in (0, 1), r.err[-3000:]
     reports = list((r.run_dir / "nsys").glob("*.nsys-rep"))
     assert reports, "no .nsys-rep written"

@@ -11,7 +11,7 @@ import sys
 
 from helpers import ROOT
 
-from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, entry, readme_table
+from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, GROUPS, entry, readme_table
 from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.analysis.registry import verdict_of
 from ddpdoctor.health.selftest import probes
@@ -57,7 +57,8 @@ def test_every_catalog_id_has_a_page_and_every_page_an_id():
     assert sorted(set(CATALOG) - pages) == [], "ids without a page"
     assert sorted(pages - set(CATALOG)) == [], "pages of ids the catalog does not hold"
     for e in CATALOG.values():
-        assert e.family in FAMILIES and e.title and set(e.severities) <= {"error", "warning", "note"}
+        assert e.group in GROUPS and e.title and set(e.severities) <= {"error", "warning", "note"}
+        assert e.family == e.id.split(".", 1)[0] and e.family in FAMILIES  # a family is the id's prefix
         assert (ROOT / e.page).read_text().startswith(f"# {e.id}\n")
 
 

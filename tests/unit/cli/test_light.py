@@ -21,7 +21,9 @@ def run_cli_in_process(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_help_does_not_import_torch():
-    for args in (["--help"], ["hang", "--help"], ["analyze", "--help"], ["--version"]):
+    for args in (["--help"], ["hang", "--help"], ["analyze", "--help"], ["--version"], ["findings", "crash.exception"]):
         r = run_cli_in_process(args)
         assert "NO_TORCH 0" in r.stderr, (args, r.stderr)
+    r = run_cli_in_process(["hang", "--timeout", "5"])  # no script: the one line comes before any torch
+    assert "ddpdoctor: error: no script" in r.stderr and "NO_TORCH 2" in r.stderr, r.stderr
     assert "Exit codes" in run_cli_in_process(["--help"]).stdout

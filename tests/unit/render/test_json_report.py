@@ -34,7 +34,7 @@ def test_the_report_as_json() -> None:
     assert jf["locations"] == [{"rank": 1, "file": "/w/t.py", "line": 30, "function": "main", "role": "DataLoader"}]
     assert jf["evidence"] == {"path": "/ck.pt"}  # a Path as text
     assert d["ranks"] == [{"rank": 1, "state": "finished", "detail": "exit 0",
-                           "location": {"rank": 1, "file": "/w/t.py", "line": 99, "func": "", "role": ""}}]  # fmt: skip
+                           "location": {"rank": 1, "file": "/w/t.py", "line": 99, "function": "", "role": ""}}]  # fmt: skip
     assert d["notes"] == ["a note"] and d["figures"] == {"step_ms": {"0": {"step": 40.0}}}
 
 

@@ -63,3 +63,19 @@ def test_a_cut_finish_event_of_a_job_that_exited_0_is_not_a_kill(tmp_path):
     assert (f.id, f.culprits) == ("rundir.records-missing", (1,))
     assert not any(g.id == "crash.abnormal-exit" for g in rep.findings)
     assert "killed" not in " ".join(g.message for g in rep.findings)
+
+
+def test_a_hang_with_a_deleted_rank_folder_never_says_the_rank_is_on_another_node(tmp_path):
+    """A hang's records (tests/golden/rank_conditional) with rank 1's folder deleted: both the damage and the
+    wait are named, and no finding places rank 1 on another node of a job that ran on one."""
+    run = tmp_path / "run"
+    shutil.copytree(GOLDEN.parent / "rank_conditional", run)
+    shutil.rmtree(run / "ranks" / "1")
+    rep = _diagnose(run)
+    ids = [f.id for f in rep.findings]
+    assert "rundir.records-missing" in ids and rep.verdict != "ok", ids
+    assert not any("another node" in f.message or "other nodes" in f.message for f in rep.findings), [
+        f.message for f in rep.findings
+    ]
+    timeout = next(f for f in rep.findings if f.id == "hang.timeout")
+    assert "rank 1 left no records here" in timeout.message

@@ -371,7 +371,7 @@ def test_job_store_option_wins_over_the_environment_and_is_checked(tmp_path, cap
 
     for bad in ("head", "head:0", "head:70000", "head:port"):
         with pytest.raises(SystemExit) as ex:
-            main(["hang", "--job-store", bad, "--nnodes", "2", "--run-dir", str(tmp_path / "r")])
+            main(["hang", "--job-store", bad, "--nnodes", "2", "--run-dir", str(tmp_path / "r"), "--probe", "healthy"])
         assert ex.value.code == 2 and "--job-store must be HOST:PORT" in capsys.readouterr().err, bad
         assert not (tmp_path / "r").exists()  # refused before anything ran
     with pytest.raises(SystemExit):

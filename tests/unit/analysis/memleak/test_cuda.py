@@ -55,7 +55,7 @@ def test_allocated_growth_on_one_rank_is_a_leak_there(tmp_path: Path) -> None:
         "CUDA allocated memory grows by 1.00 MiB per step on only rank(s) [1] of 2 (rank-conditional code; the "
         "others stay flat) (reserved +1.00 MiB per step): tensors kept on the GPU, a leak, not fragmentation"
     )
-    assert "at this rate the GPU is full in about 40,960 more steps" in f.message
+    assert "at this rate the GPU is full in about 41,000 more steps" in f.message
     assert f"rank 1's torch.cuda.memory_summary(): {summary}" in f.message
     assert f.evidence["per_step"] == MIB and f.evidence["memory_summary"] == str(summary)
 
@@ -76,7 +76,7 @@ def test_reserved_growing_over_flat_allocated_is_fragmentation(tmp_path: Path) -
 def test_nvml_growing_over_a_flat_allocator_is_memory_outside_it(tmp_path: Path) -> None:
     (f,) = _detect(tmp_path, {0: _steps(nvml=512 * 1024), 1: _steps()})
     assert f.id == "memleak.cuda-outside-allocator" and f.culprits == (0,)
-    assert f.message.startswith("this process's GPU memory (NVML) grows by 512.0 KiB per step on only rank(s) [0]")
+    assert f.message.startswith("this process's GPU memory (NVML) grows by 512.00 KiB per step on only rank(s) [0]")
 
 
 def test_growth_below_the_threshold_is_noise(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """One rank's timeline read as steps (analysis/profile/steps.py): the ms of each phase, a Python
-collective as its own phase unless inside another, the steady medians after warm-up, and the line samples
+collective as its own phase unless inside another, the typical steady step after warm-up, and the line samples
 turned into ms per step."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from ddpdoctor.analysis.profile.steps import (
     _line_phrase,
     _step_order,
     breakdown,
-    medians,
     samples_of,
     steady,
+    typical,
 )
 from ddpdoctor.record.reader import RankRecord, RunRecord
 
@@ -61,12 +61,12 @@ def test_steady_drops_the_first_fifth() -> None:
     assert steady(rows[:2]) == rows[:2]  # too few to drop any
 
 
-def test_medians_per_rank_ignore_a_slow_warm_up_step() -> None:
+def test_the_typical_step_per_rank_ignores_a_slow_warm_up_step() -> None:
     tl0 = timelines.steps(1, forward=500) + [
         {**e, "t0": e["t0"] + 600 * MS, "t1": e["t1"] + 600 * MS} for e in timelines.steps(9)
     ]
     rec = RunRecord("/run", {}, {0: RankRecord(0, timeline=tl0), 1: RankRecord(1, timeline=[])}, [])
-    med = medians(rec)
+    med = typical(rec)
     assert list(med) == [0]
     assert med[0]["forward"] == 10.0 and med[0]["step"] == 40.0 and med[0]["steps"] == 8.0
 

@@ -1,0 +1,143 @@
+"""A picture of a hang: one lane per rank over time, each collective a tick, each wait a bar to the verdict,
+the rank that diverged marked at its collective and the first divergence a line across every lane. One
+self-contained SVG, no plotting library. Pure."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from ddpdoctor.record import schema
+
+MAX_LANES = 16  # culprits first, then the lowest ranks; the rest said in one line
+MAX_TICKS = 400  # collectives drawn per lane (the latest)
+LANE_H, LEFT, RIGHT, TOP = 36, 110, 20, 40
+
+
+def _where(site: Any) -> str:
+    if not site:
+        return ""
+    return f" at {str(site[0]).rsplit('/', 1)[-1]}:{site[1]}"
+
+
+def divergence_of(report: Any) -> tuple[dict[str, Any], tuple[int, ...]] | None:
+    """The first finding's divergence (its ``evidence["divergence"]``) and the ranks it blames."""
+    for f in report.findings:
+        d = f.evidence.get("divergence") if isinstance(f.evidence, dict) else None
+        if isinstance(d, dict) and d.get("seq") is not None:
+            return d, tuple(f.culprits) or tuple(int(r) for r in d.get("diverged") or ())
+    return None
+
+
+def _at_seq(rec: Any, group: str, seq: int) -> dict[str, Any] | None:
+    """The rank's collective at position ``seq`` of ``group`` (its ledger entry, or its pending wait)."""
+    for ent in reversed(rec.ledger):
+        rng = ent.get("seq")
+        if ent.get("group") == group and rng and int(rng[0]) <= seq <= int(rng[1]):
+            return ent
+    p = (rec.last_hb or {}).get("pending") or {}
+    if p.get("group") == group and p.get("seq") == seq:
+        return {**p, "t0": p.get("since")}
+    return None
+
+
+def applies(record: Any, report: Any) -> bool:
+    """A hang (a verdict of hang, a divergence or a rank still waiting): there is something to draw."""
+    if report.verdict == "hang" or divergence_of(report):
+        return True
+    return any(((rec.last_hb or {}).get("pending")) for rec in record.ranks.values())
+
+
+def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
+    """The picture (``applies`` says whether there is one to draw)."""
+    found = divergence_of(report)
+    div, culprits = found if found else ({}, ())
+    culprit_set = {int(r) for r in culprits}
+    ranks = sorted(record.ranks, key=lambda r: (r not in culprit_set, r))
+    shown, left_out = ranks[:MAX_LANES], len(ranks) - MAX_LANES
+    verdict = record.monitor_event(schema.K_VERDICT)
+    t_end = float(verdict["t"]) if verdict else record.latest_t()
+    # the axis spans what is drawn (the latest collectives and the waits), not the start-up before them
+    marks = [float(x["t0"]) for r in shown for x in record.ranks[r].ledger[-MAX_TICKS:] if x.get("t0") is not None]
+    marks += [
+        float(p["since"]) for r in shown if (p := (record.ranks[r].last_hb or {}).get("pending") or {}).get("since")
+    ]
+    t0 = min(marks) if marks else t_end - 1.0
+    if t_end <= t0:
+        t_end = t0 + 1.0
+    pw = width - LEFT - RIGHT
+    height = TOP + LANE_H * len(shown) + 40
+
+    def X(t: float) -> float:
+        return LEFT + (min(max(t, t0), t_end) - t0) / (t_end - t0) * pw
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="lanes" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11" data-ranks="{",".join(map(str, shown))}">',
+        f'<text x="{LEFT}" y="16" font-size="13">Each rank over time: its collectives (ticks), its wait (bar), '
+        f"the divergence (red)</text>",
+    ]
+    group = str(div.get("group")) if div else None
+    seq = int(div["seq"]) if div else None
+    div_t: float | None = None
+    for i, r in enumerate(shown):
+        rec = record.ranks[r]
+        y = TOP + i * LANE_H + 12
+        cul = r in culprit_set
+        label = f"rank {r}{' (culprit)' if cul else ''}"
+        out.append(
+            f'<g class="lane" data-rank="{r}"{" data-culprit=" + chr(34) + "1" + chr(34) if cul else ""}>'
+            f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end"{" fill=" + chr(34) + "#c00" + chr(34) if cul else ""}>'
+            f"{escape(label)}</text>"
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" stroke="#ddd"/>'
+        )
+        ticks = [e for e in rec.ledger if e.get("t0") is not None][-MAX_TICKS:]
+        for ent in ticks:
+            x = X(float(ent["t0"]))
+            out.append(
+                f'<line class="coll" x1="{x:.1f}" y1="{y - 6:.1f}" x2="{x:.1f}" y2="{y + 6:.1f}" stroke="#888"/>'
+            )
+        p = (rec.last_hb or {}).get("pending") or {}
+        note = ""
+        if p.get("since") is not None:
+            x = X(float(p["since"]))
+            out.append(
+                f'<rect class="wait" x="{x:.1f}" y="{y - 5:.1f}" width="{max(1.0, X(t_end) - x):.1f}" height="10" '
+                f'fill="{"#f4b6b6" if cul else "#f3d98b"}"/>'
+            )
+            note = f"waits in {p.get('op', '?')} #{p.get('seq', '?')}{_where(p.get('site'))}"
+        elif rec.error:
+            note = f"raised {rec.error.get('type', '?')}"
+        if group is not None and seq is not None and cul:
+            ent = _at_seq(rec, group, seq)
+            if ent and ent.get("t0") is not None:
+                x = X(float(ent["t0"]))
+                div_t = float(ent["t0"]) if div_t is None else min(div_t, float(ent["t0"]))
+                out.append(f'<circle class="diverged" cx="{x:.1f}" cy="{y:.1f}" r="5" fill="#c00"/>')
+                note = f"#{seq} {ent.get('op', '?')}{_where(ent.get('site'))} (diverged); " + note
+        if note:
+            out.append(
+                f'<text class="note" x="{LEFT}" y="{y + 19:.1f}" font-size="10">{escape(note.rstrip("; "))}</text>'
+            )
+        out.append("</g>")
+    if div_t is not None:
+        x = X(div_t)
+        bottom = TOP + LANE_H * len(shown)
+        out.append(
+            f'<line class="divergence" x1="{x:.1f}" y1="{TOP - 4}" x2="{x:.1f}" y2="{bottom}" stroke="#c00" '
+            f'stroke-dasharray="4 3"/>'
+            f'<text x="{x + 4:.1f}" y="{TOP - 6}" fill="#c00">first divergence: collective #{seq} of group '
+            f"{escape(str(group))}</text>"
+        )
+    axis_y = TOP + LANE_H * len(shown) + 14
+    for k in range(5):
+        t = t0 + (t_end - t0) * k / 4
+        out.append(f'<text x="{X(t):.1f}" y="{axis_y}" text-anchor="middle">{t - t0:.2f}</text>')
+    out.append(
+        f'<text x="{LEFT + pw / 2}" y="{axis_y + 16}" text-anchor="middle">seconds (0: the first collective '
+        f"drawn; the end: the verdict)</text>"
+    )
+    if left_out > 0:
+        out.append(f'<text x="{LEFT}" y="{axis_y + 16}">Shown: {len(shown)} of {len(ranks)} ranks</text>')
+    out.append("</svg>")
+    return "\n".join(out)
