@@ -112,3 +112,46 @@ def test_ranks_whose_dataloaders_differ_in_length_ran_uneven_batches(tmp_path):
     assert f.id == "hang.uneven-batches" and f.culprits == (1,), f.message
     assert "rank 0 ran 5 forward passes, rank 1 ran 4" in f.message and "DataLoader lengths" in f.message
     assert f.evidence["ddp_forwards"] == {0: 5, 1: 4}
+
+
+LOOP_SCRIPT = """\
+import torch.distributed as dist
+
+
+def train(rank, loader, x):
+    for batch in loader:
+        dist.all_reduce(x)
+        if rank == 1 and x.sum() > 0:
+            break
+    dist.barrier()
+
+
+def main(rank, loader, x):
+    train(rank, loader, x)
+"""
+LOOP, IN_LOOP, RANK_BREAK, AFTER, CALL = 5, 6, 8, 9, 13
+
+
+def test_a_rank_that_left_the_loop_the_other_is_still_in_exited_early_at_its_break(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP_SCRIPT)
+    b = RunBuilder(tmp_path / "run", script=str(script)).start(0).start(1)
+
+    def site(line: int, fn: str = "train") -> list:
+        return [str(script), line, fn]
+
+    for s in range(1, 4):
+        for r in (0, 1):
+            b.add(r, "ledger.jsonl", "coll", 1.0, op="all_reduce", group="0", seq=[s, s], shapes=[[4]],
+                  dtypes=["float32"], site=site(IN_LOOP), t0=1.0, t1=1.0, err=None)  # fmt: skip
+    for r, (op, line) in {0: ("all_reduce", IN_LOOP), 1: ("barrier", AFTER)}.items():
+        p = dict(pending(op, 4, line, 2.0, () if op == "barrier" else ((4,),)), site=site(line))
+        b.hb(r, 2.1, 4, p).hb(r, 5.0, 4, p)
+        stack = [site(CALL, "main"), site(line)]
+        b.add(r, "stacks.jsonl", "stacks", 5.0, threads=[{"main": True, "stack": stack}])
+    (f,) = _detect(_verdict(b))
+    assert f.id == "hang.early-exit" and f.culprits == (1,), f.message
+    assert f.message.startswith(f"rank 1 left the loop at train.py:{LOOP} early"), f.message
+    assert "wait in barrier at train.py:9" in f.message and "rank 0 went on" in f.message
+    assert (1, RANK_BREAK, "left the loop here") in _roles(f)
+    assert (1, LOOP, "the loop it left") in _roles(f) and (0, IN_LOOP, "waiting") in _roles(f)
