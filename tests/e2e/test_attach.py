@@ -94,25 +94,3 @@ def test_attach_no_job(tmp_path: Path) -> None:
 
 
 # -- the detector on hand-built attach records (pure: no job, no py-spy) ----------------------------------
-
-_SCRIPT = """import torch.distributed as dist
-def main(rank, model, opt, data):
-    for step in range(8):
-        loss = model(data).sum()
-        loss.backward()
-        dist.all_reduce(loss)
-        if rank == 1 and step == 2:
-            break
-    dist.barrier()
-main(0, None, None, None)
-"""
-_TORCH = "/venv/lib/python3.11/site-packages/torch"
-_BACKWARD = [[f"{_TORCH}/_tensor.py", 623, "backward"], [f"{_TORCH}/autograd/__init__.py", 395, "backward"]]
-_BARRIER = [
-    [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
-    [f"{_TORCH}/distributed/distributed_c10d.py", 5356, "barrier"],
-]
-_ALLREDUCE = [
-    [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
-    [f"{_TORCH}/distributed/distributed_c10d.py", 3252, "all_reduce"],
-]

@@ -6,17 +6,6 @@ import pytest
 
 from ddpdoctor.health import analyze
 
-OPS = {
-    "all_reduce sum",
-    "all_reduce max",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "all_to_all",
-    "send_recv",
-    "barrier",
-}
-
 
 def _rank(r: int, detail_bad: bool = False, unsupported: bool = False) -> dict:
     rows = [

@@ -8,20 +8,8 @@ installed (``pip install -e '.[frameworks]'``); run them with that environment's
 from __future__ import annotations
 
 import ast
-import importlib.util
 
 import pytest
-from helpers import ROOT
-
-FW = ROOT / "tests" / "frameworks"
-HAVE = {m: importlib.util.find_spec(m) is not None for m in ("lightning", "accelerate")}
-needs_lightning = pytest.mark.skipif(
-    not HAVE["lightning"], reason="lightning is not installed (pip install -e '.[frameworks]')"
-)
-needs_accelerate = pytest.mark.skipif(
-    not HAVE["accelerate"], reason="accelerate is not installed (pip install -e '.[frameworks]')"
-)
-
 
 # -- healthy scripts --------------------------------------------------------------------------------------------
 

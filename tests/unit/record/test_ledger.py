@@ -6,15 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import TESTS
-
 from ddpdoctor.record import reader, schema
 from ddpdoctor.record.writer import RingWriter, prev_path
-
-SCRIPT = TESTS / "scripts" / "ring_shift.py"
-
-
-KILL_AFTER = TESTS / "scripts" / "kill_after.py"
 
 
 def test_incremental_reader_follows_rotations(tmp_path):
@@ -35,9 +28,6 @@ def test_incremental_reader_follows_rotations(tmp_path):
     got = [e["i"] for e in t.new_records()]
     assert t.skipped and got == list(range(50, 60))
     w.close()
-
-
-DIGEST_SCRIPT = TESTS / "scripts" / "digest_shift.py"
 
 
 def test_mapped_ledger_counts_collectives_spans_chunks_and_ignores_a_forked_child(tmp_path):

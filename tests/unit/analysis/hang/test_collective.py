@@ -5,20 +5,8 @@ Works and the blocked-at-a-sync-point rule carry them where no rank sits inside 
 
 from __future__ import annotations
 
-from helpers import TESTS
-
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.hang import collective
-
-SIM = {"DDPDOCTOR_TEST_NCCLSIM": "1", "PYTHONPATH": str(TESTS / "ncclsim")}
-
-CASES = [  # probe, finding, culprits, (rank, marker) that must be among the finding's lines
-    ("rank_conditional.py", "hang.rank-conditional-collective", [0], (0, "EXTRA")),
-    ("trainer_async_save.py", "hang.rank-conditional-collective", [0], (0, "EXTRA")),
-    ("async_sync_point.py", "hang.rank-conditional-collective", [0], (0, "EXTRA")),
-    ("recv_deadlock.py", "hang.p2p-deadlock", [0, 1], (1, "WAIT")),
-    ("uneven_batches.py", "hang.uneven-batches", None, (0, "BACKWARD")),
-]
 
 
 def test_silent_shape_mismatch_from_ledgers(tmp_path):

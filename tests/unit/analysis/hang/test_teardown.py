@@ -10,16 +10,6 @@ from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 
-ABORT_AT_EXIT = """
-import atexit, os, signal, sys
-def _abort():
-    if os.environ.get("RANK") == "1":
-        sys.stderr.write("terminate called without an active exception\\n")
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGABRT)
-atexit.register(_abort)
-"""
-
 
 def cut_run(tmp_path, fwd0: int, seq0: int) -> RunBuilder:
     """Rank 1 finished (3 DDP steps, 11 collectives) and aborted at exit; torchrun then ended rank 0."""

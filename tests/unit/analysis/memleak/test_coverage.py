@@ -5,46 +5,6 @@ cleanly here."""
 
 from __future__ import annotations
 
-import textwrap
-
-HEALTHY_STYLES = textwrap.dedent("""
-    import argparse
-    import collections
-
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-    def main():
-        ap = argparse.ArgumentParser()
-        ap.add_argument("--steps", type=int, default=500)
-        args = ap.parse_args()
-        dist.init_process_group("gloo")
-        torch.manual_seed(0)
-        model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        losses = []                                  # loss.item() per step
-        history = []                                 # a small dict of floats per step
-        metrics = collections.defaultdict(float)     # running sums
-        recent = collections.deque(maxlen=50)        # detached losses, bounded
-        for step in range(args.steps):
-            loss = model(torch.randn(16, 32)).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            metrics["loss"] += losses[-1]
-            metrics["steps"] += 1
-            history.append({"step": step, "loss": losses[-1]})
-            recent.append(loss.detach())
-        dist.destroy_process_group()
-
-
-    if __name__ == "__main__":
-        main()
-""")
-
 
 def _rss_run(root, census_steps):
     """Hand-built: RSS grows 1 MiB per step on both ranks for 200 steps; censuses (flat) at the given steps."""

@@ -5,9 +5,6 @@ the judgement's edges, and the rank side's look at a Dataset's attributes in-pro
 
 from __future__ import annotations
 
-from helpers import ROOT
-
-SCRIPT = ROOT / "tests" / "scripts" / "worker_records.py"
 ID = "memleak.dataloader-workers"
 MiB = 2**20
 

@@ -20,32 +20,6 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.record.reader import load_run
 from ddpdoctor.render.live import terminal as live
 
-ESC = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
-CHATTY = """
-import sys, time
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = DDP(torch.nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(STEPS):
-    loss = model(torch.randn(4, 8)).pow(2).mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    print(f"LINE rank={rank} step={step} " + "abcdefghij" * 6, flush=True)
-    if rank == 1:
-        print(f"ERR rank={rank} step={step} " + "0123456789" * 6, file=sys.stderr, flush=True)
-    time.sleep(0.08)
-dist.destroy_process_group()
-"""
-STEPS = 40
-
-
 ROW = re.compile(r"^rank (\d+)\s+(\d+)\s+([\d.]*)\s+(\d+)\s+(\S.*?)(?:\s{2,}(\S+:\d+))?\s*$")
 
 

@@ -8,12 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import ROOT, marker_line
-
-SCRIPT = ROOT / "tests" / "scripts" / "worker_records.py"
-ID = "memleak.dataloader-workers"
-MiB = 2**20
-
+from helpers import marker_line
 
 # -- the judgement on hand-built runs ------------------------------------------------------------------
 
