@@ -25,7 +25,30 @@ def stopped_on_purpose(record: RunRecord) -> bool:
     return bool(kill and str(kill.get("reason", "")).startswith(_STOP_RULES))
 
 
-def how_ended(record: RunRecord, rank: int) -> str | None:
+_FAILURE_ROW = re.compile(
+    r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\s*$", re.M
+)
+
+
+def torchrun_exits(run_dir: str) -> dict[int, str]:
+    """Each rank's end as torchrun's failure table in torchrun.log states it ("killed by SIGKILL",
+    "exit code 3"): the only witness of a rank killed before it could write a record. Its last 64 KiB."""
+    import os
+
+    try:
+        with open(os.path.join(run_dir, schema.TORCHRUN_LOG), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return {}
+    out = {}
+    for m in _FAILURE_ROW.finditer(text):
+        rank, code, sig = int(m.group(1)), int(m.group(2)), m.group(3)
+        out[rank] = f"killed by {sig}" if sig else f"exit code {code}"
+    return out
+
+
+def how_ended(record: RunRecord, rank: int, exits: dict[int, str] | None = None) -> str | None:
     """None when the rank ended normally (or is still running in a live record); else a short phrase."""
     rec = record.ranks[rank]
     fin = rec.event(schema.K_FINISH)
@@ -55,7 +78,8 @@ def how_ended(record: RunRecord, rank: int) -> str | None:
         return None
     if rec.terminated.strip():
         return "was ended (SIGTERM) before it finished"
-    return "ended without finishing (killed)"
+    said = (exits or {}).get(rank)
+    return f"ended without finishing ({said})" if said else "ended without finishing (killed)"
 
 
 def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
@@ -91,7 +115,8 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     kill = record.monitor_event(schema.K_KILL)
     if kill and str(kill.get("reason", "")).startswith("signal"):
         return []  # interrupted by the user: the report says so
-    ended = {r: how for r in record.ranks if (how := how_ended(record, r))}
+    exits = torchrun_exits(record.run_dir)
+    ended = {r: how for r in record.ranks if (how := how_ended(record, r, exits))}
     if any(TEARDOWN_ABORT in rec.stderr_tail and rec.event(schema.K_FINISH) for rec in record.ranks.values()):
         # torchrun ends the others when a finished rank aborts at exit: victims of teardown.gloo-abort
         ended = {r: h for r, h in ended.items() if "ended (SIGTERM)" not in h and "without finishing" not in h}

@@ -134,14 +134,23 @@ def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
         opts = list(p.options)
         mine, theirs = (opts[: opts.index("--")], opts[opts.index("--") + 1 :]) if "--" in opts else (opts, [])
         args = ["--run-dir", os.path.join(root, p.name[:-3]), *mine, p.path, *theirs]
-        params = run_command(COMMANDS[p.command]).make_context(p.command, args).params
-        try:
-            report = run_params(COMMANDS[p.command], params, quiet=True)
-        except BaseException:
-            progress.clear()
-            raise
-        got = [f.id for f in report.findings if f.severity in ("error", "warning")]
-        ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
+        first_why: str | None = None
+        for attempt in (1, 2):
+            params = run_command(COMMANDS[p.command]).make_context(p.command, args).params
+            try:
+                report = run_params(COMMANDS[p.command], params, quiet=True)
+            except BaseException:
+                progress.clear()
+                raise
+            got = [f.id for f in report.findings if f.severity in ("error", "warning")]
+            ok = (p.expected in got) if p.expected else not [f for f in report.findings if f.severity == "error"]
+            why = None if ok or attempt == 2 else never_began(report)
+            if why is None:
+                break
+            # the scenario never began (a rank was killed before any rank initialised): that run tests no
+            # detector, so it is run once more, in a fresh folder, and the line says why
+            first_why = why
+            args[1] = os.path.join(root, p.name[:-3] + "-rerun")
         results.append(
             {
                 "probe": p.name,
@@ -150,14 +159,34 @@ def run_probes(only: tuple[str, ...], root: str) -> list[dict]:
                 "ok": ok,
                 "seconds": round(time.time() - t0, 1),
                 "run_dir": report.run_dir,
+                "first_run_never_began": first_why,
             }
         )
         mark = "ok  " if ok else "FAIL"
         progress.done(
             f"{mark} {p.name:24s} expected {p.expected or 'no findings':36s} got "
             f"{', '.join(got) or 'no findings'}  ({time.time() - t0:.1f} s)"
+            + (f" (second run; the first never began: {first_why})" if first_why else "")
         )
     return results
+
+
+def never_began(report: Any) -> str | None:
+    """Why a probe's run never reached its scenario, or None: no rank initialised and a rank ended from
+    outside (a signal, torchrun's kill) before it finished. A script error is not such a reason."""
+    from ddpdoctor.record import schema
+    from ddpdoctor.record.reader import load_run
+
+    try:
+        record = load_run(report.run_dir)
+    except Exception:
+        return None
+    if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
+        return None
+    for f in report.findings:
+        if f.id == "crash.abnormal-exit" and "ended without finishing" in f.message:
+            return f.message
+    return None
 
 
 def run_doctor(

@@ -47,6 +47,11 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                 (),
             )
         ]
+    if any(fin is None and not err for _r, fin, err in ends) and record.monitor_event(schema.K_EXIT) is not None:
+        # a rank ended without finishing (killed by a signal, or by torchrun after a peer died) before any
+        # rank initialised: a crash at start-up, which ending.unexplained names with its culprit, never a
+        # script that "finished without init_process_group"
+        return []
     for r, fin, err in ends:
         if err:
             where = loc(r, err.get("user_frame"), "raised")

@@ -77,3 +77,33 @@ def test_a_partial_view_names_the_ranks_this_node_cannot_see() -> None:
     assert f.id == "multinode.partial-view" and f.evidence["unseen_ranks"] == [1, 2, 3]
     assert f.message == "this run saw rank 0 of 4; 3 ranks [1-3] run on other nodes and are not visible here"
     assert partial_view(_record({0: _rank(0), 1: _rank(1)}), []) == []
+
+
+_TORCHRUN_TABLE = """[1]:
+  time      : 2026-12-03_18:11:18
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 5578)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 5578
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_18:11:18
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : -9 (pid: 5580)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 5580
+[1]:
+  rank      : 3 (local_rank: 1)
+  exitcode  : 3 (pid: 5581)
+"""
+
+
+def test_torchruns_failure_table_names_each_ranks_end(tmp_path) -> None:
+    from ddpdoctor.analysis.ending import torchrun_exits
+
+    (tmp_path / "torchrun.log").write_text("noise\n" * 50 + _TORCHRUN_TABLE)
+    assert torchrun_exits(str(tmp_path)) == {0: "killed by SIGTERM", 2: "killed by SIGKILL", 3: "exit code 3"}
+    assert torchrun_exits(str(tmp_path / "absent")) == {}

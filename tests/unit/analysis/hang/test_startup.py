@@ -74,3 +74,15 @@ def test_heartbeats_that_prove_an_init_cut_from_the_events_give_no_startup_findi
     b = _started(RunBuilder(tmp_path / "run"), 0).hb(0, 1.0, 4).hb(0, 2.0, 8)
     b.add(0, "events.jsonl", "finish", 3.0, code=0, exception=False)
     assert _detect(b) == []
+
+
+def test_a_rank_killed_before_init_is_left_to_the_crash_finding_not_called_undistributed(tmp_path):
+    # rank 1 SIGKILLed before init_process_group, torchrun then ended rank 0: no finish events at all
+    b = _started(_started(RunBuilder(tmp_path / "run"), 0), 1)
+    b.add(None, "monitor.jsonl", "exit", 4.0, returncode=1)
+    (b.root / "ranks" / "0" / "terminated.txt").write_text("SIGTERM\n")
+    assert _detect(b) == []
+    from ddpdoctor.analysis.ending import unexplained
+
+    (f,) = unexplained(load_run(str(b.root)), [])
+    assert f.id == "crash.abnormal-exit" and f.culprits == (1,)
