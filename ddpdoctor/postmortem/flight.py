@@ -16,7 +16,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpdoctor.postmortem import safepickle
 
@@ -36,9 +36,10 @@ class Frame:
     func: str
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One recorded collective or p2p op of one rank (one ``entries`` item)."""
+class Entry(NamedTuple):
+    """One recorded collective or p2p op of one rank (one ``entries`` item). A NamedTuple, not a frozen
+    dataclass: a 1,024-rank job has two million of them, and a frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field) cost more than unpickling the entry."""
 
     record_id: int
     pg_id: str
@@ -295,10 +296,15 @@ def _decode(path: str, data: bytes) -> tuple[dict, str]:
 
 
 def _int(v: Any, default: int = -1) -> int:
+    if type(v) is int:
+        return v  # the usual case, without a try per field
     try:
         return int(v)
     except (TypeError, ValueError):
         return default
+
+
+_EMPTY: tuple = ()
 
 
 def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
@@ -315,10 +321,11 @@ def _sizes(v: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-# A ring's stacks repeat (the same few call sites thousands of times over 1,024 ranks): each distinct stack
-# becomes its Frame tuple once per load.
+# A ring's stacks, shapes and names repeat (the same few call sites and tensors thousands of times over
+# 1,024 ranks): each distinct one is converted once per load, then looked up.
 _STACKS: dict[tuple, tuple[Frame, ...]] = {}
-_STACKS_MAX = 50_000
+_SHAPES: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+_CACHE_MAX = 50_000
 
 
 def _frames(v: Any) -> tuple[Frame, ...]:
@@ -327,43 +334,64 @@ def _frames(v: Any) -> tuple[Frame, ...]:
     raw = [f for f in v if isinstance(f, dict)]
     try:
         key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in raw)
-        hash(key)
+        got = _STACKS.get(key)
     except TypeError:  # an unhashable value where a name or line should be: no cache
-        key = None
-    if key is not None and key in _STACKS:
-        return _STACKS[key]
+        key, got = None, None
+    if got is not None:
+        return got
     got = tuple(Frame(str(f.get("filename", "")), _int(f.get("line"), 0), str(f.get("name", ""))) for f in raw)
-    if key is not None and len(_STACKS) < _STACKS_MAX:
+    if key is not None and len(_STACKS) < _CACHE_MAX:
         _STACKS[key] = got
     return got
 
 
+def _shape(v: Any) -> tuple[tuple[int, ...], ...]:
+    """``input_sizes`` / ``output_sizes`` as tuples, through a cache keyed by the lists' contents."""
+    if type(v) is list and all(type(s) is list for s in v):
+        try:
+            key = tuple(map(tuple, v))
+            got = _SHAPES.get(key)
+        except TypeError:
+            key, got = None, None
+        if got is not None:
+            return got
+        got = _sizes(v)
+        if key is not None and len(_SHAPES) < _CACHE_MAX:
+            _SHAPES[key] = got
+        return got
+    return _sizes(v)
+
+
 def _entry(path: str, i: int, e: Any) -> Entry:
-    if not isinstance(e, dict):
+    if type(e) is not dict:
         raise DumpError(f"{path}: entry {i} is not a record")
-    pg = e.get("process_group") or ("", "")
+    get = e.get
+    pg = get("process_group") or ("", "")
     pg = tuple(pg) + ("", "") if isinstance(pg, (list, tuple)) else (str(pg), "")
-    prof = str(e.get("profiling_name") or "")
+    prof = get("profiling_name") or ""
+    if type(prof) is not str:
+        prof = str(prof)
     backend, _, op = prof.rpartition(":")
-    p2p = bool(e.get("is_p2p"))
+    p2p = bool(get("is_p2p"))
+    dtypes = get("input_dtypes") or _EMPTY
     return Entry(
-        record_id=_int(e.get("record_id"), i),
-        pg_id=str(e.get("pg_id", pg[0])),
-        group=str(pg[0]),
-        group_desc=str(pg[1]),
-        seq=_int(e.get("p2p_seq_id" if p2p else "collective_seq_id")),
-        op_id=_int(e.get("op_id")),
-        is_p2p=p2p,
-        op=op or prof,
-        backend=backend,
-        input_sizes=_sizes(e.get("input_sizes")),
-        output_sizes=_sizes(e.get("output_sizes")),
-        dtypes=tuple(str(d) for d in e.get("input_dtypes") or () if isinstance(d, str)),
-        state=str(e.get("state") or ""),
-        retired=bool(e.get("retired")),
-        time_created_ns=_int(e.get("time_created_ns"), 0),
-        timeout_ms=_int(e.get("timeout_ms"), 0),
-        frames=_frames(e.get("frames")),
+        _int(get("record_id"), i),
+        str(get("pg_id", pg[0])),
+        str(pg[0]),
+        str(pg[1]),
+        _int(get("p2p_seq_id" if p2p else "collective_seq_id")),
+        _int(get("op_id")),
+        p2p,
+        op or prof,
+        backend,
+        _shape(get("input_sizes")),
+        _shape(get("output_sizes")),
+        tuple(d for d in dtypes if type(d) is str) if isinstance(dtypes, (list, tuple)) else (),
+        str(get("state") or ""),
+        bool(get("retired")),
+        _int(get("time_created_ns"), 0),
+        _int(get("timeout_ms"), 0),
+        _frames(get("frames")),
     )
 
 
