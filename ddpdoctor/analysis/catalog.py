@@ -14,14 +14,40 @@ check, its own report).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.findings import Severity, Verdict
 from ddpdoctor.errors import ExitCode
 
 GROUPS = ("hang", "check", "memleak", "profile", "probe", "doctor")
-# where each page has a stable address (the pages ship in the package too, ``ddpdoctor findings ID``)
-DOCS_URL = "https://github.com/ddpdoctor/ddpdoctor/blob/main/docs/findings"
+# The pages ship in the package (``ddpdoctor findings ID``). A web address is given only where the
+# installed distribution's metadata names one (``[project.urls]`` "Findings" or "Documentation"): an address
+# made up here would point readers at a page nobody published.
+_URL_LABELS = ("findings", "documentation")
+
+
+def docs_base() -> str | None:
+    """The web folder of the finding pages from the installed package's ``Project-URL`` metadata, or None."""
+    return _docs_base()
+
+
+@functools.lru_cache(maxsize=1)
+def _docs_base() -> str | None:
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("ddpdoctor").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    named = {}
+    for item in urls:
+        label, _, url = str(item).partition(",")
+        named[label.strip().lower()] = url.strip().rstrip("/")
+    for label in _URL_LABELS:
+        if named.get(label):
+            return named[label] if label == "findings" else f"{named[label]}/findings"
+    return None
 
 
 @dataclass(frozen=True)
@@ -53,9 +79,10 @@ class Entry:
         return f"docs/findings/{self.id}.md"
 
     @property
-    def url(self) -> str:
-        """The page's stable address, for reports and ``findings ID``."""
-        return f"{DOCS_URL}/{self.id}.md"
+    def url(self) -> str | None:
+        """The page's web address where the package's metadata names one (see ``docs_base``), else None."""
+        base = docs_base()
+        return f"{base}/{self.id}.md" if base else None
 
 
 def _e(

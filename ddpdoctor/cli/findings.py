@@ -86,11 +86,13 @@ def findings(finding_id: str | None, family: str | None, json_path: str | None) 
         if json_path:
             _json_out({"schema": "ddpdoctor.finding", "version": 1, **_row(e), "text": text}, json_path)
             sys.exit(0)
-        if text is None:  # an install without the pages: say where they are
-            click.echo(f"{e.id}: {e.title}\nno page in this install; it is at {e.url}")
+        if text is None:  # an install without the pages: say where they are, where anyone knows
+            where = f"it is at {e.url}" if e.url else f"it is {e.page} in ddpdoctor's source"
+            click.echo(f"{e.id}: {e.title}\nno page in this install; {where}")
         else:
             click.echo(text.rstrip("\n"))
-            click.echo(f"\n(also at {e.url})")
+            if e.url:
+                click.echo(f"\n(also at {e.url})")
         sys.exit(0)
     entries = [e for e in CATALOG.values() if family is None or e.family == family]
     if json_path:

@@ -113,9 +113,11 @@ def _finding(f: Finding, i: int, src: Sources) -> str:
     if f.hint:
         out.append(f'<p class="hint"><b>fix:</b> {e(f.hint)}</p>')
     # the finding's page as text, not a link: the report points nowhere on the network
+    url = entry(f.id).url
     out.append(
-        f'<p class="small doc">page: <code>{e(entry(f.id).url)}</code> (or <code>ddpdoctor findings '
-        f"{e(f.id)}</code>)</p>"
+        f'<p class="small doc">page: <code>ddpdoctor findings {e(f.id)}</code>'
+        + (f" (or <code>{e(url)}</code>)" if url else "")
+        + "</p>"
     )
     out.append(evidence_html(f.evidence))
     out.append("</article>")

@@ -23,7 +23,7 @@ def test_one_findings_page_is_printed(capsys):
     code, out, err = run(capsys, "crash.exception")
     assert code == 0, err
     assert out.startswith("# crash.exception\n") and "root cause" in out
-    assert out.rstrip().endswith("/crash.exception.md)")  # the page's stable address
+    assert "(also at" not in out  # no web address is made up where the package names none
 
 
 def test_a_family_is_the_id_prefix(capsys):
@@ -54,7 +54,27 @@ def test_json_goes_to_a_file_like_every_other_command(capsys, tmp_path):
     code, out, _ = run(capsys, "seed.identical-streams", "--json", "-")
     one = json.loads(out)
     assert (one["id"], one["family"], one["severity"]) == ("seed.identical-streams", "seed", "note")
-    assert one["text"].startswith("# seed.identical-streams") and one["url"].endswith("seed.identical-streams.md")
+    assert (
+        one["text"].startswith("# seed.identical-streams") and one["page"] == "docs/findings/seed.identical-streams.md"
+    )
+    assert one["url"] is None  # this package's metadata names no web address: none is made up
+
+
+def test_a_web_address_comes_only_from_the_packages_metadata(monkeypatch):
+    from importlib import metadata
+
+    from ddpdoctor.analysis import catalog
+
+    class Meta:
+        def get_all(self, key):
+            return ["Homepage, https://example.org/x", "Documentation, https://docs.example.org/ddpdoctor/"]
+
+    monkeypatch.setattr(metadata, "metadata", lambda name: Meta())
+    catalog._docs_base.cache_clear()
+    try:
+        assert CATALOG["crash.exception"].url == "https://docs.example.org/ddpdoctor/findings/crash.exception.md"
+    finally:
+        catalog._docs_base.cache_clear()
 
 
 def test_json_before_an_id_is_not_taken_for_a_file_name(capsys, tmp_path, monkeypatch):
