@@ -12,6 +12,7 @@ from ddpdoctor.record import schema
 MAX_LANES = 16  # culprits first, then the lowest ranks; the rest said in one line
 MAX_TICKS = 400  # collectives drawn per lane (the latest)
 LANE_H, LEFT, RIGHT, TOP = 36, 110, 20, 40
+ACTIVE_SHARE = 0.7  # of the width, for the collectives when the wait after them is far longer (broken axis)
 
 
 def _where(site: Any) -> str:
@@ -67,9 +68,20 @@ def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
         t_end = t0 + 1.0
     pw = width - LEFT - RIGHT
     height = TOP + LANE_H * len(shown) + 40
+    # A hang's wait is seconds to minutes, its collectives milliseconds apart: on one linear axis every tick
+    # fell into the first pixels. The activity (first tick to the last tick or wait start) then gets
+    # ACTIVE_SHARE of the width and the wait after it the rest, with the break marked on the axis.
+    t_act = max(marks) if marks else t0
+    broken = t_act > t0 and (t_end - t_act) > 2 * (t_act - t0)
+    x_act = LEFT + pw * ACTIVE_SHARE if broken else LEFT + (t_act - t0) / (t_end - t0) * pw
 
     def X(t: float) -> float:
-        return LEFT + (min(max(t, t0), t_end) - t0) / (t_end - t0) * pw
+        t = min(max(t, t0), t_end)
+        if not broken:
+            return LEFT + (t - t0) / (t_end - t0) * pw
+        if t <= t_act:
+            return LEFT + (t - t0) / (t_act - t0) * (x_act - LEFT)
+        return x_act + (t - t_act) / (t_end - t_act) * (LEFT + pw - x_act)
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="lanes" width="{width}" height="{height}" '
@@ -130,12 +142,22 @@ def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
             f"{escape(str(group))}</text>"
         )
     axis_y = TOP + LANE_H * len(shown) + 14
-    for k in range(5):
-        t = t0 + (t_end - t0) * k / 4
-        out.append(f'<text x="{X(t):.1f}" y="{axis_y}" text-anchor="middle">{t - t0:.2f}</text>')
+    if broken:
+        for k in range(4):  # the activity's own scale, then the break, then the verdict
+            t = t0 + (t_act - t0) * k / 3
+            out.append(f'<text x="{X(t):.1f}" y="{axis_y}" text-anchor="middle">{t - t0:.3f}</text>')
+        out.append(
+            f'<text class="axis-break" x="{(x_act + LEFT + pw) / 2:.1f}" y="{axis_y}" text-anchor="middle">'
+            f"// then {t_end - t_act:.1f} s of waiting //</text>"
+            f'<text x="{LEFT + pw:.1f}" y="{axis_y}" text-anchor="end">{t_end - t0:.1f}</text>'
+        )
+    else:
+        for k in range(5):
+            t = t0 + (t_end - t0) * k / 4
+            out.append(f'<text x="{X(t):.1f}" y="{axis_y}" text-anchor="middle">{t - t0:.2f}</text>')
     out.append(
         f'<text x="{LEFT + pw / 2}" y="{axis_y + 16}" text-anchor="middle">seconds (0: the first collective '
-        f"drawn; the end: the verdict)</text>"
+        f"drawn; the end: the verdict{'; the axis is broken where the wait begins' if broken else ''})</text>"
     )
     if left_out > 0:
         out.append(f'<text x="{LEFT}" y="{axis_y + 16}">Shown: {len(shown)} of {len(ranks)} ranks</text>')

@@ -86,3 +86,30 @@ def test_many_ranks_give_a_bounded_picture(tmp_path):
     assert len(drawn) == MAX_LANES and drawn[0] == 40 and f"Shown: {MAX_LANES} of 64 ranks" in svg
     assert "#4 all_reduce at train.py:20 (diverged)" in lane(svg, 40)
     assert len(svg) < 40_000
+
+
+def test_a_long_wait_breaks_the_axis_so_the_collectives_spread_out(tmp_path):
+    record, report = run_of(tmp_path, "rank_conditional")
+    svg = lanes_svg(record, report)
+    xs = sorted(float(x) for x in re.findall(r'<line class="coll" x1="([\d.]+)"', lane(svg, 0)))
+    # the golden run's collectives span milliseconds, its wait seconds: without the break they sat in a few
+    # pixels; with it they spread over most of the lane's width before the break
+    assert "axis-break" in svg and "of waiting" in svg
+    assert xs[-1] - xs[0] > 0.5 * (1000 - 110 - 20)
+
+
+def test_a_short_wait_keeps_one_linear_axis(tmp_path):
+    from builder import RunBuilder, pending
+
+    from ddpdoctor.analysis.findings import Finding, Report
+
+    b = RunBuilder(tmp_path / "run")
+    for r in range(2):
+        b.start(r)
+        for s in (1, 2, 3):
+            b.coll(r, s, 10, t=float(s))
+        b.hb(r, 4.5, 4, pending("barrier", 4, 30, 4.0, shapes=()))
+    record = load_run(str(tmp_path / "run"))
+    f = Finding("hang.timeout", "error", "x", "", (0, 1), (), {}, ())
+    svg = lanes_svg(record, Report("hang", "hang", 3, str(tmp_path / "run"), (f,)))
+    assert "axis-break" not in svg
