@@ -5,8 +5,11 @@ not one (truncated, foreign, code in a pickle) stops the analysis with one line 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ddpdoctor.postmortem import errorfiles, flight
@@ -47,6 +50,25 @@ def is_run_dir(path: str) -> bool:
 def load(paths: list[str]) -> Inputs:
     """Read every path. Raises InputError (one line) for a path that is none of the known kinds, or a
     dump that cannot be read safely."""
+    with no_gc():
+        return _load(paths)
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic collector held off. A 1,024-rank job's dumps become millions of tuples, none of them in a
+    cycle: the collector's passes over the growing heap cost more than the reading (42 us an entry at 256
+    ranks, against 32 at 64), and the judge's maps over them the same."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _load(paths: list[str]) -> Inputs:
     inp = Inputs(paths=list(paths))
     for p in paths:
         if not os.path.exists(p):

@@ -30,7 +30,10 @@ def verdict_of(findings: list[Finding], fail_on: str) -> tuple[Verdict, int]:
 
 def build(inp: Inputs, config: Config) -> Report:
     """The post-mortem of what ``inp`` holds."""
-    found, ranks, notes = detect.findings(inp)
+    from ddpdoctor.postmortem.inputs import no_gc
+
+    with no_gc():
+        found, ranks, notes = detect.findings(inp)
     found.sort(key=lambda f: severity_rank(f.severity))
     from ddpdoctor.analysis.registry import pick
 
