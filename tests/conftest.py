@@ -58,26 +58,59 @@ def run_job(tmp_path: Path) -> Callable[..., Result]:
 
 
 class JobCache:
-    """One real job per scenario, shared by every test that asks for the same arguments: the first asker
-    runs it (helpers.ddpdoctor, orphans checked), later ones get the same Result."""
+    """One real job per scenario, shared by every test that asks for the same arguments, in whichever xdist
+    worker it runs: the first asker runs it (helpers.ddpdoctor, orphans checked) under a file lock and
+    writes its Result beside the lock; later askers, in this worker or another, read that Result back.
+    Every wait is bounded by the job's own timeout plus a minute."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.results: dict[tuple[Any, ...], Result] = {}
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def run(self, args: list[str], **kw: Any) -> Result:
-        key = (tuple(args), tuple(sorted((k, repr(v)) for k, v in kw.items())))
-        if key not in self.results:
-            tmp = self.root / f"job{len(self.results)}"
-            tmp.mkdir(parents=True)
-            self.results[key] = ddpdoctor(args, kw.pop("tmp", tmp), **kw)
-        return self.results[key]
+        import fcntl
+        import hashlib
+        import json
+        import time
+
+        key = json.dumps([list(args), sorted((k, repr(v)) for k, v in kw.items())])
+        name = hashlib.sha1(key.encode()).hexdigest()[:16]
+        done = self.root / f"{name}.json"
+        bound = time.monotonic() + float(kw.get("timeout", 120)) + 60
+        with open(self.root / f"{name}.lock", "w") as lock:
+            while True:  # flock has no timeout of its own: poll it within the bound
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > bound:
+                        raise AssertionError(f"the shared job {args} was not done within its bound") from None
+                    time.sleep(0.2)
+            try:
+                if not done.exists():
+                    tmp = self.root / f"job-{name}"
+                    tmp.mkdir()
+                    try:
+                        got = ddpdoctor(args, kw.pop("tmp", tmp), **kw)
+                        rec = {"code": got.code, "out": got.out, "err": got.err, "run_dir": str(got.run_dir)}
+                        rec["report"] = got.report
+                    except AssertionError as e:  # a job that failed fails every test that shares it
+                        rec = {"error": str(e)}
+                    done.write_text(json.dumps(rec))
+                rec = json.loads(done.read_text())
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if "error" in rec:
+            raise AssertionError(rec["error"])
+        return Result(rec["code"], rec["out"], rec["err"], Path(rec["run_dir"]), rec["report"])
 
 
 @pytest.fixture(scope="session")
-def shared_job(tmp_path_factory: pytest.TempPathFactory) -> JobCache:
-    """The session's JobCache: ``shared_job.run(args, cwd=..., timeout=...)`` runs a job once per session."""
-    return JobCache(tmp_path_factory.mktemp("shared-jobs"))
+def shared_job(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> JobCache:
+    """The session's JobCache: ``shared_job.run(args, cwd=..., timeout=...)`` runs a job once per session,
+    across the xdist workers too (their base folders share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return JobCache((base.parent if worker_id != "master" else base) / "shared-jobs")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

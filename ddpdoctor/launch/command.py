@@ -3,6 +3,7 @@ torchrun, diagnose the record, write the pictures, render the reports. The CLI i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -110,12 +111,18 @@ def emit(report: Report, json_path: str | None, junit_path: str | None, quiet_te
 
 def _write_private(path: str, text: str, what: str) -> str:
     """Write a file of the run directory (0600) and return the report's note about it."""
+    # written beside it, then renamed over it: a reader (a browser, a second `analyze` of the same run)
+    # sees the old file or the new one, never a half-written one
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(tmp, path)
         return f"{what}: {path}"
     except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         return f"could not write {path}: {e.strerror}"
 
 

@@ -11,6 +11,9 @@ from frjobs.jobs import JOB, dumped, run_job
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
 
+pytestmark = pytest.mark.xdist_group("postmortem-behind")  # one worker runs the module fixture's jobs once
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}

@@ -11,6 +11,9 @@ from frjobs.jobs import JOB, dumped, run_job
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
 
+pytestmark = pytest.mark.xdist_group("postmortem-jobs")  # one worker runs the module fixture's jobs once
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One real run per case, shared by the tests of this module (each run takes a few seconds)."""
