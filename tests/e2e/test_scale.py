@@ -54,7 +54,7 @@ def test_a_rank_killed_after_a_collective_returned_did_not_die_inside_it(tmp_pat
     r = ddpdoctor(["hang", str(KILL_AFTER)], tmp_path, timeout=120)
     assert r.code == 1, r.err[-2000:]
     f = finding(r.report, "crash.abnormal-exit")
-    assert f["culprits"] == [1] and "rank 1: ended without finishing (killed)" in f["message"]
+    assert f["culprits"] == [1] and "rank 1: ended without finishing (killed by SIGKILL)" in f["message"]
     assert json.loads((r.run_dir / schema.MANIFEST).read_text())["version"] == schema.VERSION == 2
     raw = (r.run_dir / schema.RANKS_DIR / "1" / schema.LEDGER).read_bytes()
     assert raw.count(b"\n") == 20 and raw.endswith(b"\0")  # killed: never trimmed
