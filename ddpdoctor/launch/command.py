@@ -30,9 +30,12 @@ TORCHRUN_OPTIONS = [
 
 
 def _default_nproc() -> str:
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and cvd.strip() not in ("", "-1"):
-        return str(len([d for d in cvd.split(",") if d.strip()]))
+    """The GPUs of the SLURM step on this node (SLURM_GPUS_ON_NODE), else CUDA_VISIBLE_DEVICES', else the
+    driver's, else 2."""
+    from ddpdoctor.launch.launchers import default_nproc
+
+    if (n := default_nproc(os.environ)) is not None:
+        return n
     try:
         import pynvml
 
@@ -54,9 +57,11 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
         raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
     if not spawn:  # srun, a PyTorchJob: the multi-node options from the launcher's environment
-        from ddpdoctor.launch.launchers import from_environment
+        from ddpdoctor.launch.launchers import from_environment, step_port_conflict
 
         opts = from_environment(opts, os.environ)[0]
+        if conflict := step_port_conflict(opts, os.environ):
+            raise DdpdoctorError(conflict)
     multi = any(
         opts.get(k) is not None
         for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")

@@ -173,5 +173,7 @@ def unreachable_note(record: RunRecord) -> str | None:
         if e.get("kind") == K_JOB_NOTE and e.get("unreachable"):
             judge = e.get("judge")
             by = f" (served by node {judge}'s ddpdoctor)" if judge is not None else ""
+            if e.get("foreign"):
+                return f"the job store {e.get('store')} serves another job, and this node did not join it"
             return f"the job store {e.get('store')}{by} was unreachable from this node"
     return None

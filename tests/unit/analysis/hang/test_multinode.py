@@ -24,6 +24,7 @@ from ddpdoctor.launch.launchers import (
     expand_nodelist,
     from_environment,
     max_nodes,
+    step_ports,
 )
 from ddpdoctor.record import nodeview
 from ddpdoctor.record.reader import load_run, load_runs
@@ -64,12 +65,13 @@ SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[01-04,07]", "SLURM_
 def test_srun_gives_nnodes_rendezvous_on_the_first_host_and_the_job_id():
     opts, src = from_environment({}, SLURM)
     assert src == "SLURM"
-    assert opts == {"nnodes": "5", "rdzv_backend": "c10d", "rdzv_endpoint": "node01:29500", "rdzv_id": "4242"}
+    port = step_ports("4242", "0")[0]  # no SLURM_STEP_ID: step 0
+    assert opts == {"nnodes": "5", "rdzv_backend": "c10d", "rdzv_endpoint": f"node01:{port}", "rdzv_id": "4242.0"}
 
 
 def test_explicit_options_win_over_slurm():
     opts, _ = from_environment({"rdzv_endpoint": "head:1234", "nnodes": None}, SLURM)
-    assert opts["rdzv_endpoint"] == "head:1234" and opts["nnodes"] == "5" and opts["rdzv_id"] == "4242"
+    assert opts["rdzv_endpoint"] == "head:1234" and opts["nnodes"] == "5" and opts["rdzv_id"] == "4242.0"
     opts, _ = from_environment({"master_addr": "10.0.0.1", "master_port": 29600}, SLURM)
     assert opts == {"master_addr": "10.0.0.1", "master_port": 29600, "nnodes": "5", "node_rank": 3}
     opts, src = from_environment({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}, SLURM)
@@ -98,7 +100,7 @@ def test_torchrun_args_under_srun_are_multi_node(monkeypatch):
         monkeypatch.setenv(k, v)
     args = torchrun_args({"nproc_per_node": "2"}, spawn=False)
     assert "--standalone" not in args
-    assert args[args.index("--rdzv-endpoint") + 1] == "node01:29500"
+    assert args[args.index("--rdzv-endpoint") + 1] == f"node01:{step_ports('4242', '0')[0]}"
     assert args[args.index("--nnodes") + 1] == "5"
     assert max_nodes("1:4") == 4 and max_nodes(None) == 1
 
