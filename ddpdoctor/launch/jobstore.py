@@ -414,12 +414,18 @@ class JobLink:
             return (str(v.get("mode")), f"{v.get('reason')} (judged on node {self._job_node()})") if v else None
         # the job is judged on the views of every node's ranks rebuilt now (see view); lost nodes always
         fresh = self.fresh(now)
-        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now)) if fresh else None
         lost = self._lost_now(now)
-        if got is None and lost:
+        got = None
+        if fresh and not lost:
+            states = self._states_of(merged, now)
+            crash = live.crash_verdict(merged, states)
+            # a crash anywhere ends the job at once, like a deadlock: its exception is known already
+            got = ("crash", crash) if crash else live.live_verdict(merged, self.cfg, now, states)
+        if lost:
+            # a lost node is the cause: the ranks that wait for it are its victims, whatever they wait in
             n, info = next(iter(lost.items()))
             got = (
-                "certain",
+                "lost",
                 (
                     f"node {n} ({info.get('host')}, {ranks_phrase(info.get('ranks') or [])}) stopped "
                     f"answering {now - info.get('seen', now):.0f} s ago: lost"

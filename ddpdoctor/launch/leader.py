@@ -23,6 +23,7 @@ from ddpdoctor.launch.launchers import SlurmStep, slurm_step
 
 START_WAIT_S = 120.0  # a follower waits this long for its node's task 0 to start
 POLL_S = 0.3
+STALE_S = 60.0  # a leader file written this long before a follower started is not its leader's
 
 
 def _base(step: SlurmStep, tmp: str | None = None) -> str:
@@ -66,23 +67,32 @@ def follow(step: SlurmStep, say=None, tmp: str | None = None, start_wait: float 
         f"ddpdoctor: task {step.local_id} on {step.host or 'this node'} of job step {step.id} waits for task 0, "
         f"which runs this node's ranks (one ddpdoctor per node: --ntasks-per-node=1 starts no extra task)"
     )
+    import psutil
+
+    # the tasks of a step start within seconds of each other: files older than that are another step's
+    # of the same ids (a cluster whose job ids started again), never this leader's
+    me = psutil.Process().create_time() - STALE_S
     deadline = time.time() + start_wait
     lead = _read(base + ".leader")
-    while lead is None:
+    while lead is None or float(lead.get("created") or 0.0) < me:
         if time.time() > deadline:
             say(f"ddpdoctor: error: task 0 on {step.host or 'this node'} did not start within {start_wait:.0f} s")
             return 4
         time.sleep(POLL_S)
         lead = _read(base + ".leader")
     pid, created = int(lead.get("pid") or 0), float(lead.get("created") or 0.0)
+
+    def code() -> int | None:
+        rc = _read(base + ".rc")  # this leader's: it names its pid
+        ok = rc is not None and rc.get("pid") == pid and isinstance(rc.get("rc"), int)
+        return int(rc["rc"]) if ok and rc is not None else None
+
     while True:
-        rc = _read(base + ".rc")
-        if rc is not None and isinstance(rc.get("rc"), int):
-            return int(rc["rc"])
+        if (rc := code()) is not None:
+            return rc
         if not _alive(pid, created):
-            rc = _read(base + ".rc")  # it may have written it just before it ended
-            if rc is not None and isinstance(rc.get("rc"), int):
-                return int(rc["rc"])
+            if (rc := code()) is not None:  # it may have written it just before it ended
+                return rc
             say(f"ddpdoctor: error: task 0 on {step.host or 'this node'} (pid {pid}) ended without an exit code")
             return 1
         time.sleep(POLL_S)
@@ -116,4 +126,4 @@ def per_node(env: Mapping[str, str], tmp: str | None = None) -> Iterator[None]:
         raise
     finally:
         with contextlib.suppress(OSError):
-            _write(base + ".rc", {"rc": code})
+            _write(base + ".rc", {"rc": code, "pid": os.getpid()})

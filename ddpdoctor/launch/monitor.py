@@ -84,6 +84,12 @@ def _forward(pipe: Any, out: Any | None, log: Any) -> None:
 
 
 POLL_S = 0.2  # the heartbeat period is 0.25 s: polling faster only costs the ranks CPU
+_VERDICT_WORD = {
+    "certain": "deadlock",
+    "crash": "crash",
+    "lost": "lost node",
+    "timeout": "hang",
+}  # the live line, by mode
 
 
 def poll_records(
@@ -199,7 +205,7 @@ class Monitor:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
                         say(
-                            f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
+                            f"{_VERDICT_WORD.get(verdict[0], 'hang')}: {verdict[1]}; "
                             "collecting stacks and stopping the run"
                         )
                     self._collect_dumps(reader)

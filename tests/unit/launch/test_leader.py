@@ -54,9 +54,22 @@ def test_a_follower_does_not_wait_forever(tmp_path: Path) -> None:
     # a leader that was killed (its process gone, no exit code): 1, said in one line
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     base = leader._base(step, str(tmp_path))
-    Path(base + ".leader").write_text(json.dumps({"pid": int(dead.stdout), "created": 1.0}))
+    import psutil
+
+    Path(base + ".leader").write_text(json.dumps({"pid": int(dead.stdout), "created": psutil.Process().create_time()}))
     assert leader.follow(step, say=lines.append, tmp=str(tmp_path)) == 1
     assert "ended without an exit code" in lines[-1]
+
+
+def test_a_stale_leader_of_the_same_ids_is_not_followed(tmp_path: Path) -> None:
+    """A cluster whose job ids started again: the files of an earlier step 1.0 on this node are ignored."""
+    step = slurm_step(dict(ENV, SLURM_LOCALID="1"))
+    assert step is not None
+    base = leader._base(step, str(tmp_path))
+    Path(base + ".leader").write_text(json.dumps({"pid": 1, "created": 1000.0}))
+    Path(base + ".rc").write_text(json.dumps({"rc": 0, "pid": 1}))
+    lines: list[str] = []
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path), start_wait=0.5) == 4
 
 
 def test_outside_slurm_or_inside_torchrun_nothing_happens(tmp_path: Path) -> None:

@@ -459,3 +459,38 @@ def test_a_node_value_is_a_header_line_then_its_ranks(tmp_path):
     assert [d["r"] for d in json.loads((tmp_path / "m" / nodeview.LIVE_ONLY).read_text())["ranks"]] == [0, 1]
     bad, _ = nodeview.parse(raw.split(b"\n")[0] + b"\nnot json", nodeview.S_NODE, "j")
     assert nodeview.node_ranks(bad) == []
+
+
+def test_a_lost_node_leads_the_report_and_the_survivors_waits_are_its_victims(tmp_path):
+    """Issue 35: node 1 SIGKILLed while the survivors wait (here in an all_reduce, as in init_process_group):
+    the report's first finding is the lost node, not a hang whose culprits are the ranks waiting for it."""
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.hb(0, 40.0, 4, pending("all_reduce", 4, 20, 5.0)).hb(1, 5.0, 3, where=44)
+    b.add(None, "monitor.jsonl", "verdict", 40.0, mode="timeout", reason="rank 0 waited 35 s (--timeout 30)")
+    b.add(None, "monitor.jsonl", "exit", 41.0, returncode=1)
+    b.add(None, "monitor.jsonl", multinode.K_NODE_LOST, 16.0, node=1, host="n1", ranks=[1], seen=5.2, last_t=5.0)
+    rep = diagnose(load_run(str(tmp_path / "run")), Config(timeout=30))
+    assert rep.findings[0].id == "multinode.lost-node", [f.id for f in rep.findings]
+    assert not any(f.id.startswith("hang.") for f in rep.findings), [f.id for f in rep.findings]
+
+
+def test_a_crash_anywhere_is_a_live_verdict_while_other_ranks_run(tmp_path):
+    from ddpdoctor.analysis.state import all_states
+
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.hb(0, 5.0, 8, step=8).hb(1, 4.0, 6, where=44, step=6)
+    err = {"type": "RuntimeError", "message": "bad batch on node 1", "user_frame": ["/work/train.py", 32, "main"]}
+    (tmp_path / "run" / "ranks" / "1" / "error.json").write_text(json.dumps(err))
+    rec = load_run(str(tmp_path / "run"))
+    reason = live.crash_verdict(rec, all_states(rec, 5.0, Config()))
+    assert reason is not None and reason.startswith("rank 1 raised RuntimeError: bad batch on node 1")
+    assert reason.endswith("rank 0 still running")
+    # a transport error is a victim's, not a crash of its own
+    err["message"] = "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    (tmp_path / "run" / "ranks" / "1" / "error.json").write_text(json.dumps(err))
+    rec = load_run(str(tmp_path / "run"))
+    assert live.crash_verdict(rec, all_states(rec, 5.0, Config())) is None
