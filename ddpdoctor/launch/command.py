@@ -165,6 +165,7 @@ _COMMON = (
     "fail_on",
     "html_path",
     "job_store",
+    "verbose",
     "select",
     "ignore",
 )
@@ -200,6 +201,7 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
         quiet=quiet,
         html_path=common["html_path"],
         job_store=common["job_store"],
+        verbose=bool(common["verbose"]),
     )
 
 
@@ -218,9 +220,11 @@ def run_command(
     quiet: bool = False,
     html_path: str | None = None,
     job_store: str | None = None,
+    verbose: bool = False,
 ) -> Report:
     """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return.
-    ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE."""
+    ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE. A node of a job that
+    another node judged prints one line pointing at the judge's report, unless ``verbose``."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -291,5 +295,17 @@ def run_command(
             ),
         )
     report = attach_pictures(report, record, spec.pictures, html_path)
+    if outcome.judged_by and not verbose and not quiet:
+        # the report is the job's, the same on every node: printed once, by the node that judged the job
+        from ddpdoctor.render import RENDERERS
+
+        head = RENDERERS["text"](report).splitlines()[0].rstrip()
+        click.echo(
+            f"{head}: the job's report is printed by {outcome.judged_by}; this node's records: {report.run_dir} "
+            "(--verbose prints the report here too)",
+            err="-" in (json_path, junit_path),
+        )
+        emit(report, json_path, junit_path, quiet_text=True)
+        return report
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

@@ -228,6 +228,7 @@ class JobLink:
         self._verdict: dict[str, Any] | None = None  # the judge's verdict to publish
         self._stopping: str | None = None  # the judge ended a healthy run (--steps): tell the others
         self._notes: set[str] = set()
+        self._fetched = False  # every record of the job came from the judge (its report is the job's)
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
         self._judge_gone: tuple[float, dict[str, Any]] | None = None
@@ -593,6 +594,7 @@ class JobLink:
             last = self._get_doc(f"node/{n}", nodeview.S_NODE)
             self._mark_lost(int(n), info, last)
         self._set(f"got/{self.node}", nodeview.envelope("ddpdoctor.ack", self.addr.job, node=self.node))
+        self._fetched = True
 
     def _mark_lost(self, n: int, info: dict[str, Any], last: dict[str, Any] | None = None) -> None:
         if n in self.lost and last is None:
@@ -662,6 +664,15 @@ class JobLink:
             if running or final:
                 out[n] = self._lost_info(n, now)
         return out
+
+    def judged_by(self) -> str | None:
+        """After :meth:`finish`: the node that judged the job and wrote its report, when it is another node
+        and this one got every record from it ("node 0 (n0), its records in DIR"); else None."""
+        if self.judge or not self._fetched or not self._job:
+            return None
+        job = self._job
+        where = f", its records in {job['run_dir']}" if isinstance(job.get("run_dir"), str) else ""
+        return f"node {job.get('node', '?')} ({job.get('host') or 'host unknown'}){where}"
 
     def _job_node(self) -> Any:
         return (self._job or {}).get("node", "?")
@@ -806,6 +817,7 @@ class JobLink:
                     self.addr.job,
                     node=self.node,
                     host=self.host,
+                    run_dir=self.run_dir,
                     verdict=verdict,
                     stop=stop,
                     nodes=nodes,

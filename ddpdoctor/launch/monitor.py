@@ -47,6 +47,7 @@ class Outcome:
     """How the monitored run ended, as far as the caller needs to know (the rest is in the record)."""
 
     interrupted: bool
+    judged_by: str | None = None  # multi-node: the node that judged the job, when not this one ("node 0 (n0)")
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
@@ -271,7 +272,7 @@ class Monitor:
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
         if job:  # every node's records into RUN_DIR/nodes/ (bounded)
             job.finish(reader.refresh(full=False))
-        return Outcome(self._signal is not None)
+        return Outcome(self._signal is not None, job.judged_by() if job else None)
 
     def _enough(self, record: Any) -> str | None:
         """The --steps / --epochs the user asked for, reached on every rank."""

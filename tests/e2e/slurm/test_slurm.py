@@ -156,6 +156,9 @@ def test_healthy_job_needs_no_options_and_is_ok_on_every_node(slurm: SlurmCluste
         assert rep["verdict"] == "ok", rep["findings"]
         assert "multinode.partial-view" not in _ids(rep)
         assert [r["rank"] for r in rep["ranks"]] == [0, 1]
+    # the report is printed once, by the judge; node 1 points at it in one line
+    assert "no findings" in job.text(0) and "no findings" not in job.text(1)
+    assert re.search(r"OK \(exit code 0\): the job's report is printed by node 0 \(n0\), its records in ", job.text(1))
     jid = job.job_id()
     # the step's id and ports: no --rdzv-endpoint, --rdzv-id given; run directories name step, node and host
     assert re.search(rf"--rdzv-endpoint n0:2\d{{4}} --rdzv-id {jid}\.0\b", job.text())

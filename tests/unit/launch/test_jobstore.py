@@ -95,3 +95,13 @@ def test_a_node_never_joins_another_jobs_store(tmp_path: Path) -> None:
             link._thread.join(timeout=15)
             link._close()
         gc.unfreeze()
+
+
+def test_a_node_judged_elsewhere_points_at_the_judges_report() -> None:
+    link = JobLink.__new__(JobLink)  # no thread, no store: the state after the exchange of records
+    link.judge, link._fetched, link._job = False, True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
+    assert link.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
+    link._fetched = False  # the exchange did not finish: this node's report is its own
+    assert link.judged_by() is None
+    link.judge, link._fetched = True, True
+    assert link.judged_by() is None
