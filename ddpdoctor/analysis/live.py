@@ -218,6 +218,36 @@ def live_verdict(
     return None
 
 
+def crash_verdict(record: RunRecord, states: dict[int, RankState]) -> str | None:
+    """A job across nodes: a rank raised (an exception of its own, not a transport error: that is a victim's)
+    while other ranks still run. Its node's torchrun ends its own ranks at once; the other nodes' ranks would
+    wait in their next collective until gloo or NCCL gives up (or the timeout), so the judge ends the job now.
+    The exception is in the job's view already (record/nodeview.py carries it in one line)."""
+    from ddpdoctor.analysis.state import is_transport_error
+
+    raised = [
+        (float((record.ranks[r].error or {}).get("t") or s.ended_t or 0.0), r)
+        for r, s in states.items()
+        if s.state == "crashed" and record.ranks[r].error and not is_transport_error(record.ranks[r].error)
+    ]
+    running = [s for s in states.values() if not s.ended]
+    if not raised or not running:
+        return None
+    r = min(raised)[1]
+    err = record.ranks[r].error or {}
+    frame = err.get("user_frame")  # [file, line, function]
+    at = (
+        f" at {str(frame[0]).rsplit('/', 1)[-1]}:{frame[1]}"
+        if isinstance(frame, (list, tuple)) and len(frame) >= 2
+        else ""
+    )
+    message = str(err.get("message", "")).splitlines()[0][:160] if err.get("message") else ""
+    return (
+        f"rank {r} raised {err.get('type', 'an exception')}: {message}{at}; "
+        f"{ranks_phrase([s.rank for s in running])} still running"
+    )
+
+
 def status_line(record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None) -> str | None:
     """The live line shown while some rank waits: who waits where, who is busy where. ``states``:
     ``all_states(record, now, cfg)`` when the caller has it already."""

@@ -38,7 +38,21 @@ for _tool in (analyze, attach, compare, doctor, findings):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one line and an exit code for every user error."""
+    """Console entry point: one line and an exit code for every user error. Under SLURM, a command that runs a
+    script runs once per node (launch/leader.py: the node's other tasks wait for it and exit with its code)."""
+    args = sys.argv[1:] if argv is None else argv
+    if next((a for a in args if not a.startswith("-")), None) in COMMANDS:
+        import os
+
+        from ddpdoctor.launch.leader import per_node
+
+        with per_node(os.environ):
+            _main(argv)
+    else:
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
         sys.exit(rv if isinstance(rv, int) else 0)

@@ -21,7 +21,7 @@ OUTPUT_TITLE = "Output options"
 _GROUP = {
     **{name.lstrip("-").replace("-", "_"): TORCHRUN_TITLE for name, *_ in TORCHRUN_OPTIONS},
     "job_store": TORCHRUN_TITLE,
-    **dict.fromkeys(("json_path", "junit_path", "html_path", "fail_on", "select", "ignore"), OUTPUT_TITLE),
+    **dict.fromkeys(("json_path", "junit_path", "html_path", "fail_on", "select", "ignore", "verbose"), OUTPUT_TITLE),
 }
 
 
@@ -102,6 +102,12 @@ def run_options(f: Callable) -> Callable:
     """The options every command that runs a script shares."""
     f = click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")(f)
     f = output_options(f)
+    f = click.option(
+        "--verbose",
+        is_flag=True,
+        default=False,
+        help="Multi-node: print the job's report on every node.",
+    )(f)
     f = click.option(
         "--job-store",
         metavar="HOST:PORT",

@@ -31,9 +31,12 @@ TORCHRUN_OPTIONS = [
 
 
 def _default_nproc() -> str:
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and cvd.strip() not in ("", "-1"):
-        return str(len([d for d in cvd.split(",") if d.strip()]))
+    """The GPUs of the SLURM step on this node (SLURM_GPUS_ON_NODE), else CUDA_VISIBLE_DEVICES', else the
+    driver's, else 2."""
+    from ddpdoctor.launch.launchers import default_nproc
+
+    if (n := default_nproc(os.environ)) is not None:
+        return n
     try:
         import pynvml
 
@@ -55,9 +58,11 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
         raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
     if not spawn:  # srun, a PyTorchJob: the multi-node options from the launcher's environment
-        from ddpdoctor.launch.launchers import from_environment
+        from ddpdoctor.launch.launchers import from_environment, step_port_conflict
 
         opts = from_environment(opts, os.environ)[0]
+        if conflict := step_port_conflict(opts, os.environ):
+            raise DdpdoctorError(conflict)
     multi = any(
         opts.get(k) is not None
         for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
@@ -167,6 +172,7 @@ _COMMON = (
     "fail_on",
     "html_path",
     "job_store",
+    "verbose",
     "select",
     "ignore",
 )
@@ -202,6 +208,7 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
         quiet=quiet,
         html_path=common["html_path"],
         job_store=common["job_store"],
+        verbose=bool(common["verbose"]),
     )
 
 
@@ -220,9 +227,11 @@ def run_command(
     quiet: bool = False,
     html_path: str | None = None,
     job_store: str | None = None,
+    verbose: bool = False,
 ) -> Report:
     """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return.
-    ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE."""
+    ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE. A node of a job that
+    another node judged prints one line pointing at the judge's report, unless ``verbose``."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -293,5 +302,17 @@ def run_command(
             ),
         )
     report = attach_pictures(report, record, spec.pictures, html_path)
+    if outcome.judged_by and not verbose and not quiet:
+        # the report is the job's, the same on every node: printed once, by the node that judged the job
+        from ddpdoctor.render import RENDERERS
+
+        head = RENDERERS["text"](report).splitlines()[0].rstrip()
+        click.echo(
+            f"{head}: the job's report is printed by {outcome.judged_by}; this node's records: {report.run_dir} "
+            "(--verbose prints the report here too)",
+            err="-" in (json_path, junit_path),
+        )
+        emit(report, json_path, junit_path, quiet_text=True)
+        return report
     emit(report, json_path, junit_path, quiet_text=quiet)
     return report

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import gc
+import json
 import os
 import socket
 import threading
@@ -60,6 +61,34 @@ STORE_ERRORS = (RuntimeError, OSError, ValueError, ImportError)
 K_JOB = "job"  # monitor.jsonl: the job store was reached (address, role, node)
 K_NODE_LOST = "node_lost"  # monitor.jsonl: a node (host, ranks) stopped answering
 K_JOB_NOTE = "job_note"  # monitor.jsonl: something the job store said that was ignored or failed
+OWNER_KEY = "ddpdoctor/owner"  # the store's first value, set by the node that serves it: the job it serves
+S_OWNER = "ddpdoctor.owner"
+OWNER_WAIT_S = 5.0  # a client waits this long for the owner value (the server sets it right after it starts)
+
+
+class ForeignStore(RuntimeError):
+    """The store at the job store's address serves another job (or is not a ddpdoctor job store at all)."""
+
+
+def owner_value(job: str, host: str) -> bytes:
+    """The value at :data:`OWNER_KEY`: which job the store serves, and where."""
+    return nodeview.envelope(S_OWNER, job, host=host)
+
+
+def owner_mismatch(raw: bytes | None, job: str) -> str | None:
+    """Why a store whose owner value is ``raw`` is not this job's (None when it is): two jobs that happen to
+    share a host:port (two SLURM jobs on one node, two torchruns given the same endpoint) are told apart."""
+    if raw is None:
+        return "it is not a ddpdoctor job store (no owner value)"
+    doc, _note = nodeview.parse(raw, S_OWNER, job)
+    if doc is not None:
+        return None
+    try:
+        other = json.loads(raw)
+        other_job = other.get("job") if isinstance(other, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        other_job = None
+    return f"it serves job {str(other_job)[:60]!r}" if other_job is not None else "its owner value does not decode"
 
 
 @dataclass(frozen=True)
@@ -182,7 +211,7 @@ class JobLink:
         self.log = JsonlWriter(os.path.join(run_dir, schema.MONITOR))
         self.prefix = f"ddpdoctor/{addr.job}/"
         self.judge = False
-        self.state = "connecting"  # connecting | linked | unreachable | closed
+        self.state = "connecting"  # connecting | linked | unreachable | foreign (another job's) | closed
         self.node: int | None = None
         self.host = socket.gethostname()
         self._lock = threading.Lock()
@@ -199,6 +228,7 @@ class JobLink:
         self._verdict: dict[str, Any] | None = None  # the judge's verdict to publish
         self._stopping: str | None = None  # the judge ended a healthy run (--steps): tell the others
         self._notes: set[str] = set()
+        self._fetched = False  # every record of the job came from the judge (its report is the job's)
         self.lost: dict[int, dict[str, Any]] = {}
         self.dumped: str | None = None
         self._judge_gone: tuple[float, dict[str, Any]] | None = None
@@ -385,12 +415,18 @@ class JobLink:
             return (str(v.get("mode")), f"{v.get('reason')} (judged on node {self._job_node()})") if v else None
         # the job is judged on the views of every node's ranks rebuilt now (see view); lost nodes always
         fresh = self.fresh(now)
-        got = live.live_verdict(merged, self.cfg, now, self._states_of(merged, now)) if fresh else None
         lost = self._lost_now(now)
-        if got is None and lost:
+        got = None
+        if fresh and not lost:
+            states = self._states_of(merged, now)
+            crash = live.crash_verdict(merged, states)
+            # a crash anywhere ends the job at once, like a deadlock: its exception is known already
+            got = ("crash", crash) if crash else live.live_verdict(merged, self.cfg, now, states)
+        if lost:
+            # a lost node is the cause: the ranks that wait for it are its victims, whatever they wait in
             n, info = next(iter(lost.items()))
             got = (
-                "certain",
+                "lost",
                 (
                     f"node {n} ({info.get('host')}, {ranks_phrase(info.get('ranks') or [])}) stopped "
                     f"answering {now - info.get('seen', now):.0f} s ago: lost"
@@ -454,7 +490,7 @@ class JobLink:
         self._wake.set()
         self._thread.join(timeout=OP_TIMEOUT_S * 2 + 1)
         if self.state != "linked" or self._store is None:
-            self.state = "unreachable"
+            self.state = "foreign" if self.state == "foreign" else "unreachable"
             if self._judge_gone is not None:
                 t, job = self._judge_gone
                 n = job.get("node")
@@ -558,6 +594,7 @@ class JobLink:
             last = self._get_doc(f"node/{n}", nodeview.S_NODE)
             self._mark_lost(int(n), info, last)
         self._set(f"got/{self.node}", nodeview.envelope("ddpdoctor.ack", self.addr.job, node=self.node))
+        self._fetched = True
 
     def _mark_lost(self, n: int, info: dict[str, Any], last: dict[str, Any] | None = None) -> None:
         if n in self.lost and last is None:
@@ -596,6 +633,7 @@ class JobLink:
             None,
             note=f"job store {self.addr.host}:{self.addr.port} {self.state}",
             unreachable=True,
+            foreign=self.state == "foreign",
             store=f"{self.addr.host}:{self.addr.port}",
             judge=self._job_node() if self._job else None,
         )
@@ -627,6 +665,15 @@ class JobLink:
                 out[n] = self._lost_info(n, now)
         return out
 
+    def judged_by(self) -> str | None:
+        """After :meth:`finish`: the node that judged the job and wrote its report, when it is another node
+        and this one got every record from it ("node 0 (n0), its records in DIR"); else None."""
+        if self.judge or not self._fetched or not self._job:
+            return None
+        job = self._job
+        where = f", its records in {job['run_dir']}" if isinstance(job.get("run_dir"), str) else ""
+        return f"node {job.get('node', '?')} ({job.get('host') or 'host unknown'}){where}"
+
     def _job_node(self) -> Any:
         return (self._job or {}).get("node", "?")
 
@@ -634,6 +681,15 @@ class JobLink:
     def _run(self) -> None:
         try:
             self._connect()
+        except ForeignStore as e:
+            # never join another job's store: its verdicts and its records are not this job's
+            self.state = "foreign"
+            self._store = None
+            self._note(
+                f"job store {self.addr.host}:{self.addr.port} is not this job's ({e}; this job is "
+                f"{self.addr.job!r}): not joined; this node judges its own ranks only"
+            )
+            return
         except STORE_ERRORS as e:
             self.state = "unreachable"
             self._note(
@@ -702,6 +758,10 @@ class JobLink:
                     raise
                 time.sleep(0.5)
         self._store.set_timeout(timeout)
+        if self.judge:
+            self._store.set(OWNER_KEY, owner_value(self.addr.job, self.host))
+        else:
+            self._check_owner()
         self.state = "linked"
         self.log.write(
             K_JOB,
@@ -719,6 +779,17 @@ class JobLink:
             )
         else:
             self.say(f"job store: connected to {self.addr.host}:{self.addr.port} (job {self.addr.job!r})")
+
+    def _check_owner(self) -> None:
+        """A client: the store must name this job (:func:`owner_mismatch`), else :class:`ForeignStore`."""
+        deadline = time.time() + OWNER_WAIT_S
+        while not self._store.check([OWNER_KEY]):
+            if time.time() >= deadline or self._stop.is_set():
+                raise ForeignStore(owner_mismatch(None, self.addr.job) or "")
+            time.sleep(0.1)
+        why = owner_mismatch(bytes(self._store.get(OWNER_KEY)), self.addr.job)
+        if why:
+            raise ForeignStore(why)
 
     def _sync_publish(self) -> None:
         """Publish now from the caller's thread (a verdict's dump acknowledgement cannot wait a second)."""
@@ -746,6 +817,7 @@ class JobLink:
                     self.addr.job,
                     node=self.node,
                     host=self.host,
+                    run_dir=self.run_dir,
                     verdict=verdict,
                     stop=stop,
                     nodes=nodes,

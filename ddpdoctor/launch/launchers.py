@@ -1,8 +1,10 @@
 """Multi-node launchers: torchrun's multi-node options from the environment a launcher sets. Stdlib only.
 
-``srun ddpdoctor hang train.py`` on every node of an allocation needs no torchrun options: the
-number of nodes, this node's rank, the rendezvous endpoint (the first host of the node list) and its id (the
-job id) come from SLURM's variables. A Kubernetes PyTorchJob sets torchrun's own ``PET_*`` variables (with
+``srun ddpdoctor hang train.py`` on every node of an allocation needs no torchrun options: a job is its
+SLURM *job step*: the number of nodes, this node's rank and the rendezvous endpoint come from the step's node
+list (the first host of ``SLURM_STEP_NODELIST``, not of the allocation: a step may run on part of it), its id
+is ``JOBID.STEPID``, and its ports are the step's own (:func:`step_ports`: two jobs, or two steps, on the
+same nodes never share a rendezvous or a job store). A Kubernetes PyTorchJob sets torchrun's own ``PET_*`` variables (with
 torchrun in the container) or ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (one process per pod,
 ``WORLD_SIZE`` pods). Options given on the command line always win; a value is only ever filled in where the
 user gave none. Which source was used is returned, so the run's first line can say so.
@@ -12,9 +14,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_PORT = 29500  # torchrun's default --master-port
+# SLURM: each job step's rendezvous port is PORT_BASE + 2 * slot (the job store the next one), slot from the
+# job and step ids, so that two jobs (or two steps of one job) on the same nodes never meet: 20000-27999,
+# below Linux's ephemeral range (32768-60999), where the kernel's own picks would collide with it
+PORT_BASE = 20000
+PORT_SLOTS = 4000
+STEP_STRIDE = 16  # consecutive job ids are this many slots apart: up to 16 steps of a job never meet another's
 
 # the option keys (click's names) that make a run multi-node; without any of them ddpdoctor passes --standalone
 MULTI_KEYS = ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
@@ -103,6 +112,73 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.strip().isdigit() else None
 
 
+def step_ports(job: str, step: str) -> tuple[int, int]:
+    """(rendezvous port, job store port) of a SLURM job step: ``PORT_BASE + 2 * slot`` and the next one,
+    ``slot = (job * STEP_STRIDE + step) % PORT_SLOTS``, the same on every node of the step without any
+    message between them. Non-numeric ids (a heterogeneous job's ``123+1``) are hashed stably."""
+
+    def num(text: str) -> int:
+        text = text.strip()
+        return int(text) if text.isdigit() else sum((i + 1) * ord(c) for i, c in enumerate(text))
+
+    slot = (num(job) * STEP_STRIDE + num(step)) % PORT_SLOTS
+    return PORT_BASE + 2 * slot, PORT_BASE + 2 * slot + 1
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """The SLURM job step this process is a task of (:func:`slurm_step`)."""
+
+    job: str  # SLURM_JOB_ID
+    step: str  # SLURM_STEP_ID ("0" when SLURM gives none)
+    hosts: tuple[str, ...]  # the step's nodes, in order
+    nnodes: int
+    node: int | None  # this node's index in the step
+    host: str  # this node's name (SLURMD_NODENAME)
+    local_id: int  # this task's index on its node (SLURM_LOCALID): 0 leads, see launch/leader.py
+    gpus: int | None  # the GPUs of the step on this node (SLURM_GPUS_ON_NODE)
+
+    @property
+    def id(self) -> str:
+        """``JOBID.STEPID``: the rendezvous id, and the job store's job."""
+        return f"{self.job}.{self.step}"
+
+
+def slurm_step(env: Mapping[str, str]) -> SlurmStep | None:
+    """The job step of a SLURM task (srun), from the step's variables (those of the allocation only where
+    the step's are missing, e.g. in the batch script); None outside SLURM or with a node list that does not
+    parse."""
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not job or not nodelist:
+        return None
+    try:
+        hosts = expand_nodelist(nodelist)
+    except NodeListError:
+        return None
+    stepped = bool(env.get("SLURM_STEP_NODELIST"))
+    nnodes = (
+        (_int(env.get("SLURM_STEP_NUM_NODES")) if stepped else None)
+        or (None if stepped else _int(env.get("SLURM_NNODES")) or _int(env.get("SLURM_JOB_NUM_NODES")))
+        or len(hosts)
+    )
+    host = env.get("SLURMD_NODENAME") or ""
+    # the node's index in the step: SLURM_NODEID counts the step's nodes; the host's place in the step's
+    # list is the same and does not depend on which SLURM version set which variable
+    node = hosts.index(host) if host in hosts else _int(env.get("SLURM_NODEID"))
+    step = (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "0").strip()
+    return SlurmStep(
+        job=job,
+        step=step,
+        hosts=tuple(hosts),
+        nnodes=nnodes,
+        node=node,
+        host=host or (hosts[node] if node is not None and node < len(hosts) else ""),
+        local_id=_int(env.get("SLURM_LOCALID")) or 0,
+        gpus=_int(env.get("SLURM_GPUS_ON_NODE")),
+    )
+
+
 def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, Any], str | None]:
     """The torchrun options with what the launcher's environment says filled in where the user gave
     nothing; and the source used (``"SLURM"``, ``"PET_*"``, ``"MASTER_ADDR/WORLD_SIZE"``) or None."""
@@ -115,9 +191,9 @@ def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[d
         return out, "PET_*"
     if any(_given(out, k) for k in ("rdzv_endpoint", "rdzv_backend")) and _given(out, "nnodes"):
         return out, None  # a complete multi-node command line: nothing to add
-    slurm = _slurm(env)
+    slurm = slurm_step(env)
     if slurm is not None:
-        nnodes, node_id, first, job = slurm
+        nnodes, node_id, first = slurm.nnodes, slurm.node, slurm.hosts[0]
         if nnodes <= 1:
             return out, None
         static = _given(out, "master_addr") or _given(out, "master_port")
@@ -127,8 +203,8 @@ def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[d
             if not _given(out, "node_rank") and node_id is not None:
                 out["node_rank"] = node_id
             return out, "SLURM"
-        port = _int(env.get("MASTER_PORT")) or DEFAULT_PORT
-        for k, v in (("rdzv_backend", "c10d"), ("rdzv_endpoint", f"{first}:{port}"), ("rdzv_id", job)):
+        port = _int(env.get("MASTER_PORT")) or step_ports(slurm.job, slurm.step)[0]
+        for k, v in (("rdzv_backend", "c10d"), ("rdzv_endpoint", f"{first}:{port}"), ("rdzv_id", slurm.id)):
             if not _given(out, k):
                 out[k] = v
         return out, "SLURM"
@@ -143,26 +219,62 @@ def from_environment(opts: Mapping[str, Any], env: Mapping[str, str]) -> tuple[d
     return out, None
 
 
-def _slurm(env: Mapping[str, str]) -> tuple[int, int | None, str, str] | None:
-    """(nodes, this node's id, first host, job id) of a SLURM allocation, or None outside one."""
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or env.get("SLURM_STEP_NODELIST")
-    if not job or not nodelist:
-        return None
-    try:
-        hosts = expand_nodelist(nodelist)
-    except NodeListError:
-        return None
-    nnodes = (
-        _int(env.get("SLURM_STEP_NUM_NODES"))
-        or _int(env.get("SLURM_NNODES"))
-        or _int(env.get("SLURM_JOB_NUM_NODES"))
-        or len(hosts)
-    )
-    return nnodes, _int(env.get("SLURM_NODEID")), hosts[0], job
-
-
 def max_nodes(nnodes: Any) -> int:
     """The most nodes ``--nnodes`` allows: ``2`` -> 2, ``1:4`` -> 4; 1 when not given or not a number."""
     text = str(nnodes or "1").split(":")[-1].strip()
     return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def port_taken(port: int) -> bool:
+    """Something listens on ``port`` on this host (any address). SO_REUSEADDR: a port whose last connections
+    linger in TIME_WAIT is free (torch's stores bind it the same way), one with a listener is not."""
+    import socket
+
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port))
+        except OSError as e:
+            import errno
+
+            if e.errno == errno.EADDRINUSE:
+                return True
+        finally:
+            s.close()
+    return False
+
+
+def step_port_conflict(opts: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """On the first node of a SLURM step, before torchrun starts: the step's rendezvous or job store port
+    already has a listener here (another job's, most likely). torchrun would then silently join that job's
+    rendezvous store as a client; this says so in one line instead. None when free, elsewhere, or not SLURM."""
+    slurm = slurm_step(env)
+    endpoint = str(opts.get("rdzv_endpoint") or "")
+    if slurm is None or slurm.node != 0 or slurm.nnodes <= 1 or not endpoint.startswith(f"{slurm.hosts[0]}:"):
+        return None
+    port = _int(endpoint.rpartition(":")[2])
+    if port is None:
+        return None
+    for p, what in ((port, "rendezvous"), (port + 1, "job store")):
+        if port_taken(p):
+            return (
+                f"port {p} on {slurm.host or slurm.hosts[0]}, the {what} port of job step {slurm.id}, is already "
+                f"in use (another job on this node?): set MASTER_PORT to a free port for this step"
+            )
+    return None
+
+
+def default_nproc(env: Mapping[str, str]) -> str | None:
+    """``--nproc-per-node`` from the launcher: the GPUs of the SLURM step on this node, else those of
+    CUDA_VISIBLE_DEVICES; None when neither says (the caller asks the driver, else uses 2)."""
+    step = slurm_step(env)
+    if step is not None and step.gpus:
+        return str(step.gpus)
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() not in ("", "-1"):
+        return str(len([d for d in cvd.split(",") if d.strip()]))
+    return None

@@ -47,6 +47,7 @@ class Outcome:
     """How the monitored run ended, as far as the caller needs to know (the rest is in the record)."""
 
     interrupted: bool
+    judged_by: str | None = None  # multi-node: the node that judged the job, when not this one ("node 0 (n0)")
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
@@ -84,6 +85,12 @@ def _forward(pipe: Any, out: Any | None, log: Any) -> None:
 
 
 POLL_S = 0.2  # the heartbeat period is 0.25 s: polling faster only costs the ranks CPU
+_VERDICT_WORD = {
+    "certain": "deadlock",
+    "crash": "crash",
+    "lost": "lost node",
+    "timeout": "hang",
+}  # the live line, by mode
 
 
 def poll_records(
@@ -199,7 +206,7 @@ class Monitor:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
                         say(
-                            f"{'deadlock' if verdict[0] == 'certain' else 'hang'}: {verdict[1]}; "
+                            f"{_VERDICT_WORD.get(verdict[0], 'hang')}: {verdict[1]}; "
                             "collecting stacks and stopping the run"
                         )
                     self._collect_dumps(reader)
@@ -265,7 +272,7 @@ class Monitor:
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
         if job:  # every node's records into RUN_DIR/nodes/ (bounded)
             job.finish(reader.refresh(full=False))
-        return Outcome(self._signal is not None)
+        return Outcome(self._signal is not None, job.judged_by() if job else None)
 
     def _enough(self, record: Any) -> str | None:
         """The --steps / --epochs the user asked for, reached on every rank."""

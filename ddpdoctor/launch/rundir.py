@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -16,9 +17,41 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import write_json_atomic
 
 
-def default_run_dir(command: str) -> str:
+def run_name(command: str, env: Mapping[str, str], stamp: str, pid: int) -> str:
+    """The default run directory's name. Under SLURM it names the job step, the node and its host
+    (``hang-4242.0-n1-gpu08-20260101-120000``), so that every node's directory on a shared filesystem is told
+    apart; elsewhere ``hang-<time>-<pid>``."""
+    from ddpdoctor.launch.launchers import slurm_step
+
+    step = slurm_step(env)
+    if step is None:
+        return f"{command}-{stamp}-{pid}"
+    node = "" if step.node is None else f"-n{step.node}"
+    host = "".join(c if c.isalnum() or c in "-." else "_" for c in (step.host or socket.gethostname()))
+    return f"{command}-{step.id}{node}-{host}-{stamp}"
+
+
+def default_run_dir(command: str, env: Mapping[str, str] | None = None) -> str:
+    """A new, empty run directory under ./ddpdoctor-runs, made now (``os.mkdir``: two processes never get
+    the same one; a name taken already gets ``-2``, ``-3``...)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join(os.getcwd(), "ddpdoctor-runs", f"{command}-{stamp}-{os.getpid()}")
+    base = os.path.join(
+        os.getcwd(), "ddpdoctor-runs", run_name(command, os.environ if env is None else env, stamp, os.getpid())
+    )
+    try:
+        os.makedirs(os.path.dirname(base), exist_ok=True)
+    except OSError:
+        return base  # create() says why, in one line
+    for i in range(1, 1000):
+        path = base if i == 1 else f"{base}-{i}"
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+        except OSError:
+            return path
+    return base
 
 
 def create(path: str, manifest_fields: dict[str, Any]) -> str:

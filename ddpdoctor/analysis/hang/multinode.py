@@ -134,12 +134,19 @@ def adjust(record: RunRecord, findings: list[Finding]) -> list[Finding]:
         ]
     lost = {r for f in findings if f.id == LOST_ID for r in f.culprits}
     if lost:
+        # the lost node is the cause, at any stage (rendezvous, init, training, teardown): every wait of the
+        # others is its victim (a hang whose culprits are the survivors waiting for it, in init_process_group
+        # or a collective, says nothing more), and so is a transport error; the lost node leads the report
         findings = [
             f
             for f in findings
             if f.id == LOST_ID
-            or not (f.id.startswith(_EXPLAINED_BY_LOSS) and set(f.culprits) <= lost | _transport_ranks(record))
+            or not (
+                f.id.startswith("hang.")
+                or (f.id.startswith(_EXPLAINED_BY_LOSS) and set(f.culprits) <= lost | _transport_ranks(record))
+            )
         ]
+        findings = [f for f in findings if f.id == LOST_ID] + [f for f in findings if f.id != LOST_ID]
     nodes = nodes_of(record)
     if len({v for v in nodes.values()}) <= 1:
         return findings
@@ -173,5 +180,7 @@ def unreachable_note(record: RunRecord) -> str | None:
         if e.get("kind") == K_JOB_NOTE and e.get("unreachable"):
             judge = e.get("judge")
             by = f" (served by node {judge}'s ddpdoctor)" if judge is not None else ""
+            if e.get("foreign"):
+                return f"the job store {e.get('store')} serves another job, and this node did not join it"
             return f"the job store {e.get('store')}{by} was unreachable from this node"
     return None

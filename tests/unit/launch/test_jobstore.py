@@ -4,7 +4,20 @@ an explicit --job-store or DDPDOCTOR_JOB_STORE, IPv6 addresses; the node a run d
 
 from __future__ import annotations
 
-from ddpdoctor.launch.jobstore import StoreAddr, node_of, resolve, store_address
+import json
+import time
+from pathlib import Path
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.launch.jobstore import (
+    JobLink,
+    StoreAddr,
+    node_of,
+    owner_mismatch,
+    owner_value,
+    resolve,
+    store_address,
+)
 from ddpdoctor.record.reader import RankRecord, RunRecord
 
 
@@ -39,3 +52,56 @@ def test_node_of_reads_the_ranks_start_events() -> None:
     assert node_of(RunRecord("/run", {}, ranks, [])) == (1, "gpu08", [4, 5])
     mixed = {**ranks, 6: RankRecord(6, events=[{"kind": "start", "node_rank": 2, "host": "gpu08"}])}
     assert node_of(RunRecord("/run", {}, mixed, []))[0] is None
+
+
+def test_an_owner_value_tells_two_jobs_apart() -> None:
+    assert owner_mismatch(owner_value("8.0", "n0"), "8.0") is None
+    assert owner_mismatch(owner_value("8.0", "n0"), "9.0") == "it serves job '8.0'"
+    assert owner_mismatch(None, "9.0") == "it is not a ddpdoctor job store (no owner value)"
+    assert owner_mismatch(b"\xff", "9.0") == "its owner value does not decode"
+
+
+def test_a_node_never_joins_another_jobs_store(tmp_path: Path) -> None:
+    """Two jobs on one host:port (two SLURM jobs on one node, two torchruns given one endpoint): the second
+    job's node finds the store held by the first, says so in one line, and judges its own ranks."""
+    import gc
+
+    from helpers import free_port
+
+    port = free_port()
+    said: dict[str, list[str]] = {"a": [], "b": []}
+    links = {}
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            addr = StoreAddr("127.0.0.1", port, f"job-{name}", 2, "rdzv-endpoint")
+            links[name] = JobLink(addr, str(tmp_path / name), Config(timeout=20), said[name].append)
+            deadline = time.time() + 20
+            while links[name].state == "connecting" and time.time() < deadline:
+                time.sleep(0.05)
+        assert links["a"].state == "linked" and links["a"].judge
+        assert links["b"].state == "foreign" and not links["b"].linked()
+        assert said["b"] == [
+            f"job store 127.0.0.1:{port} is not this job's (it serves job 'job-a'; this job is 'job-b'): not "
+            "joined; this node judges its own ranks only"
+        ]
+        links["b"].finish(RunRecord(str(tmp_path / "b"), {}, {}, []))
+        notes = [json.loads(x) for x in (tmp_path / "b" / "monitor.jsonl").read_text().splitlines()]
+        assert any(n.get("foreign") and n.get("unreachable") for n in notes)  # multinode.partial-view reads it
+    finally:
+        for link in links.values():
+            link._stop.set()
+            link._wake.set()
+            link._thread.join(timeout=15)
+            link._close()
+        gc.unfreeze()
+
+
+def test_a_node_judged_elsewhere_points_at_the_judges_report() -> None:
+    link = JobLink.__new__(JobLink)  # no thread, no store: the state after the exchange of records
+    link.judge, link._fetched, link._job = False, True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
+    assert link.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
+    link._fetched = False  # the exchange did not finish: this node's report is its own
+    assert link.judged_by() is None
+    link.judge, link._fetched = True, True
+    assert link.judged_by() is None

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.launch.launchers import NodeListError, expand_nodelist, from_environment, max_nodes
+from ddpdoctor.launch.launchers import (
+    PORT_BASE,
+    PORT_SLOTS,
+    NodeListError,
+    default_nproc,
+    expand_nodelist,
+    from_environment,
+    max_nodes,
+    slurm_step,
+    step_port_conflict,
+    step_ports,
+)
 
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_NODEID": "1"}
 
@@ -46,8 +57,8 @@ def test_a_slurm_allocation_gives_the_rendezvous() -> None:
         "nproc_per_node": "4",
         "nnodes": "2",
         "rdzv_backend": "c10d",
-        "rdzv_endpoint": "gpu07:29500",
-        "rdzv_id": "4242",
+        "rdzv_endpoint": f"gpu07:{step_ports('4242', '0')[0]}",
+        "rdzv_id": "4242.0",
     }
 
 
@@ -76,3 +87,60 @@ def test_pytorchjob_variables() -> None:
 
 def test_max_nodes() -> None:
     assert [max_nodes(x) for x in (None, "2", "1:4", "x", 0)] == [1, 2, 4, 1, 1]
+
+
+# srun -N2 inside an allocation of n[0-2]: the step runs on n[1-2] (issue 35)
+STEP = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_JOB_NODELIST": "n[0-2]",
+    "SLURM_NNODES": "3",
+    "SLURM_JOB_NUM_NODES": "3",
+    "SLURM_STEP_ID": "3",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURMD_NODENAME": "n2",
+    "SLURM_LOCALID": "0",
+}
+
+
+def test_a_job_is_its_step_the_steps_nodes_its_id_and_its_ports() -> None:
+    out, source = from_environment({}, STEP)
+    rdzv, store = step_ports("77", "3")
+    assert source == "SLURM" and store == rdzv + 1
+    assert out == {"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": f"n1:{rdzv}", "rdzv_id": "77.3"}
+    step = slurm_step(STEP)
+    assert step is not None and step.hosts == ("n1", "n2") and step.node == 1 and step.id == "77.3"
+    # static rendezvous: the node rank is the node's place in the step, not in the allocation
+    assert from_environment({"master_addr": "n1"}, dict(STEP, SLURM_NODEID="2"))[0]["node_rank"] == 1
+
+
+def test_two_jobs_or_two_steps_never_share_their_ports() -> None:
+    ports = {step_ports(str(job), str(step))[0] for job in range(1000, 1200) for step in range(16)}
+    assert len(ports) == 200 * 16  # consecutive jobs with up to 16 steps each: all apart
+    assert all(PORT_BASE <= p < PORT_BASE + 2 * PORT_SLOTS and p % 2 == 0 for p in ports)
+    assert step_ports("123+1", "0") == step_ports("123+1", "0")  # a heterogeneous job's id: stable
+    assert from_environment({}, dict(STEP, MASTER_PORT="31000"))[0]["rdzv_endpoint"] == "n1:31000"
+
+
+def test_the_first_node_checks_the_steps_ports_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen(1)
+        taken = s.getsockname()[1]
+        env = dict(STEP, SLURMD_NODENAME="n1", MASTER_PORT=str(taken))
+        opts = from_environment({}, env)[0]
+        msg = step_port_conflict(opts, env)
+        assert msg is not None and f"port {taken} on n1" in msg and "77.3" in msg and "MASTER_PORT" in msg
+        assert step_port_conflict(opts, STEP) is None  # node 1 of the step does not serve it: no check
+        env1 = dict(env, MASTER_PORT=str(taken - 1))  # the job store port (the next one) is taken
+        if step_port_conflict(from_environment({}, env1)[0], env1) is not None:
+            assert "job store" in str(step_port_conflict(from_environment({}, env1)[0], env1))
+
+
+def test_nproc_defaults_to_the_steps_gpus() -> None:
+    assert default_nproc(dict(STEP, SLURM_GPUS_ON_NODE="4", CUDA_VISIBLE_DEVICES="0")) == "4"
+    assert default_nproc({"CUDA_VISIBLE_DEVICES": "0,1,2"}) == "3"
+    assert default_nproc({"CUDA_VISIBLE_DEVICES": ""}) is None and default_nproc({}) is None

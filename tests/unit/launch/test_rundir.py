@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.errors import DdpdoctorError, ExitCode
-from ddpdoctor.launch.rundir import create, default_run_dir
+from ddpdoctor.launch.rundir import create, default_run_dir, run_name
 from ddpdoctor.record.reader import read_manifest
 
 
@@ -49,3 +49,21 @@ def test_the_default_run_directory_is_under_the_working_directory(
     d = Path(default_run_dir("memleak"))
     assert d.parent == tmp_path / "ddpdoctor-runs"
     assert d.name.startswith("memleak-") and d.name.endswith(f"-{os.getpid()}")
+
+
+def test_under_slurm_the_run_directory_names_the_step_node_and_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_ID": "1",
+        "SLURM_STEP_NODELIST": "gpu[07-08]",
+        "SLURMD_NODENAME": "gpu08",
+    }
+    assert run_name("hang", env, "20260101-120000", 7) == "hang-4242.1-n1-gpu08-20260101-120000"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("ddpdoctor.launch.rundir.time.strftime", lambda fmt: "20260101-120000")
+    # made atomically: two processes of one node and second never get the same directory
+    a, b = default_run_dir("hang", env), default_run_dir("hang", env)
+    assert a != b and os.path.isdir(a) and os.path.isdir(b) and b == a + "-2"
+    assert create(a, {}) == a  # the command fills the empty directory it was given

@@ -24,6 +24,7 @@ from ddpdoctor.launch.launchers import (
     expand_nodelist,
     from_environment,
     max_nodes,
+    step_ports,
 )
 from ddpdoctor.record import nodeview
 from ddpdoctor.record.reader import load_run, load_runs
@@ -64,12 +65,13 @@ SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[01-04,07]", "SLURM_
 def test_srun_gives_nnodes_rendezvous_on_the_first_host_and_the_job_id():
     opts, src = from_environment({}, SLURM)
     assert src == "SLURM"
-    assert opts == {"nnodes": "5", "rdzv_backend": "c10d", "rdzv_endpoint": "node01:29500", "rdzv_id": "4242"}
+    port = step_ports("4242", "0")[0]  # no SLURM_STEP_ID: step 0
+    assert opts == {"nnodes": "5", "rdzv_backend": "c10d", "rdzv_endpoint": f"node01:{port}", "rdzv_id": "4242.0"}
 
 
 def test_explicit_options_win_over_slurm():
     opts, _ = from_environment({"rdzv_endpoint": "head:1234", "nnodes": None}, SLURM)
-    assert opts["rdzv_endpoint"] == "head:1234" and opts["nnodes"] == "5" and opts["rdzv_id"] == "4242"
+    assert opts["rdzv_endpoint"] == "head:1234" and opts["nnodes"] == "5" and opts["rdzv_id"] == "4242.0"
     opts, _ = from_environment({"master_addr": "10.0.0.1", "master_port": 29600}, SLURM)
     assert opts == {"master_addr": "10.0.0.1", "master_port": 29600, "nnodes": "5", "node_rank": 3}
     opts, src = from_environment({"nnodes": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "h:1"}, SLURM)
@@ -98,7 +100,7 @@ def test_torchrun_args_under_srun_are_multi_node(monkeypatch):
         monkeypatch.setenv(k, v)
     args = torchrun_args({"nproc_per_node": "2"}, spawn=False)
     assert "--standalone" not in args
-    assert args[args.index("--rdzv-endpoint") + 1] == "node01:29500"
+    assert args[args.index("--rdzv-endpoint") + 1] == f"node01:{step_ports('4242', '0')[0]}"
     assert args[args.index("--nnodes") + 1] == "5"
     assert max_nodes("1:4") == 4 and max_nodes(None) == 1
 
@@ -457,3 +459,38 @@ def test_a_node_value_is_a_header_line_then_its_ranks(tmp_path):
     assert [d["r"] for d in json.loads((tmp_path / "m" / nodeview.LIVE_ONLY).read_text())["ranks"]] == [0, 1]
     bad, _ = nodeview.parse(raw.split(b"\n")[0] + b"\nnot json", nodeview.S_NODE, "j")
     assert nodeview.node_ranks(bad) == []
+
+
+def test_a_lost_node_leads_the_report_and_the_survivors_waits_are_its_victims(tmp_path):
+    """Issue 35: node 1 SIGKILLed while the survivors wait (here in an all_reduce, as in init_process_group):
+    the report's first finding is the lost node, not a hang whose culprits are the ranks waiting for it."""
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.hb(0, 40.0, 4, pending("all_reduce", 4, 20, 5.0)).hb(1, 5.0, 3, where=44)
+    b.add(None, "monitor.jsonl", "verdict", 40.0, mode="timeout", reason="rank 0 waited 35 s (--timeout 30)")
+    b.add(None, "monitor.jsonl", "exit", 41.0, returncode=1)
+    b.add(None, "monitor.jsonl", multinode.K_NODE_LOST, 16.0, node=1, host="n1", ranks=[1], seen=5.2, last_t=5.0)
+    rep = diagnose(load_run(str(tmp_path / "run")), Config(timeout=30))
+    assert rep.findings[0].id == "multinode.lost-node", [f.id for f in rep.findings]
+    assert not any(f.id.startswith("hang.") for f in rep.findings), [f.id for f in rep.findings]
+
+
+def test_a_crash_anywhere_is_a_live_verdict_while_other_ranks_run(tmp_path):
+    from ddpdoctor.analysis.state import all_states
+
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.hb(0, 5.0, 8, step=8).hb(1, 4.0, 6, where=44, step=6)
+    err = {"type": "RuntimeError", "message": "bad batch on node 1", "user_frame": ["/work/train.py", 32, "main"]}
+    (tmp_path / "run" / "ranks" / "1" / "error.json").write_text(json.dumps(err))
+    rec = load_run(str(tmp_path / "run"))
+    reason = live.crash_verdict(rec, all_states(rec, 5.0, Config()))
+    assert reason is not None and reason.startswith("rank 1 raised RuntimeError: bad batch on node 1")
+    assert reason.endswith("rank 0 still running")
+    # a transport error is a victim's, not a crash of its own
+    err["message"] = "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    (tmp_path / "run" / "ranks" / "1" / "error.json").write_text(json.dumps(err))
+    rec = load_run(str(tmp_path / "run"))
+    assert live.crash_verdict(rec, all_states(rec, 5.0, Config())) is None

@@ -1,0 +1,129 @@
+"""One ddpdoctor per node under SLURM: when a step starts more tasks than nodes (``--ntasks-per-node=2``,
+one task per GPU), task 0 of each node (``SLURM_LOCALID=0``) leads: it runs torchrun, which starts every rank
+of the node. The node's other tasks say so in one line, wait for the leader, and exit with its exit code.
+Without this, every task would start a torchrun of its own, and they would race for the job's nodes: a
+job formed by half of them, the others' torchruns crashing, and a false OK from ddpdoctors whose ranks never
+ran.
+
+The leader writes ``<tmp>/ddpdoctor-<uid>/<job>.<step>-<host>.leader`` (its pid and start time) before
+anything else, and ``.rc`` (its exit code) as it exits; the followers wait for the first, then for the
+second or for the leader's process to end. Local files: the tasks of one node share its /tmp."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+
+from ddpdoctor.launch.launchers import SlurmStep, slurm_step
+
+START_WAIT_S = 120.0  # a follower waits this long for its node's task 0 to start
+POLL_S = 0.3
+STALE_S = 60.0  # a leader file written this long before a follower started is not its leader's
+
+
+def _base(step: SlurmStep, tmp: str | None = None) -> str:
+    d = os.path.join(tmp or tempfile.gettempdir(), f"ddpdoctor-{os.getuid()}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    host = "".join(c if c.isalnum() or c in "-._" else "_" for c in (step.host or "node"))
+    return os.path.join(d, f"{step.job}.{step.step}-{host}")
+
+
+def _write(path: str, data: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)  # atomic: a follower never reads half a file
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int, created: float) -> bool:
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - created) < 1.0  # not a reused pid
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+
+
+def follow(step: SlurmStep, say=None, tmp: str | None = None, start_wait: float = START_WAIT_S) -> int:
+    """A follower: wait (bounded while the leader has not started; then as long as it runs) and return the
+    leader's exit code: 4 (not run) when it never started, 1 when it ended without one (killed)."""
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    base = _base(step, tmp)
+    say(
+        f"ddpdoctor: task {step.local_id} on {step.host or 'this node'} of job step {step.id} waits for task 0, "
+        f"which runs this node's ranks (one ddpdoctor per node: --ntasks-per-node=1 starts no extra task)"
+    )
+    import psutil
+
+    # the tasks of a step start within seconds of each other: files older than that are another step's
+    # of the same ids (a cluster whose job ids started again), never this leader's
+    me = psutil.Process().create_time() - STALE_S
+    deadline = time.time() + start_wait
+    lead = _read(base + ".leader")
+    while lead is None or float(lead.get("created") or 0.0) < me:
+        if time.time() > deadline:
+            say(f"ddpdoctor: error: task 0 on {step.host or 'this node'} did not start within {start_wait:.0f} s")
+            return 4
+        time.sleep(POLL_S)
+        lead = _read(base + ".leader")
+    pid, created = int(lead.get("pid") or 0), float(lead.get("created") or 0.0)
+
+    def code() -> int | None:
+        rc = _read(base + ".rc")  # this leader's: it names its pid
+        ok = rc is not None and rc.get("pid") == pid and isinstance(rc.get("rc"), int)
+        return int(rc["rc"]) if ok and rc is not None else None
+
+    while True:
+        if (rc := code()) is not None:
+            return rc
+        if not _alive(pid, created):
+            if (rc := code()) is not None:  # it may have written it just before it ended
+                return rc
+            say(f"ddpdoctor: error: task 0 on {step.host or 'this node'} (pid {pid}) ended without an exit code")
+            return 1
+        time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def per_node(env: Mapping[str, str], tmp: str | None = None) -> Iterator[None]:
+    """Around a command that runs a script: a follower exits here with its leader's code; the leader records
+    its own exit code (the ``SystemExit`` it leaves with) for its followers. Outside SLURM: nothing."""
+    step = slurm_step(env)
+    if step is None or env.get("LOCAL_RANK") or env.get("TORCHELASTIC_RUN_ID"):
+        yield
+        return
+    if step.local_id != 0:
+        sys.exit(follow(step, tmp=tmp))
+    import psutil
+
+    base = _base(step, tmp)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(base + ".rc")
+    _write(base + ".leader", {"pid": os.getpid(), "created": psutil.Process().create_time()})
+    code: int = 5
+    try:
+        yield
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        raise
+    except KeyboardInterrupt:
+        code = 130
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            _write(base + ".rc", {"rc": code, "pid": os.getpid()})

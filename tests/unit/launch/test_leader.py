@@ -1,0 +1,79 @@
+"""One ddpdoctor per node under SLURM (launch/leader.py): task 0 of a node leads and records its exit code;
+the node's other tasks wait for it and exit with that code, or say why not (it never started, it was killed),
+in bounded time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.launch import leader
+from ddpdoctor.launch.launchers import slurm_step
+
+ENV = {
+    "SLURM_JOB_ID": "9",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NODELIST": "n[0-1]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURMD_NODENAME": "n0",
+    "SLURM_LOCALID": "0",
+}
+
+
+def test_the_leader_records_its_exit_code_and_a_follower_takes_it(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc, leader.per_node(ENV, tmp=str(tmp_path)):
+        sys.exit(3)
+    assert exc.value.code == 3
+    step = slurm_step(dict(ENV, SLURM_LOCALID="1"))
+    assert step is not None and step.local_id == 1
+    lines: list[str] = []
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path)) == 3
+    assert len(lines) == 1 and "task 1 on n0 of job step 9.0 waits for task 0" in lines[0]
+    assert "--ntasks-per-node=1" in lines[0]
+
+
+def test_a_follower_exits_with_the_leaders_code(tmp_path: Path) -> None:
+    with leader.per_node(ENV, tmp=str(tmp_path)):
+        pass  # the leader ends normally: 0
+    with pytest.raises(SystemExit) as exc:
+        with leader.per_node(dict(ENV, SLURM_LOCALID="1"), tmp=str(tmp_path)):
+            raise AssertionError("a follower never runs the command")
+    assert exc.value.code == 0
+
+
+def test_a_follower_does_not_wait_forever(tmp_path: Path) -> None:
+    step = slurm_step(dict(ENV, SLURM_LOCALID="1"))
+    assert step is not None
+    lines: list[str] = []
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path), start_wait=0.5) == 4
+    assert "did not start within" in lines[-1]
+    # a leader that was killed (its process gone, no exit code): 1, said in one line
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    base = leader._base(step, str(tmp_path))
+    import psutil
+
+    Path(base + ".leader").write_text(json.dumps({"pid": int(dead.stdout), "created": psutil.Process().create_time()}))
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path)) == 1
+    assert "ended without an exit code" in lines[-1]
+
+
+def test_a_stale_leader_of_the_same_ids_is_not_followed(tmp_path: Path) -> None:
+    """A cluster whose job ids started again: the files of an earlier step 1.0 on this node are ignored."""
+    step = slurm_step(dict(ENV, SLURM_LOCALID="1"))
+    assert step is not None
+    base = leader._base(step, str(tmp_path))
+    Path(base + ".leader").write_text(json.dumps({"pid": 1, "created": 1000.0}))
+    Path(base + ".rc").write_text(json.dumps({"rc": 0, "pid": 1}))
+    lines: list[str] = []
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path), start_wait=0.5) == 4
+
+
+def test_outside_slurm_or_inside_torchrun_nothing_happens(tmp_path: Path) -> None:
+    for env in ({}, dict(ENV, SLURM_LOCALID="1", LOCAL_RANK="0")):
+        with leader.per_node(env, tmp=str(tmp_path)):
+            pass
+    assert not list(tmp_path.rglob("*.rc"))
