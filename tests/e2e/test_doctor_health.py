@@ -40,6 +40,7 @@ def test_doctor_health_and_one_probe(tmp_path):
         ],
         tmp_path,
         json_report=False,
+        timeout=300,  # two jobs (the health check, then the probe): a bound for a loaded 2-core host
     )
     assert r.code == 0, r.out + r.err[-3000:]
     assert "Traceback" not in r.err

@@ -20,7 +20,9 @@ def errors(report):
 
 def run(tmp_path, *args, census_every=None):
     opts = ["--census-every", str(census_every)] if census_every else []
-    return ddpdoctor(script_argv("memleak", str(SCRIPT), *opts, "--", *args), tmp_path, timeout=90)
+    return ddpdoctor(
+        script_argv("memleak", str(SCRIPT), *opts, "--", *args), tmp_path, timeout=240
+    )  # a generous bound: 2 ranks with loader workers on a loaded 2-core host
 
 
 def samples(run_dir, rank):

@@ -10,7 +10,6 @@ import pytest
 from frjobs.jobs import JOB, dumped, run_job
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
-
 pytestmark = pytest.mark.xdist_group("postmortem-behind")  # one worker runs the module fixture's jobs once
 
 
