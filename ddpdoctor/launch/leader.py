@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -29,6 +30,13 @@ STALE_S = 60.0  # a leader file written this long before a follower started is n
 def _base(step: SlurmStep, tmp: str | None = None) -> str:
     d = os.path.join(tmp or tempfile.gettempdir(), f"ddpdoctor-{os.getuid()}")
     os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        # a shared /tmp: a folder of this name made by someone else (or a link) could feed a follower
+        # another process's exit code; refuse it rather than trust it
+        from ddpdoctor.errors import DdpdoctorError
+
+        raise DdpdoctorError(f"{d} is not this user's private folder (0700): remove it, or set TMPDIR")
     host = "".join(c if c.isalnum() or c in "-._" else "_" for c in (step.host or "node"))
     return os.path.join(d, f"{step.job}.{step.step}-{host}")
 

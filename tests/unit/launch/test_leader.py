@@ -77,3 +77,24 @@ def test_outside_slurm_or_inside_torchrun_nothing_happens(tmp_path: Path) -> Non
         with leader.per_node(env, tmp=str(tmp_path)):
             pass
     assert not list(tmp_path.rglob("*.rc"))
+
+
+def test_a_leader_folder_that_is_not_private_is_refused(tmp_path):
+    import os
+
+    import pytest
+
+    from ddpdoctor.errors import DdpdoctorError
+    from ddpdoctor.launch import leader
+    from ddpdoctor.launch.launchers import slurm_step
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "n0"}
+    step = slurm_step({**env, "SLURMD_NODENAME": "n0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"})
+    assert step is not None
+    d = tmp_path / f"ddpdoctor-{os.getuid()}"
+    d.mkdir(mode=0o777)
+    os.chmod(d, 0o777)  # world-writable: someone else could plant a leader's exit code there
+    with pytest.raises(DdpdoctorError, match="not this user's private folder"):
+        leader._base(step, str(tmp_path))
+    os.chmod(d, 0o700)
+    assert leader._base(step, str(tmp_path)).startswith(str(d))
