@@ -11,6 +11,8 @@ from pathlib import Path
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.launch.jobstore import (
     JobLink,
+    JudgeRole,
+    MemberRole,
     StoreAddr,
     node_of,
     owner_mismatch,
@@ -98,10 +100,9 @@ def test_a_node_never_joins_another_jobs_store(tmp_path: Path) -> None:
 
 
 def test_a_node_judged_elsewhere_points_at_the_judges_report() -> None:
-    link = JobLink.__new__(JobLink)  # no thread, no store: the state after the exchange of records
-    link.judge, link._fetched, link._job = False, True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
-    assert link.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
-    link._fetched = False  # the exchange did not finish: this node's report is its own
-    assert link.judged_by() is None
-    link.judge, link._fetched = True, True
-    assert link.judged_by() is None
+    member = MemberRole.__new__(MemberRole)  # no thread, no store: the state after the exchange of records
+    member.fetched, member.job = True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
+    assert member.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
+    member.fetched = False  # the exchange did not finish: this node's report is its own
+    assert member.judged_by() is None
+    assert JudgeRole.__new__(JudgeRole).judged_by() is None  # the judge's report is its own
