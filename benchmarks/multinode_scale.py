@@ -257,8 +257,9 @@ class _Profiles:
         # CPU time of the thread (the cores are shared: wall time would count the others' turns)
         self.poll, self.store = cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)
         self.on = False
-        for name in ("_read_nodes", "_publish"):
-            orig = getattr(job, name)
+        role = job.role  # the judge's, once linked: its reads of the nodes' values and its publications
+        for name in ("read", "publish"):
+            orig = getattr(role, name)
 
             def wrapped(orig: Any = orig) -> None:
                 if not self.on:
@@ -269,7 +270,7 @@ class _Profiles:
                 finally:
                     self.store.disable()
 
-            setattr(job, name, wrapped)
+            setattr(role, name, wrapped)
 
     def start(self) -> None:
         self.on = True
