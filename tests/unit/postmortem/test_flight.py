@@ -143,3 +143,25 @@ def test_name_groups_names_a_pg_id_of_an_empty_ring_from_the_other_ranks(tmp_pat
     assert d1.group_of("5") == "pg_id 5"
     _n0, n1 = flight.name_groups([d0, d1])
     assert n1.pg_names == {"5": "tp"} and n1.group_of("5") == "tp"
+
+
+def test_foreign_and_broken_dumps_are_one_line(tmp_path):
+    cases = {
+        "foreign": pickle.dumps({"model": [1, 2]}),
+        "badjson": b'{"version": "2.10", "entr',
+        "v1": pickle.dumps({"version": "1.5", "entries": []}),
+        "text": b"hello",
+    }
+    for name, data in cases.items():
+        p = tmp_path / f"{name}_0"
+        p.write_bytes(data)
+        if name == "text":
+            assert not flight.looks_like_dump(str(p))
+            continue
+        with pytest.raises(flight.DumpError) as e:
+            flight.load(str(p))
+        assert "\n" not in str(e.value)
+    with pytest.raises(flight.DumpError, match="not a flight-recorder dump"):
+        flight.load(str(tmp_path / "foreign_0"))
+    with pytest.raises(flight.DumpError, match="not supported"):
+        flight.load(str(tmp_path / "v1_0"))
