@@ -164,3 +164,32 @@ Root Cause (first observed failure):
     got = errorfiles.summaries(text)
     assert [(e.rank, e.local_rank, e.exitcode, e.victim) for e in got] == [(0, 0, 1, True), (3, 1, -9, False)]
     assert got[0].user_frame() == ("/job/train.py", 66, "main") and got[1].root_cause
+
+
+def _summary(failed: int, root: int) -> str:
+    return f"""============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  rank      : {failed} (local_rank: {failed})
+  exitcode  : 1 (pid: 7002)
+  error_file: <N/A>
+  traceback : RuntimeError: Connection closed by peer
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : {root} (local_rank: {root})
+  exitcode  : -9 (pid: 7003)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 7003
+============================================================
+"""
+
+
+def test_only_the_root_cause_block_of_each_summary_is_the_root_cause():
+    # two summaries in one log (a job run twice, its console appended): the second's Failures block is not
+    # a root cause because the first summary had one
+    text = _summary(0, 1) + "running the job again\n" + _summary(1, 0)
+    got = [(e.rank, e.root_cause) for e in errorfiles.summaries(text)]
+    assert got == [(0, False), (1, True), (1, False), (0, True)]
