@@ -75,3 +75,12 @@ def test_a_bad_file_or_a_missing_argument_is_one_line_and_exit_2(capsys, tmp_pat
     for argv, words in cases:
         code, _out, err = _cli(capsys, *argv)
         assert code == ExitCode.USAGE and err.count("\n") == 1 and words in err, (argv, err)
+
+
+@pytest.mark.parametrize("threshold", ["512K", "512KB", "512KiB", "0.5MiB", "0.5 MiB"])
+def test_the_threshold_takes_the_units_compare_itself_writes(capsys, tmp_path, threshold):
+    # compare prints "1.00 MiB per step": the same words are a threshold
+    base = _report(tmp_path / "b.json", memory={"0": {"rss_bytes_per_step": 0}})
+    new = _report(tmp_path / "n.json", memory={"0": {"rss_bytes_per_step": 2**20}})
+    code, out, err = _cli(capsys, base, new, "--max-memory-slope-regression", threshold)
+    assert code == ExitCode.FINDINGS and "REGRESSION (> +512.00 KiB/step)" in out, err
