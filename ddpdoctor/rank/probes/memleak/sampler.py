@@ -246,6 +246,7 @@ class Memory(RankProbe):
             cost = _cpu() - c0
             self.last_scan_cost, self.last_scan_t, self.last_scan_step = cost, time.perf_counter(), step
             self.overhead += cost
+            self.p.cost.add_exact(cost)  # exact: never multiplied as a sampled call's (rank/cost.py)
         if fields:
             self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
         else:  # the common line, formatted by hand (the same bytes as writer.line)
@@ -421,6 +422,7 @@ class Memory(RankProbe):
         self.last_census_step = self.step
         self.last_census_rss = rss if rss is not None else self.last_census_rss
         self.censuses += 1
+        self.p.cost.add_exact(cost)
         if not final:
             self.overhead += cost
         self.w.write(
