@@ -130,6 +130,7 @@ def main() -> int:
     cpu: dict[str, list[float]] = {a: [] for a in arms}
     cost: dict[str, list[dict[str, float] | None]] = {a: [] for a in arms}
     runs: list[str] = []
+    summary: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ddpd-arms-") as tmp:
         for i in range(args.reps):
             for arm in order(arms, i):
@@ -139,16 +140,17 @@ def main() -> int:
                 cost[arm].append(own)
                 runs.append(arm)
             print(f"rep {i + 1}: " + ", ".join(f"{a} {sps[a][-1]:.1f}" for a in order(arms, i)), flush=True)
+            summary = summarize(arms, sps, cpu, cost)
+            if args.json:  # after every rep: a session cut short keeps the reps it finished (--summarize)
+                Path(args.json).write_text(
+                    json.dumps(
+                        {"steps_per_s": sps, "cpu_ms_per_step": cpu, "cost": cost, "order": runs, "summary": summary},
+                        indent=1,
+                    )
+                )
     assert all(a != b for a, b in zip(runs, runs[1:])), "an arm ran twice in a row"
-    summary = summarize(arms, sps, cpu, cost)
     text = table(summary)
     print(text)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {"steps_per_s": sps, "cpu_ms_per_step": cpu, "cost": cost, "order": runs, "summary": summary}, indent=1
-            )
-        )
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return 0
