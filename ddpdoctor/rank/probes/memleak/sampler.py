@@ -56,7 +56,7 @@ RSS_BUDGET = 0.10  # ... while RSS grows
 GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set new highs
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
-# a floor of evidence, counted in steps (issue 37): while growth is seen, a census at least every
+# a floor of evidence, counted in steps (issue 37): while the graph scan sees growth, a census at least every
 # step / FLOOR_RATIO steps (about three per doubling of the run), whatever the shares above allow; a busy
 # host or a dear census must not leave a growth with too few censuses to name what grew. The floor itself is
 # bounded: those censuses stop while the probes' CPU time exceeds FLOOR_CAP of the training thread's, and
@@ -306,9 +306,12 @@ class Memory(RankProbe):
         is ``step / FLOOR_RATIO`` steps behind, unless the probes' CPU time is over ``FLOOR_CAP`` of the
         training thread's (then counted as skipped, once per gap). Only integer comparisons on most steps."""
         gap = max(LOCAL_EVERY, step // FLOOR_RATIO)
-        if step - self.last_census_step < gap or step < self.floor_next:
-            return None
-        if not (self.scan_grew or self.census_grew or rss - self.last_census_rss >= RSS_TRIGGER):
+        if step <= FREE_CENSUS_STEPS or step - self.last_census_step < gap or step < self.floor_next:
+            return None  # (the doublings up to FREE_CENSUS_STEPS are free: the floor adds nothing there)
+        # the growth a holder is searched for: the graph scan's new highs. Not RSS or the censuses' counts: a
+        # cache that fills once (probes/plateau.py) would get extra censuses in its fill, and a short series
+        # dense in its rise and sparse on its plateau reads as growth (analysis/series.py)
+        if not self.scan_grew:
             return None
         if self.overhead <= max(FREE_CENSUS_S / 4, FLOOR_CAP * (_cpu() - self.cpu_first)):
             return "floor"

@@ -89,8 +89,13 @@ def test_the_census_floor_is_counted_in_steps_while_growth_is_seen(
     cpu = [100.0]
     monkeypatch.setattr(sampler, "_cpu", lambda: cpu[0])
     memory.cpu_first, memory.last_census_step, memory.overhead = 0.0, 70, 0.0
-    memory.scan_grew = memory.census_grew = False
-    assert memory._floor(100, 0) is None  # no growth seen: no floor
+    memory.scan_grew = False
+    memory.census_grew = True  # the censuses' counts alone (a cache filling once) make no floor
+    assert memory._floor(100, 0) is None and memory._floor(100, 10 * sampler.RSS_TRIGGER) is None
+    memory.last_census_step = 20
+    memory.scan_grew = True
+    assert memory._floor(sampler.FREE_CENSUS_STEPS, 0) is None  # the free doublings cover the first steps
+    memory.last_census_step = 70
     memory.scan_grew = True
     assert memory._floor(90, 0) is None  # 20 steps since the last census, the gap at 90 is 22
     assert memory._floor(100, 0) == "floor"  # 30 >= max(LOCAL_EVERY, 100 // FLOOR_RATIO)
