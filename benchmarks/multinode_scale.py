@@ -373,7 +373,7 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
                 if prof:
                     prof.stop(a.profile)
             # the monitor's poll on the judging node (launch/monitor.py), off a terminal
-            record, merged = monitor.poll_records(refresh, job, cfg, now)
+            record, merged = monitor.poll_records(refresh, job, now)
             job.update(record, now)
             got = job.verdict(merged, now)
             if job.fresh(now):
@@ -398,7 +398,8 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
                 rss.append((now, me.memory_info().rss))
             if got is not None and now < div_t:
                 false_verdicts.append(f"{now - t0:.1f} s: {got[1][:200]}")
-                job._verdict = None  # keep measuring: the false verdict is reported
+                if isinstance(job.role, jobstore.JudgeRole):
+                    job.role._verdict = None  # keep measuring: the false verdict is reported
             elif got is not None and verdict is None:
                 verdict = got
                 marks["verdict"] = (now, time.process_time(), me.memory_info().rss, _thread_cpu(me))

@@ -93,18 +93,16 @@ _VERDICT_WORD = {
 }  # the live line, by mode
 
 
-def poll_records(
-    refresh: Callable[..., RunRecord], job: jobstore.JobLink | None, cfg: Config, now: float
-) -> tuple[RunRecord, RunRecord]:
+def poll_records(refresh: Callable[..., RunRecord], job: jobstore.JobRole, now: float) -> tuple[RunRecord, RunRecord]:
     """One poll's records: this node's ranks (``refresh(full=...)``, e.g. RunReader.refresh) and the view
     the verdict is judged on (every node's ranks on the judging node, else the same record). The ledgers
     are read in full only when the judge publishes next or some rank waits: the deadlock proof needs them.
     A function of its own so that benchmarks/multinode_scale.py runs the judge's poll as the monitor does."""
-    record = refresh(full=bool(job and job.due(now)))  # the judge reads our ledgers
-    merged = job.view(record, now, full=False) if job else record  # every node's ranks (the judging node)
-    if job.anyone_waiting(record, merged, now) if job else live.anyone_waiting(record, cfg, now):
+    record = refresh(full=job.due(now))  # the judge reads our ledgers
+    merged = job.view(record, now, full=False)  # every node's ranks (the judging node)
+    if job.anyone_waiting(record, merged, now):
         record = refresh(full=True)  # the deadlock proof needs the ledgers
-        merged = job.view(record, now, full=True) if job else record
+        merged = job.view(record, now, full=True)
     return record, merged
 
 
@@ -180,12 +178,11 @@ class Monitor:
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
-        # multi-node: the job store
+        # this node's part in the job: the job store's link (multi-node), else a one-node run's null role
         job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
-        if job and (self.spec.stop_steps or self.spec.stop_epochs):
+        if self.spec.stop_steps or self.spec.stop_epochs:
             job.redraw_s = jobstore.PUBLISH_S  # a stop rule looks at every rank's steps every second
-        if job and view:
-            job.wants_table = True  # a node that draws the table shows the job's (the judge shares it)
+        job.wants_table = view is not None  # a node that draws the table shows the job's (the judge shares it)
         t_start = time.time()
         last_status, last_text = 0.0, None
         text: str | None = None
@@ -193,15 +190,14 @@ class Monitor:
         try:
             while proc.poll() is None:
                 now = time.time()
-                record, merged = poll_records(reader.refresh, job, self.cfg, now)
+                record, merged = poll_records(reader.refresh, job, now)
                 self._remember(record)  # this node's processes only: the others' pids are not ours
-                if job:
-                    job.update(record, now)
+                job.update(record, now)
                 if self._signal is not None:
                     self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
                     self.end_tree(proc)
                     break
-                verdict = job.verdict(merged, now) if job else live.live_verdict(record, self.cfg, now)
+                verdict = job.verdict(merged, now)
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live:
@@ -210,17 +206,15 @@ class Monitor:
                             "collecting stacks and stopping the run"
                         )
                     self._collect_dumps(reader)
-                    if job:
-                        job.after_dumps()  # the judge waits (bounded) for the other nodes' stacks
+                    job.after_dumps()  # the judge waits (bounded) for the other nodes' stacks
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
                     break
                 # the judge of a job looks at every rank once per view of them (job.fresh), not every poll
-                fresh = job.fresh(now) if job else True
-                done = (self._enough(merged) if fresh else None) or (job.stop_rule() if job else None)
+                fresh = job.fresh(now)
+                done = (self._enough(merged) if fresh else None) or job.stop_rule()
                 if done:
-                    if job:
-                        job.stopping(done)
+                    job.stopping(done)
                     if self.live:
                         say(f"{done}: ending the run")
                     self._settle(reader, now)
@@ -231,13 +225,13 @@ class Monitor:
                     self.log.write(schema.K_KILL, None, reason=f"--max-time {self.spec.max_time:g}")
                     self.end_tree(proc)
                     break
-                if fresh and (view or (job and job.table_wanted())):
+                if fresh and (view or job.table_wanted()):
                     rates.observe(merged)
-                    states = job.states(merged, now) if job else None
+                    states = job.states(merged, now)
                     table = live_view.build_view(merged, now, self.cfg, rates, _title(record, now - t_start), states)
-                    if job and job.table_wanted():  # the judge: the job's table for the nodes that draw one
+                    if job.table_wanted():  # the judge: the job's table for the nodes that draw one
                         job.share_table(view_to_dict(table))
-                    shared = job.job_table() if job else None  # the other nodes: the job's, as the judge drew it
+                    shared = job.job_table()  # the other nodes: the job's, as the judge drew it
                     if shared is not None:
                         got = view_from_dict(
                             shared[0], f"{_title(record, now - t_start)} · the job, judged on node {shared[1]}"
@@ -249,7 +243,7 @@ class Monitor:
                     time.sleep(POLL_S)
                     continue
                 if fresh:
-                    text = live.status_line(merged, self.cfg, now, job.states(merged, now) if job else None)
+                    text = live.status_line(merged, self.cfg, now, job.states(merged, now))
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
                     _say(text)
                     last_status, last_text = now, text
@@ -271,9 +265,8 @@ class Monitor:
             tlog.close()
         # the monitor's own CPU time (all its threads): the report's cost line states it per step
         self.log.write(schema.K_EXIT, None, returncode=proc.returncode, cpu_s=round(time.process_time(), 3))
-        if job:  # every node's records into RUN_DIR/nodes/ (bounded)
-            job.finish(reader.refresh(full=False))
-        return Outcome(self._signal is not None, job.judged_by() if job else None)
+        job.finish(reader.refresh(full=False))  # every node's records into RUN_DIR/nodes/ (bounded)
+        return Outcome(self._signal is not None, job.judged_by())
 
     def _enough(self, record: Any) -> str | None:
         """The --steps / --epochs the user asked for, reached on every rank."""

@@ -5,12 +5,15 @@ an explicit --job-store or DDPDOCTOR_JOB_STORE, IPv6 addresses; the node a run d
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.launch.jobstore import (
     JobLink,
+    JudgeRole,
+    MemberRole,
     StoreAddr,
     node_of,
     owner_mismatch,
@@ -98,10 +101,77 @@ def test_a_node_never_joins_another_jobs_store(tmp_path: Path) -> None:
 
 
 def test_a_node_judged_elsewhere_points_at_the_judges_report() -> None:
-    link = JobLink.__new__(JobLink)  # no thread, no store: the state after the exchange of records
-    link.judge, link._fetched, link._job = False, True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
-    assert link.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
-    link._fetched = False  # the exchange did not finish: this node's report is its own
-    assert link.judged_by() is None
-    link.judge, link._fetched = True, True
-    assert link.judged_by() is None
+    member = MemberRole.__new__(MemberRole)  # no thread, no store: the state after the exchange of records
+    member.fetched, member.job = True, {"node": 0, "host": "n0", "run_dir": "/runs/hang-8.0-n0"}
+    assert member.judged_by() == "node 0 (n0), its records in /runs/hang-8.0-n0"
+    member.fetched = False  # the exchange did not finish: this node's report is its own
+    assert member.judged_by() is None
+    assert JudgeRole.__new__(JudgeRole).judged_by() is None  # the judge's report is its own
+
+
+def test_a_one_node_run_drives_the_monitor_through_the_solo_role(tmp_path: Path) -> None:
+    """A one-node run's part in the job is the SoloRole null object: the monitor's poll and verdict run on
+    it unbranched (monitor.py tests no ``if job``) and give exactly the live detectors' answer."""
+    from builder import RunBuilder, pending
+
+    from ddpdoctor.analysis import live
+    from ddpdoctor.launch import monitor
+    from ddpdoctor.launch.jobstore import SoloRole, link
+    from ddpdoctor.record.reader import RunReader
+
+    b = RunBuilder(tmp_path / "run")
+    for r in (0, 1):
+        b.start(r)
+    b.coll(0, 5, 31).coll(1, 5, 33, op="barrier", shapes=())
+    b.hb(0, 10.0, 4, pending=pending("all_reduce", 5, 31, 7.0), step=4)
+    b.hb(1, 10.0, 4, pending=pending("barrier", 5, 33, 7.0, shapes=()), step=4)
+    cfg = Config()
+    job = link(["--nproc-per-node", "2", "--standalone"], str(tmp_path / "run"), cfg, lambda _m: None)
+    assert isinstance(job, SoloRole) and not job.linked() and not job.due(10.2)
+    reads: list[bool] = []
+    reader = RunReader(str(tmp_path / "run"))
+
+    def refresh(full: bool = True) -> RunRecord:
+        reads.append(full)
+        return reader.refresh(full=full)
+
+    record, merged = monitor.poll_records(refresh, job, 10.2)
+    assert merged is record and reads == [False, True]  # ranks wait: the ledgers are read for the proof
+    job.update(record, 10.2)
+    got = job.verdict(merged, 10.2)
+    assert got is not None and got == live.live_verdict(record, cfg, 10.2) and got[0] == "certain"
+    job.after_dumps()
+    job.stopping("--steps 3 reached")
+    assert job.fresh(10.2) and job.stop_rule() is None and job.states(merged, 10.2) is None
+    assert not job.table_wanted() and job.job_table() is None
+    job.finish(record)
+    assert job.judged_by() is None
+    src = (Path(monitor.__file__)).read_text()
+    assert not re.search(r"\b(if|and|or|not) job\b(?!\.)", src)  # the monitor never asks which part it plays
+
+
+def test_link_states_move_one_way() -> None:
+    """The link leaves CONNECTING once (linked, unreachable or another job's store), leaves LINKED only on
+    a failure or the close after the run; UNREACHABLE, FOREIGN and CLOSED are final."""
+    import threading
+
+    from ddpdoctor.launch.jobstore import LinkState, Transport
+
+    S = LinkState
+    assert S.CONNECTING.may_become(S.LINKED) and S.CONNECTING.may_become(S.FOREIGN)
+    assert S.CONNECTING.may_become(S.UNREACHABLE) and not S.CONNECTING.may_become(S.CLOSED)
+    assert S.LINKED.may_become(S.UNREACHABLE) and S.LINKED.may_become(S.CLOSED)
+    assert not S.LINKED.may_become(S.CONNECTING) and not S.LINKED.may_become(S.FOREIGN)
+    for final in (S.UNREACHABLE, S.FOREIGN, S.CLOSED):
+        assert final.may_become(final)
+        assert not any(final.may_become(s) for s in S if s is not final)
+    assert S.LINKED == "linked" and f"{S.FOREIGN}" == "foreign" and json.dumps(S.CLOSED) == '"closed"'
+    tr = Transport(StoreAddr("127.0.0.1", 1, "j", 2, "test"), threading.Event())
+    assert tr.state is S.CONNECTING and not tr.linked()
+    assert tr.become(S.LINKED) and tr.linked()
+    tr.close()  # after the run
+    assert tr.state is S.CLOSED and not tr.become(S.LINKED)  # a late connection does not relink
+    tr = Transport(StoreAddr("127.0.0.1", 1, "j", 2, "test"), threading.Event())
+    assert tr.become(S.UNREACHABLE)
+    tr.close()  # closing a link that never answered keeps why
+    assert tr.state is S.UNREACHABLE

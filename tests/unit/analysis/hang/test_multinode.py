@@ -236,8 +236,8 @@ def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
         link.node = 0
         c = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
         c.set("ddpdoctor/jobX/node/1", nodeview.envelope(nodeview.S_NODE, "jobY", node=1, ranks=[]))
-        link._read_nodes()
-        assert not link._remote
+        link.exchange.read_nodes()
+        assert not link.exchange.remote
         c.set(
             "ddpdoctor/jobX/node/1",
             nodeview.envelope(
@@ -249,8 +249,8 @@ def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
                 ranks=[{"r": 3, "hb": {"t": 1.0, "step": 2, "seq": {"0": 4}}, "ev": []}],
             ),
         )
-        link._read_nodes()
-        assert sorted(link.remote_ranks()) == [3]
+        link.exchange.read_nodes()
+        assert sorted(link.exchange.remote_ranks()) == [3]
     finally:  # end the link's thread and the store (the exchange of records is tested with real nodes)
         link._stop.set()
         link._wake.set()
@@ -421,8 +421,9 @@ def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
         b.add(1, "events.jsonl", "start", 0.0, pid=1, node_rank=1, host="h1").hb(1, time.time(), 3)
         other.wants_table = True
         other.update(load_run(str(tmp_path / "n1")), time.time())
-        other._publish()
-        judge._read_nodes()
+        assert isinstance(other.role, jobstore.MemberRole) and isinstance(judge.role, jobstore.JudgeRole)
+        other.role.publish()
+        judge.exchange.read_nodes()
         assert judge.table_wanted()
         view = View(
             "hang 3 s · 1024 ranks",
@@ -431,8 +432,8 @@ def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
             (("running", 1024),),
         )
         judge.share_table(view_to_dict(view))
-        judge._publish()
-        other._read_job()
+        judge.role.publish()
+        other.role.read_job()
         table, node = other.job_table()
         assert node == 0 and view_from_dict(table) == view
         assert view_from_dict({"rows": [{"label": 1}]}) is None  # what the store says is checked
