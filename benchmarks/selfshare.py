@@ -13,6 +13,11 @@ process group, started here). A sample counts as ddpdoctor's when its innermost 
 wrapper makes into torch (the user's collective itself) counts as the user's. Indirect costs (caches a
 wrapper evicts, GIL hand-offs) are not in this figure; the whole-run ratios of ``run.py`` hold them, with
 this host's noise.
+
+The cross-check (issue 37): the same window as ddpdoctor measures itself inside rank 0 (``rank/cost.py``:
+its training thread's sampled wrappers, exact scans and censuses, and its heartbeat thread, in thread CPU
+time), from rank 0's heartbeats just before and just after the recording, over rank 0's CPU time in the
+window (the heartbeat's ``cpu``): ``self_pct`` beside py-spy's ``share_pct``.
 """
 
 from __future__ import annotations
@@ -67,6 +72,28 @@ def _rank0_pid(run_dir: Path, deadline: float) -> int | None:
     return None
 
 
+def _last_hb(run_dir: Path) -> dict | None:
+    """Rank 0's latest heartbeat (its cost account and CPU time so far)."""
+    sys.path.insert(0, str(ROOT))
+    from ddpdoctor.record.reader import load_run
+
+    try:
+        rec = load_run(str(run_dir)).ranks.get(0)
+    except Exception:  # a run directory being written: no figure this time
+        return None
+    return rec.last_hb if rec is not None else None
+
+
+def self_share(h0: dict | None, h1: dict | None) -> float | None:
+    """ddpdoctor's own share of rank 0's CPU time between two heartbeats, as it measured itself (%)."""
+    if not h0 or not h1 or "cost" not in h0 or "cost" not in h1:
+        return None
+    c0, c1 = h0["cost"], h1["cost"]
+    own = (c1["train_us"] - c0["train_us"]) + (c1.get("bg_total_us", 0) - c0.get("bg_total_us", 0))
+    cpu = (float(h1["cpu"]) - float(h0["cpu"])) * 1e6
+    return round(100 * own / cpu, 2) if cpu > 0 else None
+
+
 def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, pyspy: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="ddpd-share-") as tmp:
         run_dir = Path(tmp) / "run"
@@ -95,6 +122,7 @@ def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, 
                 return {"command": command, "error": "rank 0 did not start"}
             time.sleep(settle)
             out = Path(tmp) / "spy.txt"
+            h0 = _last_hb(run_dir)
             subprocess.run(
                 [
                     pyspy,
@@ -115,6 +143,7 @@ def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, 
                 stderr=subprocess.DEVNULL,
                 timeout=seconds + 60,
             )
+            h1 = _last_hb(run_dir)
             total, own = share(out.read_text() if out.exists() else "")
         finally:
             try:
@@ -132,6 +161,7 @@ def measure(command: str, nproc: int, seconds: float, rate: int, settle: float, 
         "samples": total,
         "own": n,
         "share_pct": round(100 * n / total, 2) if total else None,
+        "self_pct": self_share(h0, h1),  # the same, as ddpdoctor measured itself in the window
         "top": [[k, round(100 * v / total, 2)] for k, v in own.most_common(8)] if total else [],
     }
 
@@ -159,7 +189,7 @@ def main() -> int:
         top = ", ".join(f"{k} {v}%" for k, v in r["top"])
         print(
             f"{command}: {r['share_pct']}% of rank 0's on-CPU samples in ddpdoctor's own frames "
-            f"({r['own']} of {r['samples']}): {top}",
+            f"({r['own']} of {r['samples']}); self-measured {r['self_pct']}%: {top}",
             flush=True,
         )
     if args.json:

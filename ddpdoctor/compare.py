@@ -54,6 +54,7 @@ def load(path: str) -> dict[str, Any]:
 
 def parse_bytes(text: str) -> float:
     t = text.strip().upper().removesuffix("B")
+    t = t[:-1] if t[-2:-1] in ("K", "M", "G") and t.endswith("I") else t  # 64KiB: as units.size writes it
     mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
     num = t[:-1] if mult > 1 else t
     try:

@@ -117,3 +117,4 @@ class Report:
     summary: str = ""
     notes: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # analysis/figures.py
+    cost: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # analysis/cost.py

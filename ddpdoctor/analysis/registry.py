@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpdoctor.analysis import check, ending, figures, hang, memleak, profile, selfcheck
+from ddpdoctor.analysis import check, cost, ending, figures, hang, memleak, profile, selfcheck
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
@@ -56,6 +56,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         summary=_summary(verdict, findings),
         notes=notes,
         figures=figures.compute(record),
+        cost=cost.compute(record),
     )
 
 

@@ -263,7 +263,8 @@ class Monitor:
                 finally:
                     view.stop()
             tlog.close()
-        self.log.write(schema.K_EXIT, None, returncode=proc.returncode)
+        # the monitor's own CPU time (all its threads): the report's cost line states it per step
+        self.log.write(schema.K_EXIT, None, returncode=proc.returncode, cpu_s=round(time.process_time(), 3))
         job.finish(reader.refresh(full=False))  # every node's records into RUN_DIR/nodes/ (bounded)
         return Outcome(self._signal is not None, job.judged_by())
 

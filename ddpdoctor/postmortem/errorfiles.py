@@ -149,8 +149,8 @@ def summaries(text: str) -> list[RankError]:
             if cur is not None:
                 out.append(_summary(cur, tb, cur.get("_root") == "1"))
             cur, tb = ({"_root": "1" if root else "0"} if re.match(r"^\[\d+\]:$", stripped) else None), []
-            if stripped.startswith("----") and not re.match(r"^\[\d+\]:$", stripped):
-                root = False if not stripped.startswith("----") else root
+            if stripped.startswith("===="):
+                root = False  # the summary ends: a later one's Failures blocks are no root cause
             continue
         if cur is None:
             continue

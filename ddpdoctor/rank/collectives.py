@@ -244,8 +244,14 @@ def _wrap(op: str, orig: Callable) -> Callable:
         p = _active.probe
         if p is None or p.depth or get_ident() != p.main_ident:
             return orig(*args, **kwargs)
+        f = getframe(1)  # the caller's frame, here: the body runs one or two frames deeper
+        site = p.cost_collectives
+        if site.due():  # one call in cost.SAMPLE: its own thread CPU time, the collective's left out
+            return p.cost.timed(site, body, orig, p, f, args, kwargs)
+        return body(orig, p, f, args, kwargs)
+
+    def body(orig: Callable, p: Any, f: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            f = getframe(1)
             if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:  # dist.all_reduce(t), the most common
                 a0 = args[0]
                 key: tuple | None = (op, id(f.f_code), f.f_lasti, None, a0.shape, a0.dtype)

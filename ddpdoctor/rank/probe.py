@@ -83,6 +83,14 @@ class Probe:
         self.opt_after: tuple = ()
         self.tick_hooks: tuple = ()  # on_tick (heartbeat thread, after each beat): the profile drains its ranges
         self.dump_id = 0
+        from ddpdoctor.rank.cost import Cost
+
+        # ddpdoctor's own cost (rank/cost.py): the hot wrappers' sites, made here, never on the hot path
+        self.cost = Cost()
+        self.cost_collectives = self.cost.site("collectives")
+        self.cost_forward = self.cost.site("ddp_forward")
+        self.cost_opt_pre = self.cost.site("optimizer_pre")
+        self.cost_opt_post = self.cost.site("optimizer_post")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -107,6 +115,7 @@ class Probe:
             ddp_fwd=self.ddp_fwd,
             ncoll=self.ncoll,
             seq=self.seqs(),
+            cost=self.cost.fields(),
             **self.digest_fields(),
             **fields,
         )
@@ -128,6 +137,7 @@ class Probe:
                     if now - last_tick < self.interval - tl.period / 2:
                         continue
                 last_tick = now
+                self.cost.beat()  # this thread's CPU time so far (rank/cost.py)
                 self.tick()
                 if now - last_check > 1.0:
                     last_check = now
@@ -198,6 +208,7 @@ class Probe:
             in_ddp_forward=self.in_ddp_fwd,
             final=final or None,
             cpu=round(time.process_time(), 3),
+            cost=self.cost.fields(),
             **self.digest_fields(),
         )
         for h in self.tick_hooks:  # the rank probes' on_tick (rank/hooks.py); a bug never stops the beats

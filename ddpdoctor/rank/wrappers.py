@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 import types
 from typing import Any
 
@@ -108,9 +109,17 @@ def _ddp_forward(fwd: Any) -> Any:
         p = active.probe
         if p is None:
             return fwd(self, *args, **kwargs)
+        site = p.cost_forward
+        if site.due():  # one call in cost.SAMPLE: the wrapper's and the hooks' thread CPU time, not the model's
+            return p.cost.timed(site, body, fwd, p, self, args, kwargs)
+        return body(fwd, p, self, args, kwargs)
+
+    def body(fwd: Any, p: Any, self: Any, args: tuple, kwargs: dict) -> Any:
         p.ddp_fwd += 1
         if p.ddp_fwd <= 4:  # the user's modules inside DDP: roots of memleak's holder search
             p.ddp_models.add(self)
+            if p.ddp_fwd == 1:  # the loop's start: the cost line's step time counts from it
+                p.cost.t_first_step = time.time()
         p.counters.set_ddp_fwd(p.ddp_fwd)
         if p.fwd_before:
             _run_hooks(p.fwd_before, self)
@@ -167,24 +176,35 @@ def _install_optimizer_hooks() -> None:
     _opt_hooks = True
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    def dispatch(which: str) -> Any:
+    def run(_inner: Any, p: Any, which: str, opt: Any) -> None:
+        for h in getattr(p, which):
+            try:
+                h(opt)
+            except Exception as e:  # a probe bug never reaches the script's optimizer step
+                failures.hook_failed(p, h, e)
+
+    def dispatch(which: str, cost_site: str) -> Any:
         def hook(opt: Any, _a: Any, _k: Any) -> None:
             p = active.probe
             if p is not None and threading.get_ident() == p.main_ident:
-                for h in getattr(p, which):
-                    try:
-                        h(opt)
-                    except Exception as e:  # a probe bug never reaches the script's optimizer step
-                        failures.hook_failed(p, h, e)
+                site = getattr(p, cost_site)
+                if site.due():  # one call in cost.SAMPLE timed (rank/cost.py)
+                    p.cost.timed(site, run, _nothing, p, which, opt)
+                else:
+                    run(None, p, which, opt)
 
         return hook
 
-    pre, post = dispatch("opt_before"), dispatch("opt_after")
+    pre, post = dispatch("opt_before", "cost_opt_pre"), dispatch("opt_after", "cost_opt_post")
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
 
 
 _opt_hooks = False
+
+
+def _nothing() -> None:
+    """The user's part of an optimizer hook: none (the step itself runs between the two hooks)."""
 
 
 def rebind_user_imports(dist: Any, namespaces: tuple[dict, ...] = ()) -> None:

@@ -46,6 +46,7 @@ _HB_KEYS = (
     "in_ddp_forward",
     "final",
     "cpu",
+    "cost",  # ddpdoctor's own account (rank/cost.py): a lost node's ranks still state their cost
 )
 _EVENT_KINDS = (schema.K_START, schema.K_INIT, schema.K_FINISH, schema.K_JOIN, schema.K_ORPHANED)
 _LEDGER_KEYS = ("kind", "t", "op", "group", "seq", "shapes", "dtypes", "site", "st", "peer", "err")

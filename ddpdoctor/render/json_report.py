@@ -48,6 +48,7 @@ def to_dict(report: Report) -> dict:
         ],
         "notes": list(report.notes),
         "figures": report.figures,
+        "cost": report.cost,  # analysis/cost.py: ddpdoctor's own time per step (empty: not measured)
     }
 
 

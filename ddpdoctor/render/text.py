@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from ddpdoctor.analysis import cost
 from ddpdoctor.analysis.findings import Report, ranks_phrase
+
+# the commands that run the script under the probes: their reports always have a cost line (another report
+# has one where its record holds the ranks' accounts: `analyze` of a saved run, not a post-mortem)
+RUN_COMMANDS = frozenset({"hang", "check", "memleak", "profile"})
+
+
+def has_cost(report: Report) -> bool:
+    """Does this report state ddpdoctor's cost?"""
+    return bool(report.cost) or report.command in RUN_COMMANDS
+
 
 _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 
@@ -35,5 +46,7 @@ def render(report: Report) -> str:
         out.append("  no findings")
     for n in report.notes:
         out.append(f"  note: {n}")
+    if has_cost(report):
+        out.append(f"  {cost.line(report.cost)}")
     out.append(f"  run directory: {report.run_dir}")
     return "\n".join(out) + "\n"

@@ -55,6 +55,11 @@ def test_healthy_script_gets_no_error(tmp_path, case):
     errors = [(f["id"], f["message"]) for f in r.report["findings"] if f["severity"] == "error"]
     assert errors == [], r.err[-2000:]
     assert r.report["verdict"] == "ok" and r.code == 0, r.err[-2000:]
+    # issue 37: every report states ddpdoctor's own cost, and on these scripts it stays small
+    cost = r.report["cost"]
+    assert "ddpdoctor's cost: " in r.out and " µs/step on the training thread (" in r.out, r.out
+    assert set(cost["ranks"]) == {str(i) for i in range(case["nproc"])}, cost
+    assert 0 < cost["train_us_per_step"] and cost["train_pct"] <= 5.0 and cost["background_pct"] <= 10.0, cost
 
 
 @pytest.mark.parametrize("case", FAULTS, ids=[c["id"] for c in FAULTS])

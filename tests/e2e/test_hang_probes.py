@@ -29,6 +29,10 @@ def test_rank_conditional_collective_names_rank_0_and_its_line(shared_job):
     diverged = [l for l in f["locations"] if l["role"] == "diverged"]
     assert [(l["rank"], l["line"]) for l in diverged] == [(0, marker_line(probe, "EXTRA"))]
     assert f"rank_conditional.py:{marker_line(probe, 'EXTRA')}" in r.out
+    # issue 37: a hang's report states ddpdoctor's cost too, from the ranks' last heartbeats (no finish event)
+    cost = r.report["cost"]
+    assert "ddpdoctor's cost: " in r.out and set(cost["ranks"]) == {"0", "1"}, r.out
+    assert cost["train_us_per_step"] >= 0 and cost.get("train_pct", 0) <= 5.0, cost
 
 
 def test_early_exit_names_the_rank_that_left(shared_job):

@@ -251,6 +251,11 @@ def test_report_in_a_browser(runs, name):
         assert heads == ["rank 0 (culprit)"], heads
         assert any("first divergence" in th.text() for th in seq[0].find_all("th", class_="div"))
         assert root.find_all("details"), "stacks are not folded"
+        # the picture, as the browser built it: a lane per rank, the culprit's marked at its collective
+        (lanes,) = root.find_all("svg", class_="lanes")
+        drawn = {int(g.attrs["data-rank"]): g for g in lanes.find_all("g", class_="lane")}
+        assert set(drawn) == {0, 1} and drawn[0].attrs.get("data-culprit") == "1"
+        assert drawn[0].find_all("circle", class_="diverged") and not drawn[1].find_all("circle", class_="diverged")
     if name == "memleak":
         assert root.find_all("svg"), "no memory chart"
         assert "total_loss" in root.find_all("section", id="memory")[0].text()

@@ -1,7 +1,8 @@
 """A gloo job with torch's flight recorder on, run under plain torchrun, never under ddpdoctor.
 
-Its own watchdog thread does what NCCL's watchdog does: when the main thread makes no progress for
-FRJOB_STALL seconds, or a collective fails, it writes ``_dump_fr_trace()`` (pickle) to
+Its own watchdog thread does what NCCL's watchdog does: when the main thread has been inside one collective
+for FRJOB_STALL seconds (then it also asks the other ranks to dump, through $FRJOB_DUMP_REQUEST), when
+another rank asks, or when a collective fails, it writes ``_dump_fr_trace()`` (pickle) to
 ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` and ``_dump_fr_trace_json()`` to ``$FRJOB_JSON_PREFIX<rank>``, then ends
 the rank. torch 2.13 records gloo collectives in the flight recorder natively (TORCH_FR_BUFFER_SIZE).
 
@@ -54,9 +55,20 @@ def dump(rank: int) -> None:
 
 
 def watchdog(rank: int, progress: list) -> None:
+    """NCCL's watchdog, in small: a collective this rank is inside for longer than STALL (``progress[0]``:
+    when it entered the call, None between calls) makes it dump, and ask the others to dump too, as
+    TORCH_NCCL_DUMP_ON_TIMEOUT does through the store; a rank that is busy outside any collective dumps
+    when asked. Timed from the entry into the call, not from the last one's return: on a loaded host a rank
+    can be off the CPU for a second between two calls, and a dump taken then misses the call it makes next."""
+    request = os.environ.get("FRJOB_DUMP_REQUEST", "")
     while not _dumped.is_set():
         time.sleep(0.1)
-        if time.monotonic() - progress[0] > STALL:
+        entered = progress[0]
+        stalled = entered is not None and time.monotonic() - entered > STALL
+        if stalled or (request and os.path.exists(request)):
+            if stalled and request:
+                with open(request, "w") as f:
+                    f.write(str(rank))
             dump(rank)
             time.sleep(1.0)  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
             os._exit(6)
@@ -75,7 +87,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     side = dist.new_group([0, 1])
-    progress = [time.monotonic()]
+    progress: list = [None]
     threading.Thread(target=watchdog, args=(rank, progress), daemon=True).start()
     try:
         train(case, rank, side, progress)
@@ -102,6 +114,7 @@ def train(case: str, rank: int, side: object, progress: list) -> None:
     for step in range(6):
         if case in ("busy", "p2p") and rank == 1 and step == 3:
             read_batch(step)
+        progress[0] = time.monotonic()  # each call below is watched from its entry
         if case == "p2p" and step == 1:
             if rank == 0:
                 dist.send(x, 1)
@@ -115,19 +128,22 @@ def train(case: str, rank: int, side: object, progress: list) -> None:
             dist.all_reduce(torch.ones(8, dtype=torch.int32))  # DTYPE
         else:
             dist.all_reduce(x)  # REGULAR
-        progress[0] = time.monotonic()
+        progress[0] = None
         if case == "extra" and rank == 1 and step == 2:
+            progress[0] = time.monotonic()
             dist.all_reduce(x, group=side)  # EXTRA: only rank 1 makes this call
         if case == "helper" and rank == 1 and step == 2:
+            progress[0] = time.monotonic()
             sync(x, side)  # EXTRA_HELPER
+        progress[0] = None
         if case == "kill" and rank == 1 and step == 3:
             os.kill(os.getpid(), signal.SIGKILL)  # DIE
         if case == "raise" and rank == 1 and step == 3:
             raise RuntimeError("loss is nan at step 3")  # RAISE
-    if case in ("healthy", "dtype"):
-        # the job's 1 s watchdog stands in for NCCL's minutes: on a loaded host the last barrier can take
-        # longer than that while both ranks are healthy, and a dump from inside it would look like a stall
-        progress[0] = float("inf")
+    if case not in ("healthy", "dtype"):
+        # the job's 1 s watchdog stands in for NCCL's minutes: on a loaded host the last barrier of a healthy
+        # run can take longer than that, and a dump from inside it would look like a stall
+        progress[0] = time.monotonic()
     dist.barrier()  # END
 
 

@@ -26,6 +26,7 @@ def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float |
         TORCH_FR_BUFFER_SIZE="100",
         TORCH_FR_DUMP_TEMP_FILE=str(out / "fr" / "rank_"),
         FRJOB_JSON_PREFIX=str(out / "json" / "rank_"),
+        FRJOB_DUMP_REQUEST=str(out / "dump-request"),  # a stalled rank asks the others to dump (frjob.py)
         **{TOKEN_VAR: token},
     )
     cmd = [

@@ -55,6 +55,37 @@ def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def _shortfall(record_memory: list[dict[str, Any]]) -> str | None:
+    """Why a rank's censuses may lack the evidence (issue 37), from its memory records: the floor of
+    censuses skipped (the probes' CPU share was at its cap: the rank's CPU was saturated), or holder searches
+    cut at their CPU cap. None when the rank's probes took every census and search they wanted."""
+    skipped = capped = 0
+    for e in record_memory:
+        k = e.get("kind")
+        if k == schema.K_CENSUS:
+            skipped = max(skipped, int(e.get("floor_skipped") or 0))
+            capped += sum(1 for g in e.get("grown") or () if g.get("search") == "capped")
+        elif k == schema.K_MEM_OVERHEAD:
+            skipped = max(skipped, int(e.get("floor_skipped") or 0))
+    if skipped:
+        return f"ranks' CPU was saturated ({skipped} census(es) of the floor skipped at the probes' CPU cap)"
+    if capped:
+        return f"ranks' CPU was saturated (the search reached its CPU-time cap {capped} time(s))"
+    return None
+
+
+def _skipped_note(what: str, record: RunRecord | None, ranks: list[int]) -> tuple[str, dict[str, str]]:
+    """The message's clause and the evidence for the ranks whose ``what`` (holder search, census) could not
+    be afforded: "; holder search skipped on rank(s) [1]: ranks' CPU was saturated (...)"."""
+    if record is None:
+        return "", {}
+    why = {r: w for r in ranks if r in record.ranks and (w := _shortfall(record.ranks[r].memory))}
+    if not why:
+        return "", {}
+    first = next(iter(why.values()))
+    return f"; {what} skipped on rank(s) {rank_list(sorted(why))}: {first}", {str(r): w for r, w in why.items()}
+
+
 def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
     return {r: [e for e in rec.memory if e.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
 
@@ -137,13 +168,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if not ranks:
         return []
     out: list[Finding] = []
-    out += _graphs(census, ranks, steps)
-    out += _tensor_groups(census, ranks, {f.id for f in out})
+    out += _graphs(census, ranks, steps, record)
+    out += _tensor_groups(census, ranks, {f.id for f in out}, record)
     from ddpdoctor.analysis.memleak import cuda
 
     gpu = cuda.detect(record, steps, census, ranks, {f.id for f in out})
     out += gpu
-    out += _layers(census, steps, ranks, {f.id for f in out if f.severity == "error"})
+    out += _layers(census, steps, ranks, {f.id for f in out if f.severity == "error"}, record)
     return out
 
 
@@ -178,7 +209,9 @@ def _about(n: float) -> str:
     return f"{int(round(n / k) * k):,}"
 
 
-def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -> list[Finding]:
+def _graphs(
+    census: dict[int, list], ranks: list[int], steps: dict[int, list], record: RunRecord | None = None
+) -> list[Finding]:
     """Autograd graphs kept alive: from the dense scan of the user's variables (every few steps), else
     from the censuses of all live tensors."""
     hits, found = {}, {}
@@ -230,6 +263,9 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
         f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
         + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host")
     )
+    # a rank without its holder because the search could not be afforded says so (never a silent gap)
+    gap, gaps = _skipped_note("holder search", record, [r for r in hr if r not in holders])
+    msg += gap
     what = f"`{name}`" if name else "the container"
     hint = (
         f"Store `x.detach()` (or `x.item()` for a number) in {what}, not the tensor itself: each stored "
@@ -251,6 +287,7 @@ def _graphs(census: dict[int, list], ranks: list[int], steps: dict[int, list]) -
                 "ranks_growing": hr,
                 "ranks_unknown": unknown,
                 "holders": {str(r): h for r, h in holders.items()},
+                **({"holder_search_skipped": gaps} if gaps else {}),
             },
             culprits=tuple(hr),
         )
@@ -284,7 +321,9 @@ def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], den
     return None
 
 
-def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
+def _tensor_groups(
+    census: dict[int, list], ranks: list[int], seen: set[str], record: RunRecord | None = None
+) -> list[Finding]:
     """Live tensors of one kind (shape, dtype, device) whose number keeps growing."""
     hits: dict[int, tuple] = {}
     for r in ranks:
@@ -348,12 +387,13 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
             locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     h0 = next(iter(holders.values()), None)
     held = f", held by {_held(h0)}" if h0 else ""
+    gap, gaps = _skipped_note("holder search", record, [r for r in hr if r not in holders])
     return [
         Finding(
             "memleak.tensors",
             "error",
             f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
-            f"{_who(hr, ranks, unknown)}{held}",
+            f"{_who(hr, ranks, unknown)}{held}{gap}",
             "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
             "bound it, or store detached CPU copies.",
             tuple(hr),
@@ -362,13 +402,20 @@ def _tensor_groups(census: dict[int, list], ranks: list[int], seen: set[str]) ->
                 "group": {"shape": list(k[0]), "dtype": k[1], "device": k[2]},
                 "bytes_per_step": g["late_slope"],
                 "holders": {str(r): h for r, h in holders.items()},
+                **({"holder_search_skipped": gaps} if gaps else {}),
             },
             culprits=tuple(hr),
         )
     ]
 
 
-def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], seen: set[str]) -> list[Finding]:
+def _layers(
+    census: dict[int, list],
+    steps: dict[int, list],
+    ranks: list[int],
+    seen: set[str],
+    record: RunRecord | None = None,
+) -> list[Finding]:
     out: list[Finding] = []
     if seen:
         return out  # the cause is already named; the layers would repeat it
@@ -407,13 +454,15 @@ def _layers(census: dict[int, list], steps: dict[int, list], ranks: list[int], s
         hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
         ev: dict[str, Any] = {"per_step": per}
         if fid == "memleak.rss":
-            msg, hint, ev = _rss_cause(msg, census, hits, ev)
+            msg, hint, ev = _rss_cause(msg, census, hits, ev, record)
         out.append(Finding(fid, "error", msg, hint, tuple(hr), (), ev, culprits=tuple(hr)))
         break  # the first (most specific) layer that grows
     return out
 
 
-def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dict[str, Any]) -> tuple:
+def _rss_cause(
+    msg: str, census: dict[int, list], hits: dict[int, dict], ev: dict[str, Any], record: RunRecord | None = None
+) -> tuple:
     """Native memory only when censuses covered the growth and saw nothing grow; otherwise say that the
     census could not explain it, and how to make it cover the growth."""
     covered: list[tuple] = []
@@ -465,9 +514,12 @@ def _rss_cause(msg: str, census: dict[int, list], hits: dict[int, dict], ev: dic
         )
     r, n, lo, hi = min(few, key=lambda x: x[1])
     every = max(1, int((hi - lo) // 10))
+    gap, gaps = _skipped_note("census", record, [x[0] for x in few])
+    if gaps:
+        ev = dict(ev, census_skipped=gaps)
     return (
         msg + f"; the census could not explain it: too few censuses during the growth on rank {r} "
-        f"({n} between steps {int(lo)} and {int(hi)})",
+        f"({n} between steps {int(lo)} and {int(hi)}){gap}",
         f"Rerun with `--census-every {every}` so that censuses of live tensors and graphs cover the growth.",
         dict(ev, cause="unknown"),
     )

@@ -65,9 +65,18 @@ def _header(report: Report, record: Any) -> str:
         f"{e(report.exit_code)}</span></h1>"
         f'<p class="meta">{" · ".join(bits)}</p>'
         f"<p>{e(report.summary) if report.summary and report.summary not in msgs else ''}</p>"
+        f'<p class="meta" id="cost">{e(cost_line(report))}</p>'
         f'<p class="meta">{e(tally)} · run directory <code>{e(report.run_dir)}</code> · written '
         f"{e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p></header>"
     )
+
+
+def cost_line(report: Report) -> str:
+    """The cost line, as the text report writes it (none for a report of no ranks)."""
+    from ddpdoctor.analysis import cost
+    from ddpdoctor.render.text import has_cost
+
+    return cost.line(report.cost) if has_cost(report) else ""
 
 
 def _findings(report: Report, src: Sources) -> str:

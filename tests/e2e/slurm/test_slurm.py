@@ -187,8 +187,11 @@ def test_crash_on_node_1_is_the_culprit_on_every_node(slurm: SlurmCluster) -> No
         assert f["culprits"] == [1] and "rank 1 on node 1 (host n1)" in f["message"]
         assert marker_line(SCRIPT, "CRASH") in lines_of(f, 1)
         assert "multinode.partial-view" not in _ids(rep)
-    # a live verdict, like a hang's: judged on node 0 from the job's view, printed by every node still running
-    assert "crash: rank 1 raised RuntimeError: bad batch on node 1" in job.text(0), job.text(0)[-3000:]
+    # a live verdict, like a hang's, while rank 0 still waits: judged on node 0 from the job's view. Where
+    # gloo ended rank 0 first ("Connection closed by peer", seen once on a loaded host), there was no wait
+    # left to report live, and the final report above is the verdict; the timing below holds either way
+    live = "crash: rank 1 raised RuntimeError: bad batch on node 1" in job.text(0)
+    assert live or "Connection closed by peer" in job.text(0), job.text(0)[-3000:]
     timings = job.timings(job.fault(), {0: "n0", 1: "n1"})
     assert all(t is not None and t < 30 for t in timings.values()), timings
 

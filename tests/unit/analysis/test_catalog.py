@@ -9,9 +9,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT
 
-from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, GROUPS, entry, readme_table
+from ddpdoctor.analysis.catalog import CATALOG, FAMILIES, GROUPS, entry, readme_table, selected
 from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.analysis.registry import verdict_of
 from ddpdoctor.health.selftest import probes
@@ -110,3 +111,19 @@ def test_findings_command_lists_the_catalog():
         timeout=60,
     ).stdout
     assert "memleak.autograd-graph" in text and "hang.timeout" not in text
+
+
+@pytest.mark.parametrize(
+    "fid, select, ignore, kept",
+    [
+        ("seed.identical-streams", (), (), True),
+        ("seed.identical-streams", (), ("seed.identical-streams",), False),
+        ("seed.identical-streams", (), ("seed",), False),
+        ("crash.exception", ("hang",), (), False),  # crash is a family of its own, not hang's
+        ("crash.abnormal-exit", ("crash",), ("crash.abnormal-exit",), False),  # the more specific wins
+        ("hang.timeout", ("hang.timeout",), ("hang",), True),
+        ("hang.timeout", ("hang",), ("hang",), False),  # as specific: the ignore wins
+    ],
+)
+def test_select_and_ignore_follow_ruffs_rule(fid, select, ignore, kept):
+    assert selected(fid, select, ignore) is kept

@@ -1,5 +1,5 @@
-"""The post-mortem's pure side: the safe pickle reader, the dump and error-file readers, the detector on
-hand-built dumps. Real dumps from real ranks: tests/e2e/test_postmortem_jobs.py."""
+"""The post-mortem's pure side: the safe pickle reader and the detector on hand-built dumps (the dump and
+error-file readers: test_flight.py, test_errorfiles.py). Real dumps from real ranks: tests/e2e/test_postmortem_jobs.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from helpers import TESTS
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.postmortem import errorfiles, flight, inputs, report, safepickle
+from ddpdoctor.postmortem import flight, inputs, report, safepickle
 
 
 class Boom:
@@ -72,28 +72,6 @@ def test_plain_data_only():
         safepickle.loads(pickle.dumps({1, 2}, protocol=2))  # a set is a global (builtins.set) in protocol 2
     with pytest.raises(safepickle.UnsafePickle):
         safepickle.loads(pickle.dumps(Path("x")))
-
-
-def test_foreign_and_broken_dumps_are_one_line(tmp_path):
-    cases = {
-        "foreign": pickle.dumps({"model": [1, 2]}),
-        "badjson": b'{"version": "2.10", "entr',
-        "v1": pickle.dumps({"version": "1.5", "entries": []}),
-        "text": b"hello",
-    }
-    for name, data in cases.items():
-        p = tmp_path / f"{name}_0"
-        p.write_bytes(data)
-        if name == "text":
-            assert not flight.looks_like_dump(str(p))
-            continue
-        with pytest.raises(flight.DumpError) as e:
-            flight.load(str(p))
-        assert "\n" not in str(e.value)
-    with pytest.raises(flight.DumpError, match="not a flight-recorder dump"):
-        flight.load(str(tmp_path / "foreign_0"))
-    with pytest.raises(flight.DumpError, match="not supported"):
-        flight.load(str(tmp_path / "v1_0"))
 
 
 def _entry(rid, group, seq, op="all_reduce", line=10, sizes=((8,),), t=0):
@@ -170,35 +148,6 @@ def test_ring_too_small_and_different_jobs_are_said(tmp_path):
     rep = _report(tmp_path)
     assert any("dropped 500 older entries" in n for n in rep.notes)
     assert [f.id for f in rep.findings] == ["postmortem.mixed-dumps"]
-
-
-def test_torchrun_summary_is_parsed():
-    text = """
-Failures:
-[1]:
-  time      : 2026-12-02_07:55:06
-  host      : localhost
-  rank      : 0 (local_rank: 0)
-  exitcode  : 1 (pid: 7002)
-  error_file: /l/attempt_0/0/error.json
-  traceback : Traceback (most recent call last):
-    File "/job/train.py", line 66, in main
-      dist.all_reduce(x)
-  RuntimeError: Connection closed by peer [127.0.0.1]:45767
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-12-02_07:55:06
-  host      : localhost
-  rank      : 3 (local_rank: 1)
-  exitcode  : -9 (pid: 7003)  (SIGKILL)
-  error_file: <N/A>
-  traceback : Signal 9 (SIGKILL) received by PID 7003
-============================================================
-"""
-    got = errorfiles.summaries(text)
-    assert [(e.rank, e.local_rank, e.exitcode, e.victim) for e in got] == [(0, 0, 1, True), (3, 1, -9, False)]
-    assert got[0].user_frame() == ("/job/train.py", 66, "main") and got[1].root_cause
 
 
 def test_mix_with_a_run_directory_and_junit_html(tmp_path):

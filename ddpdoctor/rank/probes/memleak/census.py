@@ -20,6 +20,7 @@ LOCAL_NODE_CAP = 50_000
 TOP_GROUPS = 12
 GROWN_GROUPS = 3  # the groups whose count rose most since the last census: their holders are searched
 SEARCH_BUDGET = 0.05  # share of the time the referrer searches may take
+FLOOR_SEARCHES = 3  # searches per grown group while its holder is unnamed, whatever SEARCH_BUDGET says
 SAMPLES = 6  # old members of each such group whose referrers are followed up (the oldest are the kept ones)
 
 
@@ -36,6 +37,10 @@ class Growth:
         self.searched: set[tuple] = set()  # groups whose holders were searched at least once
         self.search_cost = 0.0
         self.last_search_t = 0.0
+        # the floor of holder searches (issue 37), counted in censuses: a grown group whose holder is not
+        # named yet gets FLOOR_SEARCHES searches even when SEARCH_BUDGET would space them out
+        self.tries: dict[tuple, int] = {}
+        self.capped = 0  # searches cut short by referrers.TIME_CAP_S (the report says so)
 
     def search_due(self) -> bool:
         """A referrer search costs a few scans of the heap: at most ``SEARCH_BUDGET`` of the time between them."""
@@ -256,15 +261,22 @@ def _grown_holders(
     import time
 
     found: dict[int, tuple] = {}
-    if any(k not in growth.searched for k in samples) or growth.search_due():
+    unnamed = [k for k in samples if k not in growth.holders and growth.tries.get(k, 0) < FLOOR_SEARCHES]
+    searched, capped = False, False
+    if unnamed or any(k not in growth.searched for k in samples) or growth.search_due():
         growth.searched.update(samples)
+        for k in samples:
+            growth.tries[k] = growth.tries.get(k, 0) + 1
         flat = [t for ts in samples.values() for t in ts]
         # the cost in the training thread's CPU time, not the wall clock: on a busy host the wall time of
         # the same search is many times longer, and a wall-clock budget would then space the searches out
         # until the holder is never named (issue 37: only memleak.rss under a CPU hog)
         t0 = time.thread_time()
-        found = referrers.find(flat, keep_out={id(samples), id(flat), *(id(v) for v in samples.values())})
+        stats: dict[str, Any] = {}
+        found = referrers.find(flat, keep_out={id(samples), id(flat), *(id(v) for v in samples.values())}, stats=stats)
         growth.search_cost, growth.last_search_t = time.thread_time() - t0, time.perf_counter()
+        searched, capped = True, bool(stats.get("capped"))
+        growth.capped += capped
     out = []
     for k, ts in samples.items():
         votes: dict[tuple, list] = {}
@@ -283,5 +295,8 @@ def _grown_holders(
             entry.update(holder=desc, votes=n)
         elif k in growth.holders:
             entry.update(holder=growth.holders[k], votes=0)
+        else:
+            # no holder for this group: say why (the report names the cause, not a weaker finding)
+            entry["search"] = "capped" if capped else "ran" if searched else "skipped"
         out.append(entry)
     return out

@@ -96,12 +96,15 @@ class _Node:
         return any(isinstance(x.obj, CONTAINERS) for x in inner)
 
 
-def find(targets: list[Any], keep_out: set[int] | None = None) -> dict[int, tuple[Holder, Any]]:
+def find(
+    targets: list[Any], keep_out: set[int] | None = None, stats: dict[str, Any] | None = None
+) -> dict[int, tuple[Holder, Any]]:
     """For each target (by ``id``), the holder the user's code names, as ``holders.walk`` writes one:
     ``(path, key, scope)``, with ``[]`` in the path when containers lie between the holder and the target;
     and its owner (the instance, class, module globals, function or frame whose slot it is).
 
-    ``keep_out``: ids of the caller's own containers that hold the targets (never holders)."""
+    ``keep_out``: ids of the caller's own containers that hold the targets (never holders). ``stats``, when
+    given, gets ``capped``: True when ``TIME_CAP_S`` cut the search short with targets left unnamed."""
     found: dict[int, tuple[Holder, Any]] = {}
     if not targets:
         return found
@@ -110,7 +113,11 @@ def find(targets: list[Any], keep_out: set[int] | None = None) -> dict[int, tupl
     seen: set[int] = {id(t) for t in targets}
     frontier: dict[int, _Node] = {id(t): _Node(t, [id(t)], None) for t in targets}
     for _level in range(MAX_LEVELS):
-        if not frontier or time.thread_time() > deadline:
+        if not frontier:
+            break
+        if time.thread_time() > deadline:
+            if stats is not None:
+                stats["capped"] = True
             break
         objs = [n.obj for n in frontier.values()]
         own |= {id(objs), id(frontier)}

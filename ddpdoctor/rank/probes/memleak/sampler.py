@@ -56,6 +56,13 @@ RSS_BUDGET = 0.10  # ... while RSS grows
 GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set new highs
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
+# a floor of evidence, counted in steps (issue 37): while the graph scan sees growth, a census at least every
+# step / FLOOR_RATIO steps (about three per doubling of the run), whatever the shares above allow; a busy
+# host or a dear census must not leave a growth with too few censuses to name what grew. The floor itself is
+# bounded: those censuses stop while the probes' CPU time exceeds FLOOR_CAP of the training thread's, and
+# each one skipped so is counted (the report says that the ranks' CPU was saturated, not a weaker finding)
+FLOOR_RATIO = 4
+FLOOR_CAP = 0.25
 FLUSH_S = 0.2  # the per-step lines are written together this often
 SAMPLE_EVERY_S = 0.01  # a memory line at most this often after the first EARLY_STEPS (each of those steps has one)
 NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of microseconds)
@@ -156,6 +163,9 @@ class Memory(RankProbe):
             else []
         )
         self.censuses = 0
+        self.cpu_first = 0.0  # the training thread's CPU time at the first step (FLOOR_CAP counts from it)
+        self.floor_skipped = 0  # floor censuses the FLOOR_CAP did not allow
+        self.floor_next = 0  # no floor census before this step (after one was skipped: once per gap)
         self.overhead = 0.0  # CPU seconds the scans and censuses took on the training thread
         self.names: dict = {}  # holder -> its description (name, storing line): found once
         self.growth = census_mod.Growth()  # what the censuses remember between them (census.py)
@@ -198,6 +208,7 @@ class Memory(RankProbe):
         now = time.perf_counter()
         if step == 1:
             self.t_first = now
+            self.cpu_first = _cpu()
         frame = sys._getframe(1)
         scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
         scan = step == 1 or (
@@ -235,6 +246,7 @@ class Memory(RankProbe):
             cost = _cpu() - c0
             self.last_scan_cost, self.last_scan_t, self.last_scan_step = cost, time.perf_counter(), step
             self.overhead += cost
+            self.p.cost.add_exact(cost)  # exact: never multiplied as a sampled call's (rank/cost.py)
         if fields:
             self.buf.append(line(schema.K_MEM, self.p.rank, step=step, **fields))
         else:  # the common line, formatted by hand (the same bytes as writer.line)
@@ -287,6 +299,24 @@ class Memory(RankProbe):
             return "budget"
         if rss - self.last_census_rss >= RSS_TRIGGER and since >= self.last_census_cost / RSS_BUDGET:
             return "rss"
+        return self._floor(step, rss)
+
+    def _floor(self, step: int, rss: int) -> str | None:
+        """The floor of censuses while growth is seen (``FLOOR_RATIO``), in steps: due when the last census
+        is ``step / FLOOR_RATIO`` steps behind, unless the probes' CPU time is over ``FLOOR_CAP`` of the
+        training thread's (then counted as skipped, once per gap). Only integer comparisons on most steps."""
+        gap = max(LOCAL_EVERY, step // FLOOR_RATIO)
+        if step <= FREE_CENSUS_STEPS or step - self.last_census_step < gap or step < self.floor_next:
+            return None  # (the doublings up to FREE_CENSUS_STEPS are free: the floor adds nothing there)
+        # the growth a holder is searched for: the graph scan's new highs. Not RSS or the censuses' counts: a
+        # cache that fills once (probes/plateau.py) would get extra censuses in its fill, and a short series
+        # dense in its rise and sparse on its plateau reads as growth (analysis/series.py)
+        if not self.scan_grew:
+            return None
+        if self.overhead <= max(FREE_CENSUS_S / 4, FLOOR_CAP * (_cpu() - self.cpu_first)):
+            return "floor"
+        self.floor_skipped += 1
+        self.floor_next = step + gap
         return None
 
     def _cuda(self) -> dict[str, Any]:
@@ -395,10 +425,18 @@ class Memory(RankProbe):
         self.last_census_step = self.step
         self.last_census_rss = rss if rss is not None else self.last_census_rss
         self.censuses += 1
+        self.p.cost.add_exact(cost)
         if not final:
             self.overhead += cost
         self.w.write(
-            schema.K_CENSUS, self.p.rank, step=self.step, why=why, final=final or None, cost_s=round(cost, 4), **fields
+            schema.K_CENSUS,
+            self.p.rank,
+            step=self.step,
+            why=why,
+            final=final or None,
+            cost_s=round(cost, 4),
+            floor_skipped=self.floor_skipped or None,  # so far: the report says the floor could not be kept
+            **fields,
         )
         if not final and _cuda_in_use():
             self._cuda_at_census()
@@ -457,6 +495,8 @@ class Memory(RankProbe):
                 step=self.step,
                 censuses=self.censuses,
                 overhead_s=round(self.overhead, 4),
+                floor_skipped=self.floor_skipped or None,
+                searches_capped=self.growth.capped or None,
                 workers_cpu_s=round(self.workers.cpu, 4) or None,  # the heartbeat thread's, not the loop's
             )
         except Exception as e:

@@ -16,8 +16,10 @@ STEPS = 200
 CENSUS_AT = (1, 2, 4, 8, 16, 32, 64, 100, 128, 160, 199)
 
 
-def _census(b: RunBuilder, r: int, s: int, nodes: int, tensors: int = 10) -> None:
-    b.census(r, 1.0 + s / 100, s, tensors=tensors, graph_nodes=nodes, tensor_bytes={"cpu": 4096 + 16 * tensors})
+def _census(b: RunBuilder, r: int, s: int, nodes: int, tensors: int = 10, **extra: Any) -> None:
+    b.census(
+        r, 1.0 + s / 100, s, tensors=tensors, graph_nodes=nodes, tensor_bytes={"cpu": 4096 + 16 * tensors}, **extra
+    )
 
 
 def _run(root: Path, per_rank: dict[int, dict[str, Any]]) -> list:
@@ -33,7 +35,14 @@ def _run(root: Path, per_rank: dict[int, dict[str, Any]]) -> list:
                 fields["local_graph"] = int(spec["dense"] * s)
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 100, step=s, **fields)
             if s in at:
-                _census(b, r, s, 10 + int(spec.get("census", 0) * s), tensors=10 + int(spec.get("tensors", 0) * s))
+                _census(
+                    b,
+                    r,
+                    s,
+                    10 + int(spec.get("census", 0) * s),
+                    tensors=10 + int(spec.get("tensors", 0) * s),
+                    **spec.get("census_extra", {}),
+                )
         b.finish(r, 5.0)
     return diagnose(load_run(str(root)), Config(), "memleak").findings
 
@@ -81,6 +90,35 @@ def test_rss_growth_with_flat_censuses_is_native(tmp_path: Path) -> None:
     spec = {"dense": None, "census": 0, "rss": 256 * 1024}
     f = _one(_run(tmp_path, {0: spec, 1: spec}), "memleak.rss")
     assert "native memory" in f.message and f.evidence["cause"] == "native" and f.culprits == (0, 1)
+
+
+def test_a_holder_search_the_ranks_could_not_afford_is_said_not_left_out(tmp_path: Path) -> None:
+    """Issue 37: the graph grows on both ranks, no census names a holder, and the censuses say their floor was
+    skipped at the probes' CPU cap: the finding stays the graph's and says why the holder is missing."""
+    spec = {"dense": 5, "census": 5, "census_extra": {"floor_skipped": 3}}
+    f = _one(_run(tmp_path, {0: spec, 1: spec}), "memleak.autograd-graph")
+    assert "holder search skipped on rank(s) [0,1]: ranks' CPU was saturated" in f.message, f.message
+    assert set(f.evidence["holder_search_skipped"]) == {"0", "1"}
+    quiet = _one(_run(tmp_path / "quiet", {0: {"dense": 5, "census": 5}, 1: {"dense": 5, "census": 5}}), f.id)
+    assert "skipped" not in quiet.message and "holder_search_skipped" not in quiet.evidence
+
+
+def test_a_search_cut_at_its_cpu_cap_is_said(tmp_path: Path) -> None:
+    grown = [{"group": "[4]|float32|cpu|True", "added": 3, "sampled": 3, "search": "capped"}]
+    spec = {"dense": 5, "census": 5, "census_extra": {"grown": grown}}
+    f = _one(_run(tmp_path, {0: spec, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
+    assert "holder search skipped on rank(s) [0]: ranks' CPU was saturated (the search reached its CPU-time cap" in (
+        f.message
+    )
+
+
+def test_rss_growth_with_too_few_censuses_says_the_floor_was_skipped(tmp_path: Path) -> None:
+    spec = {"dense": None, "census": 0, "rss": 256 * 1024, "census_at": (1, 2), "census_extra": {"floor_skipped": 4}}
+    f = _one(_run(tmp_path, {0: spec, 1: spec}), "memleak.rss")
+    assert "too few censuses" in f.message and "census skipped on rank(s) [0,1]: ranks' CPU was saturated" in (
+        f.message
+    )
+    assert f.evidence["cause"] == "unknown" and set(f.evidence["census_skipped"]) == {"0", "1"}
 
 
 # -- the GPU path, from hand-built per-step CUDA figures (the rank side runs where a GPU is) ---------------

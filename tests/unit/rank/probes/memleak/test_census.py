@@ -403,3 +403,36 @@ def test_a_found_holder_becomes_a_root_of_the_graph_scan(framework_user: Any) ->
     del library_callbacks
     gc.collect()
     assert census.local_graphs(None, {}, growth)[0] == 0  # a root is held weakly: the user's object can go
+
+
+def test_holder_search_floor_searches_an_unnamed_group_then_says_why_it_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 37: a grown group whose holder is unnamed is searched FLOOR_SEARCHES times even when the
+    search budget is spent; after that its entry says "skipped"; a search the CPU cap cut says "capped"."""
+    import sys as _sys
+    import time
+
+    from ddpdoctor.rank.probes.memleak import census as census_mod
+    from ddpdoctor.rank.probes.memleak import referrers
+
+    class Kept:
+        pass
+
+    g = census_mod.Growth()
+    key = ((4,), "float32", "cpu", True)
+    kept = [Kept() for _ in range(3)]  # held by this frame's local list only: no user holder is found
+    searches = []
+    real = referrers.find
+    monkeypatch.setattr(referrers, "find", lambda *a, **k: searches.append(1) or real(*a, **k))
+    for i in range(census_mod.FLOOR_SEARCHES + 1):
+        # the budget is spent: the last search was just now and cost an hour
+        g.search_cost, g.last_search_t = 3600.0, time.perf_counter()
+        (entry,) = census_mod._grown_holders({key: list(kept)}, {key: 3}, g, _sys._getframe(), {})
+        want = "ran" if i < census_mod.FLOOR_SEARCHES else "skipped"
+        assert entry.get("search") == want and "holder" not in entry, (i, entry)
+    assert len(searches) == census_mod.FLOOR_SEARCHES
+    monkeypatch.setattr(referrers, "TIME_CAP_S", -1.0)  # every level over the cap: cut short
+    g2 = census_mod.Growth()
+    (entry,) = census_mod._grown_holders({key: list(kept)}, {key: 3}, g2, _sys._getframe(), {})
+    assert entry["search"] == "capped" and g2.capped == 1

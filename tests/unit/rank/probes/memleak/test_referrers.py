@@ -98,3 +98,14 @@ def test_a_busy_host_does_not_cut_the_search_short(monkeypatch: pytest.MonkeyPat
     trainer.history += [Blob()]
     holder, owner = find([trainer.history[0]])[id(trainer.history[0])]
     assert holder[0] == "self.history[]" and owner is trainer
+
+
+def test_stats_say_when_the_cpu_cap_cut_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpdoctor.rank.probes.memleak import referrers
+
+    trainer = Trainer()
+    trainer.history += [Blob()]
+    stats: dict[str, Any] = {}
+    assert find([trainer.history[0]], stats=stats) and not stats.get("capped")
+    monkeypatch.setattr(referrers, "TIME_CAP_S", -1.0)
+    assert find([trainer.history[0]], stats=stats) == {} and stats["capped"] is True

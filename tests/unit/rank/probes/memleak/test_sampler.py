@@ -77,3 +77,53 @@ def test_census_every_is_exact_between_the_lines(tmp_path: Path, monkeypatch: py
         assert [c["step"] for c in censuses] == [1, 50, 100, 150, 200, 250, 300]
     finally:
         fakeprobe.close(m.p)
+
+
+def test_the_census_floor_is_counted_in_steps_while_growth_is_seen(
+    memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: while the graphs grow, a census is due every step / FLOOR_RATIO steps whatever the shares
+    allow; over its CPU cap the floor is skipped, counted once per gap, and never due on a flat loop."""
+    from ddpdoctor.rank.probes.memleak import sampler
+
+    cpu = [100.0]
+    monkeypatch.setattr(sampler, "_cpu", lambda: cpu[0])
+    memory.cpu_first, memory.last_census_step, memory.overhead = 0.0, 70, 0.0
+    memory.scan_grew = False
+    memory.census_grew = True  # the censuses' counts alone (a cache filling once) make no floor
+    assert memory._floor(100, 0) is None and memory._floor(100, 10 * sampler.RSS_TRIGGER) is None
+    memory.last_census_step = 20
+    memory.scan_grew = True
+    assert memory._floor(sampler.FREE_CENSUS_STEPS, 0) is None  # the free doublings cover the first steps
+    memory.last_census_step = 70
+    memory.scan_grew = True
+    assert memory._floor(90, 0) is None  # 20 steps since the last census, the gap at 90 is 22
+    assert memory._floor(100, 0) == "floor"  # 30 >= max(LOCAL_EVERY, 100 // FLOOR_RATIO)
+    # the probes have taken more than FLOOR_CAP of the training thread's CPU time: skipped, and said so
+    memory.overhead = sampler.FLOOR_CAP * cpu[0] + 1.0
+    assert memory._floor(100, 0) is None and memory.floor_skipped == 1
+    assert all(memory._floor(s, 0) is None for s in range(101, 125)) and memory.floor_skipped == 1
+    assert memory._floor(125, 0) is None and memory.floor_skipped == 2  # one count per gap, not per step
+    cpu[0] = 1000.0  # the loop's own CPU time caught up: the floor resumes
+    assert memory._floor(160, 0) == "floor"
+
+
+def test_the_floor_keeps_censuses_under_budgets_a_busy_host_would_exhaust(
+    memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each census costs as much as 200 steps' budget: the shares alone would give none between steps 64 and
+    512; the floor gives several per doubling while the graph grows."""
+    from ddpdoctor.rank.probes.memleak import sampler
+
+    monkeypatch.setattr(sampler, "_cpu", lambda: 1e6)  # the loop's CPU time is ample: the cap never binds
+    memory.t_first, memory.last_census_step, memory.last_census_t = 0.0, 64, 0.0
+    # the probes have taken more than the growth doublings allow (FREE_CENSUS_S): only the floor is left
+    memory.last_census_cost, memory.overhead, memory.scan_grew = 1e6, 3.0, True
+    taken = []
+    for s in range(65, 513):
+        why = memory._due(s, 1.0, 0)
+        if why:
+            taken.append((s, why))
+            memory.last_census_step = s
+    assert {w for _s, w in taken} == {"floor"} and len(taken) >= 6, taken
+    assert memory.floor_skipped == 0

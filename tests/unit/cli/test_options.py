@@ -1,4 +1,5 @@
-"""The script taken the way torchrun takes it: ddpdoctor's options, the script, then the script's arguments.
+"""cli.options: the options every run shares, and the script taken the way torchrun takes it: ddpdoctor's
+options, the script, then the script's arguments.
 
 In-process: the run commands' own click parsing (the one the CLI and ``doctor``'s self-test use), then
 ``split_script``; nothing is launched."""
@@ -78,3 +79,71 @@ def test_an_unknown_probe_name_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as ex:
         main(["hang", "--probe", "nope"])
     assert ex.value.code == 2 and "nope" in capsys.readouterr().err
+
+
+# -- the shared options' values: a bad one is one line and exit 2, before anything starts -------------------
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    from ddpdoctor.cli import main
+
+    with pytest.raises(SystemExit) as ex:
+        main(list(argv))
+    return int(ex.value.code or 0), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["hang", "--timeout", "0.1", "t.py"], "--timeout"),
+        (["check", "--max-time", "0", "t.py"], "--max-time"),
+        (["memleak", "--launch", "mpirun", "t.py"], "'mpirun' is not one of 'auto', 'torchrun', 'spawn'"),
+        (["profile", "--fail-on", "info", "t.py"], "--fail-on"),
+        (["hang", "--select", "hnag", "t.py"], "--select"),  # checked against the catalog before any launch
+    ],
+)
+def test_a_bad_shared_option_is_one_line_and_exit_2(capsys, argv, words):
+    code, err = _cli(capsys, *argv)
+    assert code == ExitCode.USAGE and err.count("\n") == 1 and err.startswith("ddpdoctor: error: "), err
+    assert words in err and "Traceback" not in err
+
+
+def test_the_shared_defaults():
+    _script, _args, opts = parse("hang", "t.py")
+    assert (opts["timeout"], opts["launch"], opts["fail_on"], opts["max_time"], opts["run_dir"]) == (
+        60.0,
+        "auto",
+        "error",
+        None,
+        None,
+    )
+    assert opts["select"] == () and opts["ignore"] == () and opts["json_path"] is None
+
+
+def test_select_and_ignore_repeat():
+    _s, _a, opts = parse("check", "--select", "hang", "--select", "crash,data", "--ignore", "seed", "t.py")
+    assert opts["select"] == ("hang", "crash,data") and opts["ignore"] == ("seed",)  # split by cli.project
+
+
+def test_the_probe_names_are_the_files_of_the_probes_folder():
+    import importlib.util
+    import os
+
+    from ddpdoctor.cli.options import probe_names
+
+    names = probe_names()
+    spec = importlib.util.find_spec("ddpdoctor.probes")
+    assert spec is not None and spec.submodule_search_locations
+    folder = list(spec.submodule_search_locations)[0]
+    assert "healthy" in names and names == sorted(names)
+    assert all(os.path.isfile(os.path.join(folder, f"{n}.py")) for n in names)
+    assert not [n for n in names if n.startswith("_")]
+
+
+def test_script_alias_leaves_a_value_that_reads_like_the_option_alone():
+    from ddpdoctor.cli.options import script_alias
+
+    cmd = run_command(COMMANDS["hang"])
+    # --run-dir takes a value: "--script" there is the folder's name, not the alias
+    assert script_alias(cmd, ["--run-dir", "--script", "t.py"]) == ["--run-dir", "--script", "t.py"]
+    assert script_alias(cmd, ["t.py", "--script", "u.py"]) == ["t.py", "--script", "u.py"]  # the script's own

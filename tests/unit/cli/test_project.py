@@ -1,5 +1,6 @@
-"""``--select``/``--ignore ID`` (ruff's rule) and a project's ``[tool.ddpdoctor]`` defaults, on ``analyze`` of
-a recorded run (tests/golden: a healthy check run with the note seed.identical-streams, and a hang)."""
+"""cli.project: a project's ``[tool.ddpdoctor]`` table (the nearest pyproject.toml that has one, from the
+working directory up) and ``--select``/``--ignore ID`` merged with it; directly, then on ``analyze`` of a
+recorded run (tests/golden: a healthy check run with the note seed.identical-streams, and a hang)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,52 @@ import shutil
 import pytest
 from helpers import ROOT
 
-from ddpdoctor.analysis.catalog import selected
 from ddpdoctor.cli import main
+from ddpdoctor.cli.project import find_table, selection
+from ddpdoctor.errors import DdpdoctorError, ExitCode
 
 GOLDEN = ROOT / "tests" / "golden"
 
 
-@pytest.mark.parametrize(
-    "fid, select, ignore, kept",
-    [
-        ("seed.identical-streams", (), (), True),
-        ("seed.identical-streams", (), ("seed.identical-streams",), False),
-        ("seed.identical-streams", (), ("seed",), False),
-        ("crash.exception", ("hang",), (), False),  # crash is a family of its own, not hang's
-        ("crash.abnormal-exit", ("crash",), ("crash.abnormal-exit",), False),  # the more specific wins
-        ("hang.timeout", ("hang.timeout",), ("hang",), True),
-        ("hang.timeout", ("hang",), ("hang",), False),  # as specific: the ignore wins
-    ],
-)
-def test_ruffs_rule(fid, select, ignore, kept):
-    assert selected(fid, select, ignore) is kept
+def test_the_nearest_table_wins_and_a_pyproject_without_one_is_passed_over(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor]\nselect = ["hang"]\n')
+    mid = tmp_path / "mid"
+    (mid / "leaf").mkdir(parents=True)
+    (mid / "pyproject.toml").write_text('[project]\nname = "x"\n')  # no table: look further up
+    path, table = find_table(str(mid / "leaf"))
+    assert (path, table) == (str(tmp_path / "pyproject.toml"), {"select": ["hang"]})
+    (mid / "pyproject.toml").write_text('[tool.ddpdoctor]\nignore = ["seed"]\n')
+    assert find_table(str(mid / "leaf")) == (str(mid / "pyproject.toml"), {"ignore": ["seed"]})
+
+
+def test_no_table_anywhere_is_no_defaults(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.path.isfile", lambda p: False)  # not even one above tmp_path
+    assert find_table(str(tmp_path)) == (None, {})
+    monkeypatch.undo()
+    monkeypatch.setattr("ddpdoctor.cli.project.find_table", lambda start=None: (None, {}))
+    assert selection(("hang,crash", " data "), ("seed.identical-streams",)) == (
+        ("hang", "crash", "data"),
+        ("seed.identical-streams",),
+    )
+
+
+def test_select_replaces_the_tables_and_ignore_adds_to_it_once(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor]\nselect = ["hang"]\nignore = ["seed", "perf"]\n')
+    assert selection(start=str(tmp_path)) == (("hang",), ("seed", "perf"))
+    assert selection(("crash",), ("perf,memleak",), start=str(tmp_path)) == (("crash",), ("seed", "perf", "memleak"))
+
+
+def test_a_table_that_is_not_a_table_is_a_usage_error(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool]\nddpdoctor = "hang"\n')
+    with pytest.raises(DdpdoctorError) as e:
+        find_table(str(tmp_path))
+    assert e.value.exit_code == ExitCode.USAGE and str(e.value).endswith("[tool.ddpdoctor] must be a table")
+
+
+def test_an_unknown_name_from_the_command_line_is_named_with_its_option(tmp_path):
+    with pytest.raises(DdpdoctorError, match="--select") as e:
+        selection(("hnag",), start=str(tmp_path))
+    assert "\n" not in str(e.value) and "hnag" in str(e.value)
 
 
 def analyze(capsys, tmp_path, name: str, *argv: str) -> tuple[int, dict | None, str]:

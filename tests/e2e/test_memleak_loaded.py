@@ -1,0 +1,75 @@
+"""memleak's holder cases on a busy host (issue 37): with a busy loop on every core beside the job (started
+and ended here, by pid), each case gives the verdict a quiet host gives (tests/e2e/test_memleak.py,
+test_memleak_holders.py, test_memleak_workers.py): the same finding id, ranks and storing line. The
+census and holder search keep a floor of evidence counted in steps, so contention costs time, never the
+holder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from helpers import PROBES, ROOT, ddpdoctor, finding, marker_line, script_argv
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+@pytest.fixture
+def busy_host() -> Iterator[None]:
+    """One busy loop per core (at least two) for the test's length, each its own process group, ended by pid."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(max(2, os.cpu_count() or 2))
+    ]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait(timeout=10)
+
+
+def _ids(r):
+    return [f["id"] for f in r.report["findings"]]
+
+
+def test_a_loss_list_in_a_trainer_attribute_names_both_ranks_and_the_line(tmp_path, busy_host):
+    r = ddpdoctor(script_argv("memleak", str(PROBES / "leak_trainer_losses.py"), "--", "4"), tmp_path, timeout=240)
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, "memleak.autograd-graph")
+    line = marker_line(PROBES / "leak_trainer_losses.py", "KEEP")
+    assert f["culprits"] == [0, 1] and f["ranks"] == [0, 1], f
+    assert {(l["rank"], l["line"], l["function"]) for l in f["locations"]} == {
+        (0, line, "_run_batch"),
+        (1, line, "_run_batch"),
+    }, f
+    assert "`self.losses`" in f["message"] and "memleak.rss" not in _ids(r)
+
+
+def test_a_hook_cache_on_rank_0_names_rank_0_only_and_the_hook(tmp_path, busy_host):
+    script = SCRIPTS / "memleak" / "trainer_hook_logits.py"
+    r = ddpdoctor(script_argv("memleak", str(script)), tmp_path, timeout=240)
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, "memleak.autograd-graph")
+    assert f["culprits"] == [0] and f["ranks"] == [0], f
+    assert [(l["rank"], l["line"], l["function"]) for l in f["locations"]] == [
+        (0, marker_line(script, "LEAK"), "on_train_batch_end")
+    ], f
+    assert "`self._epoch_logits`" in f["message"] and "memleak.rss" not in _ids(r)
+
+
+def test_dataloader_copy_on_read_names_the_dataset_attribute_on_both_ranks(tmp_path, busy_host):
+    script = SCRIPTS / "worker_records.py"
+    r = ddpdoctor(script_argv("memleak", str(script), "--", "--store", "list", "--workers", "2"), tmp_path, timeout=240)
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, "memleak.dataloader-workers")
+    assert f["culprits"] == [0, 1] and f["ranks"] == [0, 1], f
+    line = marker_line(script, "RECORDS")
+    assert {(l["rank"], l["line"], l["function"]) for l in f["locations"]} == {
+        (0, line, "__init__"),
+        (1, line, "__init__"),
+    }, f
+    assert "`Records.records`" in f["message"]
