@@ -266,6 +266,13 @@ def test_a_node_sigkilled_mid_training_is_named_within_30_s(slurm: SlurmCluster)
     t = time.time()
     slurm.kill_node("n1")  # power loss: slurmd, slurmstepd, ddpdoctor, torchrun, the ranks
     named = job.first(r"node 1 \(n1.*lost", task=0, timeout=45)
+    # node 0 ends its run on that verdict; srun itself would wait for the dead node's task until SLURM marks
+    # the node down (minutes), so the job is cancelled, but only once node 0 has printed its report and
+    # written its JSON (right after the text): a cancel right after the live line raced node 0's report
+    job.first(r"ddpdoctor hang: [A-Z]+ \(exit code", task=0, timeout=60)
+    deadline = time.time() + 15
+    while not (job.out / "n0-0.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
     slurm.run_on("n0", "scancel", f"--name={job.name}", timeout=15)
     job.wait(timeout=120)
     assert named is not None, job.text(0)[-4000:]
