@@ -112,14 +112,12 @@ def test_rank0_tracker_attribute_in_a_fast_loop(tmp_path):
     ]
     assert "`self.history`" in f["message"]
     assert "memleak.rss" not in [x["id"] for x in r.report["findings"]]
-    # enough evidence on the leaking rank, though each census costs many steps' time: censuses until the
-    # holder is named (then they take the explained budget, issue 37), and the graph scans spread over the run
-    lines = [json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines()]
-    cs = [c for c in lines if c.get("kind") == "census" and not c.get("final")]
-    assert cs and cs[0]["step"] == 1, cs
-    assert any((g.get("holder") or {}).get("name") == "self.history" for c in cs for g in c.get("grown") or []), cs
-    scans = [e["step"] for e in lines if e.get("kind") == "mem" and "local_graph" in e]
-    assert len(scans) >= 8 and scans[-1] >= 200 and sum(s >= scans[-1] / 2 for s in scans) >= 3, scans
+    # enough censuses on the leaking rank, spread over the run, though each costs many steps' time
+    cs = [
+        json.loads(l) for l in (r.run_dir / "ranks" / "0" / "memory.jsonl").read_text().splitlines() if '"census"' in l
+    ]
+    steps = sorted(c["step"] for c in cs if not c.get("final"))
+    assert len(steps) >= 8 and steps[0] == 1 and steps[-1] >= 200, steps
 
 
 @pytest.mark.parametrize("style", ["tutorial", "tutorial-item", "plain-loop"])

@@ -7,25 +7,20 @@ reads; a memory line (RSS from ``/proc/self/statm``, the allocator's figures on 
 one of the first ``EARLY_STEPS`` steps, then at most every ``SAMPLE_EVERY_S`` (every step of a slower loop). The scans and censuses run on a schedule that gives enough points
 whatever the step time, within an overhead budget:
 
-- a census at the first step; then, while growth is seen (a graph scan's new high, RSS up by
-  ``RSS_TRIGGER`` since the last census), at steps 2, 4, 8, 16, ... (so the censuses span the run so far: about log2(steps) of
-  them) as long as the probes' time stays within ``FREE_CENSUS_S`` or ``RSS_BUDGET`` of the run's; while
-  nothing grows, a doubling only when it costs at most ``DOUBLING_BUDGET`` of the time, and any census
-  when it costs at most ``BUDGET``; more often (``RSS_BUDGET``) while RSS keeps growing and
-  (``GROWTH_BUDGET``) while the censuses see new highs of tensors or graph nodes (a growth gets enough
-  points in the run's later half, and each such census names what grew: ``referrers.py``), both at
-  ``EXPLAINED_BUDGET`` once the holders of what grew are named; a floor counted in steps while the scan
-  sees growth and no holder is named (``FLOOR_RATIO``); at evenly spaced points when the run's length is
-  known (``--steps``), every ``census_every`` steps when asked, and once more when the script returns
-  (``final``: what module-level names still hold);
+- a census at the first step, then at steps 2, 4, 8, 16, ... (so at any moment the censuses span the
+  run so far: about log2(steps) of them; up to step ``FREE_CENSUS_STEPS`` while the probes' time so far is
+  at most ``FREE_CENSUS_S`` or ``FREE_SHARE`` of the run's, after that while growth is seen as long as the
+  probes' time stays within ``RSS_BUDGET`` of the run's, while nothing grows at most ``DOUBLING_BUDGET``), whenever it costs at most ``BUDGET`` of that time, more often (``RSS_BUDGET``)
+  while RSS keeps growing and (``GROWTH_BUDGET``) while the censuses see new highs of tensors or graph nodes
+  (a growth gets enough points in the run's later half, and each such census names what grew: ``referrers.py``), at evenly spaced points when the run's length is known (``--steps``), every
+  ``census_every`` steps when asked, and once more when the script returns (``final``: what module-level
+  names still hold);
 - the graph scan every ``LOCAL_EVERY`` steps at most, and no more often than ``SCAN_BUDGET`` of the time
   allows (``EARLY_SCAN_BUDGET`` in the first ``EARLY_STEPS`` and while the scanned graphs grow: a short
-  run gets its points, and so does a leak) (a growing graph makes the scan dearer and rarer, never a drag on the
-  loop), and while its graphs keep growing at least every ``step / SCAN_FLOOR_RATIO`` steps (the floor).
+  run gets its points, and so does a leak) (a growing graph makes the scan dearer and rarer, never a drag on the loop).
 
-A healthy loop thus pays about 1-3 % of a 1.7 ms step (issue 37: a census at its first step, one at the
-end, the budgeted ones between, the scans and the per-step lines); a loop whose memory grows pays more
-until what holds it is named, and is diagnosed. The per-step lines are kept in memory and written together every
+A healthy loop thus pays about 2 % (issue 10: at most 1.05 in-loop with the ledger); a loop whose RSS grows pays
+more, and is diagnosed. The per-step lines are kept in memory and written together every
 ``FLUSH_S`` (a rank killed by a signal loses at most that much of its RSS series; its censuses and the
 lines before are on disk); RSS is read from ``/proc/self/statm`` through a file kept open.
 
@@ -52,13 +47,13 @@ LOCAL_EVERY = 5  # at most one graph scan per this many steps
 SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
-FREE_CENSUS_STEPS = 32  # the floor starts after this step (the doublings while growth is seen cover the first)
-FREE_CENSUS_S = 2.0  # the doublings while growth is seen may take this much, or RSS_BUDGET of the run's time
+FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 while the probes' time so far is at most
+FREE_CENSUS_S = 2.0  # ... this, or FREE_SHARE of the run's time so far; later doublings within a budget
+FREE_SHARE = 0.1
 BUDGET = 0.0025  # share of the time a census may take in steady state
 DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10  # ... while RSS grows
 GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set new highs
-EXPLAINED_BUDGET = 0.02  # ... either, once every group that grew at the last census has its holder named
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
 PLANNED = 8  # evenly spaced censuses when the run's length is known
 # a floor of evidence, counted in steps (issue 37): while the graph scan sees growth, a census at least every
@@ -68,11 +63,6 @@ PLANNED = 8  # evenly spaced censuses when the run's length is known
 # each one skipped so is counted (the report says that the ranks' CPU was saturated, not a weaker finding)
 FLOOR_RATIO = 4
 FLOOR_CAP = 0.25
-# the same floor for the graph scan: while its graphs keep growing, a scan at least every step / SCAN_FLOOR_RATIO
-# steps. A growing graph makes each scan dearer, so a budget alone spaces the scans geometrically, and the
-# later half of the run (the part that decides, analysis/series.py) got two points: the Hugging Face case of
-# issue 37 then read as an unexplained RSS growth. Bounded by the same FLOOR_CAP
-SCAN_FLOOR_RATIO = 8
 FLUSH_S = 0.2  # the per-step lines are written together this often
 SAMPLE_EVERY_S = 0.01  # a memory line at most this often after the first EARLY_STEPS (each of those steps has one)
 NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of microseconds)
@@ -82,11 +72,6 @@ SNAPSHOT_ENTRIES = 100_000  # the allocator history's ring for --snapshot
 # what a scan or a census costs the loop: the training thread's CPU time. Wall time would count the moments
 # the thread was preempted (a loaded host), and one inflated cost puts the next scan seconds away
 _cpu = getattr(time, "thread_time", time.process_time)
-
-
-def _margin(high: int) -> int:
-    """The count a census must pass to be a new high of ``high``: 3 more, or 5 % more for big counts."""
-    return high + max(3, high // 20)
 
 
 def _cuda_in_use() -> bool:
@@ -165,19 +150,12 @@ class Memory(RankProbe):
         self.last_scan_t = 0.0
         self.last_sample_t = 0.0  # when the last memory line was taken (SAMPLE_EVERY_S)
         self.last_rss = 0  # its RSS (what the census schedule compares with between lines)
-        # RSS at the start of the current doubling of the run (steps 1, 2, 4, ...): "still rising" is a rise
-        # within it. A warm-up's first allocations (gloo, the allocator, optimizer state) rise once, in the
-        # first steps; a leak rises in every window
-        self.window_step = 0
-        self.window_rss = 0
         self.last_scan_cost = 0.0
         self.last_scan_step = 0
         self.last_scan_nodes = -1  # the most graph nodes a scan saw so far
         # growth, as a leak shows it: a new high (the counts of a healthy loop wobble below their maximum)
         self.scan_grew = False  # the last scan saw more graph nodes than any scan before
-        self.scan_streak = 0  # scans in a row that saw a new high (a warm-up makes one; a leak keeps on)
         self.census_grew = False  # the last census saw more tensors or graph nodes than any census before
-        self.explained = False  # every group that grew at the last census with a holder has it named
         self.last_counts = (-1, -1)  # the highest (tensors, graph nodes) of the censuses so far
         self.plan = (
             sorted({max(1, round(stop_steps * i / PLANNED)) for i in range(1, PLANNED)} | {max(1, stop_steps - 2)})
@@ -234,8 +212,7 @@ class Memory(RankProbe):
         frame = sys._getframe(1)
         scan_budget = EARLY_SCAN_BUDGET if step <= EARLY_STEPS or self.scan_grew or self.census_grew else SCAN_BUDGET
         scan = step == 1 or (
-            step - self.last_scan_step >= LOCAL_EVERY
-            and (now - self.last_scan_t >= self.last_scan_cost / scan_budget or self._scan_floor(step))
+            step - self.last_scan_step >= LOCAL_EVERY and now - self.last_scan_t >= self.last_scan_cost / scan_budget
         )
         # a memory line (RSS, and the allocator's figures on a GPU) at most every SAMPLE_EVERY_S after the
         # first EARLY_STEPS: reading /proc/self/statm costs more (5-20 us) than the rest of a step's
@@ -247,8 +224,6 @@ class Memory(RankProbe):
             return
         self.last_sample_t = now
         self.last_rss = rss = self.rss()
-        if step >= 2 * self.window_step:
-            self.window_step, self.window_rss = step, rss
         fields: dict[str, Any] = {"rss": rss, **self._cuda()} if _cuda_in_use() else {}
         if scan:
             fields.setdefault("rss", rss)
@@ -257,7 +232,6 @@ class Memory(RankProbe):
                 nodes, roots, holder = census_mod.local_graphs(frame, self.names, self.growth)
                 fields["local_graph"] = nodes
                 self.scan_grew = nodes > self.last_scan_nodes >= 0
-                self.scan_streak = self.scan_streak + 1 if self.scan_grew else 0
                 self.last_scan_nodes = max(nodes, self.last_scan_nodes)
                 fields["local_roots"] = roots
                 if holder:
@@ -300,26 +274,17 @@ class Memory(RankProbe):
                 self.plan.pop(0)
             return "planned"
         since = now - self.last_census_t
-        # growth that earns the free doublings: two scans in a row with new highs, or RSS up by twice the
-        # trigger since the last census and still rising in this window (a warm-up rises once). Not the
-        # censuses' counts: a healthy loop's tensors rise by a few in its first steps (gradients, buffers,
-        # the step's temporaries), and those would buy four censuses; a count that keeps rising gets its
-        # censuses by the "growth" rule below
-        rss_up = rss - self.last_census_rss >= RSS_TRIGGER and rss - self.window_rss >= RSS_TRIGGER // 4
-        growing = self.scan_streak >= 2 or (rss_up and rss - self.last_census_rss >= 2 * RSS_TRIGGER)
-        # once the holders of what grows are named, the censuses that follow the growth take EXPLAINED_BUDGET:
-        # the growth's series goes on in the per-step lines and scans, and a census of a big heap costs
-        # 0.1-0.3 s (a Hugging Face process), which at RSS_BUDGET was 15 % of a leaking run
-        rss_budget = EXPLAINED_BUDGET if self.explained else RSS_BUDGET
-        growth_budget = EXPLAINED_BUDGET if self.explained else GROWTH_BUDGET
+        # the early doublings are free while the probes' time so far is small: a census over a heap of
+        # millions of objects (a Dataset of Python dicts) costs seconds, and then takes its budget like any other
+        free = self.last_census_step < FREE_CENSUS_STEPS and self.overhead <= max(
+            FREE_CENSUS_S, FREE_SHARE * (now - self.t_first)
+        )
         if step >= 2 * self.last_census_step and (
-            # the doublings are free while growth is seen, as long as the probes' time stays within
-            # rss_budget of the run's (FREE_CENSUS_S at first: a short run's leak gets its points); a loop
-            # where nothing grows pays for none of them (each census walks the whole heap, ~300k objects in
-            # a torch process: doublings at 2..32 were most of memleak's cost on a healthy fast loop)
-            (
-                growing
-                and self.overhead <= max(0.0 if self.explained else FREE_CENSUS_S, rss_budget * (now - self.t_first))
+            free
+            # while growth is seen: doublings as long as the probes' time stays within RSS_BUDGET of the run's
+            or (
+                (self.scan_grew or self.census_grew)
+                and self.overhead <= max(FREE_CENSUS_S, RSS_BUDGET * (now - self.t_first))
             )
             or since >= self.last_census_cost / DOUBLING_BUDGET
         ):
@@ -327,29 +292,14 @@ class Memory(RankProbe):
         if (
             self.census_grew
             and step - self.last_census_step >= LOCAL_EVERY
-            and since >= self.last_census_cost / growth_budget
+            and since >= self.last_census_cost / GROWTH_BUDGET
         ):
             return "growth"  # the last census saw a new high: more points while it grows, and its holders
         if since >= self.last_census_cost / BUDGET:
             return "budget"
-        if rss_up and since >= self.last_census_cost / rss_budget:
+        if rss - self.last_census_rss >= RSS_TRIGGER and since >= self.last_census_cost / RSS_BUDGET:
             return "rss"
-        if self.explained:
-            return None  # the floor is for naming a holder: named already
         return self._floor(step, rss)
-
-    def _scan_floor(self, step: int) -> bool:
-        """A graph scan due by the floor (``SCAN_FLOOR_RATIO``): the scans keep setting new highs and the
-        last one is ``step / SCAN_FLOOR_RATIO`` steps behind, unless the probes' CPU time is over
-        ``FLOOR_CAP`` of the training thread's (then counted as skipped, once per gap)."""
-        gap = max(LOCAL_EVERY, step // SCAN_FLOOR_RATIO)
-        if self.scan_streak < 2 or step - self.last_scan_step < gap or step < self.floor_next:
-            return False
-        if self.overhead <= max(FREE_CENSUS_S / 4, FLOOR_CAP * (_cpu() - self.cpu_first)):
-            return True
-        self.floor_skipped += 1
-        self.floor_next = step + gap
-        return False
 
     def _floor(self, step: int, rss: int) -> str | None:
         """The floor of censuses while growth is seen (``FLOOR_RATIO``), in steps: due when the last census
@@ -361,7 +311,7 @@ class Memory(RankProbe):
         # the growth a holder is searched for: the graph scan's new highs. Not RSS or the censuses' counts: a
         # cache that fills once (probes/plateau.py) would get extra censuses in its fill, and a short series
         # dense in its rise and sparse on its plateau reads as growth (analysis/series.py)
-        if self.scan_streak < 2:  # sustained: a warm-up's one new high (a first graph) earns no floor
+        if not self.scan_grew:
             return None
         if self.overhead <= max(FREE_CENSUS_S / 4, FLOOR_CAP * (_cpu() - self.cpu_first)):
             return "floor"
@@ -463,25 +413,17 @@ class Memory(RankProbe):
             )
             return
         fields["workers"] = self._worker_rss()
+        fields["uss"] = self._uss()
         fields["host_available"] = self._available()
         cost = _cpu() - c0
         counts = (int(fields.get("tensors") or 0), int(fields.get("graph_nodes") or 0))
-        grown = fields.get("grown")
-        if grown is not None and not final:
-            self.explained = bool(grown) and all(g.get("holder") for g in grown)
         if not final:
             hi = self.last_counts
-            # a new high by a margin: a healthy loop's counts wobble by the step's temporaries alive at the
-            # census (11 or 12 tensors), where a leak adds one or more per step, and censuses are at least
-            # LOCAL_EVERY steps apart
-            self.census_grew = hi[0] >= 0 and (counts[0] > _margin(hi[0]) or counts[1] > _margin(hi[1]))
-            if why != "first":  # the first step's census is before the warm-up's buffers: a baseline only
-                self.last_counts = (max(hi[0], counts[0]), max(hi[1], counts[1]))
+            self.census_grew = hi[0] >= 0 and (counts[0] > hi[0] or counts[1] > hi[1])
+            self.last_counts = (max(hi[0], counts[0]), max(hi[1], counts[1]))
         self.last_census_cost, self.last_census_t = cost, time.perf_counter()
         self.last_census_step = self.step
-        # RSS after the census, not before: the census's own lists (a pointer per live object) raise RSS by
-        # megabytes that malloc keeps, and that rise would read as growth and buy the next census
-        self.last_census_rss = self.rss() if rss is not None else self.last_census_rss
+        self.last_census_rss = rss if rss is not None else self.last_census_rss
         self.censuses += 1
         self.p.cost.add_exact(cost)
         if not final:
@@ -516,6 +458,12 @@ class Memory(RankProbe):
             import psutil
 
             return int(psutil.virtual_memory().available)
+        except Exception:
+            return None
+
+    def _uss(self) -> int | None:
+        try:
+            return int(self.proc.memory_full_info().uss)
         except Exception:
             return None
 
