@@ -137,6 +137,9 @@ class SlurmStep:
     host: str  # this node's name (SLURMD_NODENAME)
     local_id: int  # this task's index on its node (SLURM_LOCALID): 0 leads, see launch/leader.py
     gpus: int | None  # the GPUs of the step on this node (SLURM_GPUS_ON_NODE)
+    # SLURM_CLUSTER_NAME: job ids are unique only within one cluster, and a host can be a node of two
+    # (a test cluster beside the production one, or two clusters started in namespaces of one machine)
+    cluster: str = ""
 
     @property
     def id(self) -> str:
@@ -176,6 +179,7 @@ def slurm_step(env: Mapping[str, str]) -> SlurmStep | None:
         host=host or (hosts[node] if node is not None and node < len(hosts) else ""),
         local_id=_int(env.get("SLURM_LOCALID")) or 0,
         gpus=_int(env.get("SLURM_GPUS_ON_NODE")),
+        cluster=(env.get("SLURM_CLUSTER_NAME") or "").strip(),
     )
 
 

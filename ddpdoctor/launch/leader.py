@@ -5,7 +5,7 @@ Without this, every task would start a torchrun of its own, and they would race 
 job formed by half of them, the others' torchruns crashing, and a false OK from ddpdoctors whose ranks never
 ran.
 
-The leader writes ``<tmp>/ddpdoctor-<uid>/<job>.<step>-<host>.leader`` (its pid and start time) before
+The leader writes ``<tmp>/ddpdoctor-<uid>/<cluster>-<job>.<step>-<host>.leader`` (its pid and start time) before
 anything else, and ``.rc`` (its exit code) as it exits; the followers wait for the first, then for the
 second or for the leader's process to end. Local files: the tasks of one node share its /tmp."""
 
@@ -37,8 +37,14 @@ def _base(step: SlurmStep, tmp: str | None = None) -> str:
         from ddpdoctor.errors import DdpdoctorError
 
         raise DdpdoctorError(f"{d} is not this user's private folder (0700): remove it, or set TMPDIR")
-    host = "".join(c if c.isalnum() or c in "-._" else "_" for c in (step.host or "node"))
-    return os.path.join(d, f"{step.job}.{step.step}-{host}")
+
+    def safe(text: str) -> str:
+        return "".join(c if c.isalnum() or c in "-._" else "_" for c in text)
+
+    # the cluster's name first: two clusters sharing this /tmp both have a job 1, step 0 on a host "n0",
+    # and a follower must never wait on (and exit with the code of) the other cluster's leader
+    cluster = f"{safe(step.cluster)}-" if step.cluster else ""
+    return os.path.join(d, f"{cluster}{step.job}.{step.step}-{safe(step.host or 'node')}")
 
 
 def _write(path: str, data: dict) -> None:

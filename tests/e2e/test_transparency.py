@@ -108,7 +108,13 @@ def test_the_users_module_is_left_as_it_is_under_check(tmp_path):
     r = ddpdoctor(["check", str(script)], tmp_path)
     assert r.code == 0, r.err[-2000:]
     assert r.out.count("MODULE hooks=[0, 0, 0] saved=True") == 2
-    assert [f["id"] for f in r.report["findings"] if f["severity"] in ("error", "warning")] == []
+    # teardown.gloo-abort is torch 2.13's own abort of a finished rank at exit (~6 % of clean gloo runs),
+    # classified by ddpdoctor and not about the user's module
+    assert [
+        f["id"]
+        for f in r.report["findings"]
+        if f["severity"] in ("error", "warning") and f["id"] != "teardown.gloo-abort"
+    ] == []
     for rank in (0, 1):
         fps = [json.loads(l) for l in (r.run_dir / "ranks" / str(rank) / "fingerprints.jsonl").read_text().splitlines()]
         assert [(f["where"], f["step"]) for f in fps] == [("ddp-init", 0), ("forward", 1)]

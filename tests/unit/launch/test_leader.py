@@ -98,3 +98,16 @@ def test_a_leader_folder_that_is_not_private_is_refused(tmp_path):
         leader._base(step, str(tmp_path))
     os.chmod(d, 0o700)
     assert leader._base(step, str(tmp_path)).startswith(str(d))
+
+
+def test_a_follower_never_takes_the_code_of_another_clusters_leader(tmp_path: Path) -> None:
+    """Two clusters sharing one /tmp (both have a job 1, step 0 on a host n0): seen in CI, where two test
+    clusters ran side by side and a follower exited with the other cluster's hang code (3)."""
+    with pytest.raises(SystemExit), leader.per_node(dict(ENV, SLURM_CLUSTER_NAME="a"), tmp=str(tmp_path)):
+        sys.exit(3)
+    step = slurm_step(dict(ENV, SLURM_LOCALID="1", SLURM_CLUSTER_NAME="b"))
+    assert step is not None and step.cluster == "b"
+    lines: list[str] = []
+    assert leader.follow(step, say=lines.append, tmp=str(tmp_path), start_wait=0.5) == 4  # b's leader never came
+    mine = slurm_step(dict(ENV, SLURM_LOCALID="1", SLURM_CLUSTER_NAME="a"))
+    assert mine is not None and leader.follow(mine, say=lines.append, tmp=str(tmp_path)) == 3
