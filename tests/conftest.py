@@ -9,6 +9,7 @@ tests/ itself, which this file puts on ``sys.path`` so that a test anywhere belo
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -57,6 +58,11 @@ def run_job(tmp_path: Path) -> Callable[..., Result]:
     return run
 
 
+_JOB_DEFAULTS: dict[str, Any] = {
+    name: p.default for name, p in inspect.signature(ddpdoctor).parameters.items() if p.default is not p.empty
+}
+
+
 class JobCache:
     """One real job per scenario, shared by every test that asks for the same arguments, in whichever xdist
     worker it runs: the first asker runs it (helpers.ddpdoctor, orphans checked) under a file lock and
@@ -73,7 +79,9 @@ class JobCache:
         import json
         import time
 
-        key = json.dumps([list(args), sorted((k, repr(v)) for k, v in kw.items())])
+        # the key leaves out arguments given at their default, so that `run(args)` and `run(args,
+        # timeout=120)` in two modules share one job instead of running it twice
+        key = json.dumps([list(args), sorted((k, repr(v)) for k, v in kw.items() if _JOB_DEFAULTS.get(k, ...) != v)])
         name = hashlib.sha1(key.encode()).hexdigest()[:16]
         done = self.root / f"{name}.json"
         bound = time.monotonic() + float(kw.get("timeout", 120)) + 60

@@ -14,8 +14,9 @@ def _write(path, data):
     return str(path)
 
 
-def test_profile_report_carries_step_figures_and_compare_gates_step_time(tmp_path):
-    r = ddpdoctor(["profile", "--steps", "10", "--probe", "healthy"], tmp_path)
+def test_profile_report_carries_step_figures_and_compare_gates_step_time(tmp_path, shared_job):
+    """The healthy probe's profile report; test_profile.py reads the same job (shared_job)."""
+    r = shared_job.run(["profile", "--probe", "healthy", "--", "--epochs", "6"])
     assert r.report is not None, r.err[-2000:]
     steps = r.report["figures"]["step_ms"]
     assert set(steps) == {"0", "1"}

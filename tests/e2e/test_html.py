@@ -160,7 +160,7 @@ def runs(tmp_path_factory, shared_job) -> dict:
             "EXTRA",
         ),
         "memleak": (
-            ddpdoctor(["memleak", str(PROBES / "leak_graph.py"), "--steps", "60"], tmp),
+            shared_job.run(["memleak", str(PROBES / "leak_graph.py"), "--steps", "60"]),  # as test_memleak.py
             "memleak.autograd-graph",
             {0, 1},
             PROBES / "leak_graph.py",
@@ -174,7 +174,7 @@ def runs(tmp_path_factory, shared_job) -> dict:
             "SAMPLER",
         ),
         "profile": (
-            ddpdoctor(["profile", "--bucket-ranges", str(PROBES / "straggler.py")], tmp),
+            shared_job.run(["profile", "--bucket-ranges", str(PROBES / "straggler.py")]),  # as test_profile.py
             "profile.straggler",
             {1},
             PROBES / "straggler.py",

@@ -59,8 +59,9 @@ def errors(report):
     return [(f["id"], f["message"]) for f in report["findings"] if f["severity"] == "error"]
 
 
-def test_loss_accumulated_with_its_graph_on_every_rank(tmp_path):
-    r = memleak(tmp_path, "leak_graph.py")
+def test_loss_accumulated_with_its_graph_on_every_rank(shared_job):
+    """60 steps show the graph's growth (the probe's default is 120); test_html.py reads the same job."""
+    r = shared_job.run(["memleak", str(PROBES / "leak_graph.py"), "--steps", "60"])
     assert r.code == 1, r.out + r.err[-2000:]
     f = finding(r.report, "memleak.autograd-graph")
     assert f["ranks"] == [0, 1] and f["culprits"] == [0, 1]
@@ -131,10 +132,15 @@ def test_healthy_fast_loops_have_no_error(tmp_path, style):
     assert errors(r.report) == [] and r.code == 0, r.out
 
 
+def _healthy_8_epochs(shared_job):
+    """The healthy probe for 8 epochs with --snapshot: on a CPU run --snapshot takes nothing, so the one job
+    serves both the no-leak verdict and the snapshot's note."""
+    return shared_job.run(["memleak", "--snapshot", str(PROBES / "healthy.py"), "--epochs", "8"])
+
+
 @pytest.mark.parametrize("probe", ["plateau.py", "healthy.py"])
-def test_no_leak_on_plateau_and_healthy(tmp_path, probe):
-    extra = ("--", "--epochs", "8") if probe == "healthy.py" else ()
-    r = memleak(tmp_path, probe, *extra)
+def test_no_leak_on_plateau_and_healthy(tmp_path, shared_job, probe):
+    r = _healthy_8_epochs(shared_job) if probe == "healthy.py" else memleak(tmp_path, probe)
     assert r.code == 0, r.out
     assert [f["id"] for f in r.report["findings"] if f["id"].startswith("memleak.")] == []
 
@@ -171,8 +177,8 @@ def test_cuda_memory_figures_on_a_gpu(tmp_path):
     assert (r.run_dir / "ranks" / "0" / "cuda_memory_summary_first.txt").is_file()
 
 
-def test_snapshot_on_a_cpu_run_says_it_took_nothing(tmp_path):
-    r = memleak(tmp_path, "healthy.py", "--snapshot", "--", "--epochs", "2")
+def test_snapshot_on_a_cpu_run_says_it_took_nothing(shared_job):
+    r = _healthy_8_epochs(shared_job)
     assert r.code == 0, r.out
     assert "--snapshot took nothing on rank(s) [0, 1]" in r.out and "no CUDA figures" in r.out
     assert not list(r.run_dir.glob("ranks/*/cuda_snapshot_*"))

@@ -20,6 +20,7 @@ from ddpdoctor.analysis.profile import breakdown as profile_analysis
 from ddpdoctor.record.reader import load_run
 
 STEPS = 6
+STRAGGLER_STEPS = 40  # probes/straggler.py's default --steps: one bucket all-reduce per step
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +98,21 @@ def test_nvtx_ranges_per_rank_with_names_categories_nesting_and_counts(tmp_path,
         assert any(rec["ends"][rid] != rec["starts"][rid]["tid"] for rid in buckets)
 
 
-def test_no_nvtx_call_without_a_tool(tmp_path, monkeypatch):
-    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    r = ddpdoctor(["profile", str(PROBES / "straggler.py"), "--steps", "4"], tmp_path)
+@pytest.fixture(scope="module")
+def plain(shared_job):
+    """The straggler probe under `profile` with default settings and no NVTX tool (an empty
+    NVTX_INJECTION64_PATH is none): one job for every test below that reads a plain profile run."""
+    return shared_job.run(["profile", str(PROBES / "straggler.py")], env={"NVTX_INJECTION64_PATH": ""})
+
+
+@pytest.fixture(scope="module")
+def bucket_ranges(shared_job):
+    """The same probe with --bucket-ranges; test_html.py reads the same job (shared_job)."""
+    return shared_job.run(["profile", "--bucket-ranges", str(PROBES / "straggler.py")])
+
+
+def test_no_nvtx_call_without_a_tool(plain):
+    r = plain
     info = [
         json.loads(l)
         for l in (r.run_dir / "ranks" / "0" / "timeline.jsonl").read_text().splitlines()
@@ -112,12 +125,10 @@ def _rank_timeline(run_dir: Path, rank: int) -> list[dict]:
     return [json.loads(l) for l in (run_dir / "ranks" / str(rank) / "timeline.jsonl").read_text().splitlines()]
 
 
-def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(tmp_path, monkeypatch):
+def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(plain, bucket_ranges):
     """By default no comm hook (issue 10: a Python hook costs ~0.1-0.2 ms a step): the buckets and the
     backward's comm time come from DDP's logger; --bucket-ranges adds one range per bucket all-reduce."""
-    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    script = str(PROBES / "straggler.py")
-    r = ddpdoctor(["profile", script, "--steps", "12"], tmp_path)
+    r = plain
     assert r.code == 0, r.err[-2000:]
     for rank in (0, 1):
         tl = _rank_timeline(r.run_dir, rank)
@@ -129,12 +140,12 @@ def test_buckets_from_ddps_own_timers_and_bucket_ranges_on_request(tmp_path, mon
     assert "DDP's own timers" in summary["message"] and "gradient all-reduce" in summary["message"]
     assert summary["evidence"]["ddp_timers_ms"]["comm_ms"] > 0
 
-    h = ddpdoctor(["profile", "--bucket-ranges", script, "--steps", "12"], tmp_path)
+    h = bucket_ranges
     assert h.code == 0, h.err[-2000:]
     for rank in (0, 1):
         tl = _rank_timeline(h.run_dir, rank)
         ranges = [e for e in tl if e.get("kind") == "range" and e["name"] == "all_reduce bucket 0"]
-        assert len(ranges) == 12 and all(e["cat"] == "comm" and e["t1"] > e["t0"] for e in ranges)
+        assert len(ranges) == STRAGGLER_STEPS and all(e["cat"] == "comm" and e["t1"] > e["t0"] for e in ranges)
         assert [e for e in tl if e.get("kind") == "profile_info"][-1]["bucket_ranges"] is True
 
 
@@ -152,9 +163,9 @@ def roles(f: dict) -> dict[tuple[int, str], set[int]]:
     return dict(out)
 
 
-def test_straggler_rank_phase_and_line(tmp_path):
+def test_straggler_rank_phase_and_line(plain):
     script = PROBES / "straggler.py"
-    r = ddpdoctor(["profile", str(script)], tmp_path)
+    r = plain
     f = finding(r.report, "profile.straggler")
     assert f["severity"] == "warning" and f["culprits"] == [1] and f["ranks"] == [0, 1]
     assert f["evidence"]["rank"] == 1 and f["evidence"]["phase"] == "forward"
@@ -343,8 +354,9 @@ TRACE_SCHEMA = {
 }
 
 
-def test_healthy_profile_and_its_trace_file(tmp_path):
-    r = ddpdoctor(["profile", "--probe", "healthy", "--", "--epochs", "6"], tmp_path)
+def test_healthy_profile_and_its_trace_file(shared_job):
+    """test_compare.py reads the same job (shared_job)."""
+    r = shared_job.run(["profile", "--probe", "healthy", "--", "--epochs", "6"])
     assert r.code == 0
     assert [
         f["id"] for f in r.report["findings"] if f["severity"] != "note" and not f["id"].startswith("teardown.")
