@@ -18,7 +18,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import helpers  # noqa: E402  (both need the path above)
+import helpers  # noqa: E402  (these need the path above)
+import schedule  # noqa: E402
 from builder import RunBuilder  # noqa: E402
 from helpers import Result, ddpdoctor  # noqa: E402
 
@@ -122,10 +123,12 @@ def shared_job(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> JobC
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``frameworks`` every test that helpers.needs() skips without the `frameworks` extra."""
+    """Mark ``frameworks`` every test that helpers.needs() skips without the `frameworks` extra; then order
+    the tests dearest first for the xdist workers (tests/schedule.py)."""
     for item in items:
         if any(helpers.FRAMEWORKS_EXTRA in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.frameworks)
+    items[:] = schedule.dearest_first(items, Path(__file__).resolve().parent)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
