@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import signal
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -486,15 +485,9 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> dict[int, tuple[str, int, st
     ranks = sorted(stuck)
     stacks = {r: [f[:2] for f in user_frames(stuck[r].pending)] for r in ranks}
     sites_of = {r: {f[:2] for e in inp.dumps[r].entries for f in user_frames(e)} for r in ranks}
-    found: dict[int, tuple[str, int, str] | None] = {}
-    for r in ranks:
-        others = [o for o in ranks if o != r]
-        own = [f for f in stacks[r] if all(f not in sites_of[o] for o in others)]
-        if own and all(stacks[o] and stacks[o][0] in sites_of[r] for o in others):
-            frame = next(f for f in user_frames(stuck[r].pending) if f[:2] == own[0])
-            found[r] = frame
-    if found and len(found) < len(ranks):
-        return found
+    own = judge.extra_callers(stacks, sites_of)
+    if own:
+        return {r: next(f for f in user_frames(stuck[r].pending) if f[:2] == site) for r, site in own.items()}
     group = {r: p.group for r in ranks if (p := stuck[r].pending) is not None}
     used = {r: used_groups(inp.dumps[r]) for r in ranks}
     extra = [
@@ -551,9 +544,7 @@ def _divergence(
             ev,
             culprits=tuple(extra),
         )
-    counts = Counter(keys.values())
-    odd = [r for r, k in keys.items() if counts[k] == min(counts.values())] if len(counts) > 1 else []
-    culprits = tuple(sorted(odd)) if odd and len(odd) < len(keys) else ()
+    culprits = judge.rarest(keys)
     locs = [
         loc
         for r, s in sorted(stuck.items())
@@ -595,8 +586,8 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
     e0 = next(iter(pend.values()))
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
     if len(set(shapes.values())) > 1:
-        counts = Counter(shapes.values())
-        odd = tuple(sorted(r for r, k in shapes.items() if counts[k] == min(counts.values())))
+        # where no call is rarer than another (two ranks), each rank's line is a side of the mismatch
+        odd = judge.rarest(shapes) or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
         parts = "; ".join(
@@ -815,8 +806,7 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
             continue
         if len({tuple(x[0] for x in s) for s in sigs.values()}) != 1:
             continue  # different calls: not a shape question
-        counts = Counter(sigs.values())
-        odd = tuple(sorted(r for r, k in sigs.items() if counts[k] == min(counts.values())))
+        odd = judge.rarest(sigs) or tuple(sorted(sigs))  # no rarer side (two ranks): each is one side
         parts = "; ".join(
             f"rank {r}: {_calls(sigs[r])} {'/'.join(dict.fromkeys(t for x in sigs[r] for t in x[2]))}"
             f"{_at(user_frame(per[r][1]))}"

@@ -18,6 +18,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
 from ddpdoctor.record import schema
@@ -417,8 +418,7 @@ def _divergence(
             leavers,
             dict(ev, departure={"file": dep.file, "line": dep.line}),
         )
-    sizes = sorted(len(g) for g in members)
-    culprits = [r for g in members if len(g) == sizes[0] for r in g] if sizes[0] < sizes[-1] else sorted(vs)
+    culprits = list(judge.rarest({r: key for key, g in groups.items() for r in g})) or sorted(vs)
     locs = [_loc(vs[r], "diverged" if r in culprits and len(culprits) < len(vs) else "waiting") for r in sorted(vs)]
     msg = f"ranks wait in different collectives: {group_values(desc, first=culprits)}"
     return _finding(

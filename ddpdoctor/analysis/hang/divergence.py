@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.state import SHAPED, RankState
 from ddpdoctor.record.reader import RunRecord
 
@@ -146,15 +147,9 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             # the same op from different lines: an extra call when one rank's line is its own alone
             # while the other ranks' line is one it also uses (a shifted sequence); a symmetric
             # if/else (each rank its own line) is a common, correct pattern.
-            extra = [
-                r
-                for r in ranks
-                if sites[r]
-                and all(sites[r] not in sites_of[o] for o in ranks if o != r)
-                and all(sites[o] in sites_of[r] for o in ranks if o != r)
-            ]
-            if extra and len(extra) < len(ranks):
-                return Divergence(group, s, slots, tuple(extra), "extra-call", True)
+            extra = judge.extra_callers({r: [site] if site else [] for r, site in sites.items()}, sites_of)
+            if extra:
+                return Divergence(group, s, slots, tuple(sorted(extra)), "extra-call", True)
     return None
 
 
@@ -218,12 +213,10 @@ def _mismatch_kind(slots: dict[int, Slot]) -> str:
 
 
 def _odd_ones(slots: dict[int, Slot], sites_of: dict[int, set], keys: dict[int, tuple]) -> tuple[int, ...]:
-    counts = Counter(keys.values())
-    if len(slots) > 2:
-        common, n = counts.most_common(1)[0]
-        if n > len(slots) / 2:
-            return tuple(r for r, k in keys.items() if k != common)
-    # two ranks (or no majority): the rank whose line here no other rank ever reaches
+    odd = judge.rarest(keys)
+    if odd:
+        return odd
+    # two ranks (or no rarest call): the rank whose line here no other rank ever reaches
     own = [r for r, sl in slots.items() if sl.site and all(sl.site not in sites_of[o] for o in slots if o != r)]
     if own and len(own) < len(slots):
         return tuple(own)

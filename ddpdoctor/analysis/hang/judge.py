@@ -1,6 +1,9 @@
 """The hang judge's core, shared by every kind of evidence: who waits for whom, and which ranks are at the
 ends of those chains. Pure, stdlib only.
 
+It also holds the one copy of the two rules that name the odd ranks where the ranks' calls differ
+(``rarest``, ``extra_callers``), whichever source the calls come from.
+
 The evidence (the flight recorder's counts per group and sequence id today; the ledger's sequences and the
 stacks' waits are to follow) says, for every rank that waits, which ranks it waits for: in a collective,
 the members that have not issued it (or left no record); in a p2p op, its peer unless the peer waits in the
@@ -12,7 +15,8 @@ with none (every chain is a cycle), the ranks diverged: an extra call or a misma
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 
 
 def reached(waits: Mapping[int, Iterable[int]]) -> set[int]:
@@ -34,3 +38,41 @@ def chain_ends(waits: Mapping[int, Iterable[int]], unknown: Iterable[int] = ()) 
     chain, since they may well wait for someone."""
     blind = set(unknown)
     return sorted(p for p in reached(waits) if not list(waits.get(p, ())) and p not in blind)
+
+
+def rarest(keys: Mapping[int, Hashable]) -> tuple[int, ...]:
+    """The ranks whose key (what they wait in, or the signature of their call at one position) is the
+    rarest among the ranks', when it is rarer than another: those are the odd ones out. () when every key is
+    as common as every other (two ranks that disagree, or one key shared by all): the evidence names no side.
+
+    The one copy of this rule for every source: the flight recorder's pending calls (postmortem/detect.py),
+    the stacks of an attached job (attach.py) and the ledger's mismatched position (divergence.py)."""
+    counts = Counter(keys.values())
+    if len(counts) < 2:
+        return ()
+    least = min(counts.values())
+    if least == max(counts.values()):
+        return ()
+    return tuple(sorted(r for r, k in keys.items() if counts[k] == least))
+
+
+def extra_callers(
+    stacks: Mapping[int, Sequence[Hashable]], history: Mapping[int, Collection[Hashable]]
+) -> dict[int, Hashable]:
+    """The ranks that made an extra call, each with the site that is its own: a site of its current stack
+    (innermost first) that no other rank's history holds, while every other rank's innermost site is one this
+    rank's history holds too (a shifted sequence: the others are one call behind at a line it used). A
+    symmetric if/else, where each rank has a line of its own, names nobody; nor does a result that names
+    every rank.
+
+    Every site of the stack counts, not the innermost only: an extra call made through a helper shares the
+    helper's line with the regular calls, and the line unique to the extra rank is its caller's. The ledger
+    and the stacks give one site per rank, the flight recorder every user frame of the pending entry."""
+    ranks = sorted(stacks)
+    found: dict[int, Hashable] = {}
+    for r in ranks:
+        others = [o for o in ranks if o != r]
+        own = [s for s in stacks[r] if all(s not in history[o] for o in others)]
+        if own and all(stacks[o] and stacks[o][0] in history[r] for o in others):
+            found[r] = own[0]
+    return found if len(found) < len(ranks) else {}

@@ -18,3 +18,26 @@ def test_a_cycle_has_no_end_and_an_unresolved_wait_ends_nothing():
     # 1 waits in a group whose members nobody recorded: not a suspect on that ground
     assert judge.chain_ends({0: {1}, 1: set()}, unknown={1}) == []
     assert judge.chain_ends({}) == []
+
+
+def test_the_rarest_call_names_the_odd_ranks_and_a_tie_names_nobody() -> None:
+    assert judge.rarest({0: "barrier", 1: "barrier", 2: "all_reduce", 3: "barrier"}) == (2,)
+    # no majority, but one call rarer than the others: its rank is the odd one out
+    assert judge.rarest({0: "a", 1: "a", 2: "b", 3: "b", 4: "c"}) == (4,)
+    # two ranks that disagree, or every rank alike: the evidence names no side
+    assert judge.rarest({0: "a", 1: "b"}) == ()
+    assert judge.rarest({0: "a", 1: "a"}) == ()
+    assert judge.rarest({}) == ()
+
+
+def test_an_extra_call_is_the_site_no_other_rank_reached_while_the_others_wait_at_one_it_used() -> None:
+    regular, extra, helper = ("train.py", 29), ("train.py", 31), ("train.py", 12)
+    history = {0: {regular, extra, helper}, 1: {regular, helper}}
+    # rank 0 called the helper from its extra line: the helper's line is shared, the caller's is its own
+    assert judge.extra_callers({0: [helper, extra], 1: [helper, regular]}, history) == {0: extra}
+    # one site per rank (the ledger, the stacks)
+    assert judge.extra_callers({0: [extra], 1: [regular]}, history) == {0: extra}
+    # a symmetric if/else: each rank waits at a line of its own, so nobody made an extra call
+    assert judge.extra_callers({0: [extra], 1: [("train.py", 40)]}, {0: {extra}, 1: {("train.py", 40)}}) == {}
+    # a rank with no site of its own says nothing
+    assert judge.extra_callers({0: [], 1: [regular]}, history) == {}
