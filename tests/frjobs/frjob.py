@@ -20,6 +20,7 @@ Cases (argv[1]):
 """
 
 import datetime
+import json
 import os
 import signal
 import sys
@@ -95,8 +96,21 @@ def main() -> None:
         _on_error(rank, e)
         raise
     if case in ("healthy", "dtype"):
+        settled()
         dump(rank)
     dist.destroy_process_group()
+
+
+def settled(bound: float = 30.0) -> None:
+    """Wait (bounded) until the recorder has retired every collective this rank issued. gloo retires an entry
+    from its own thread, after ``wait()`` has already returned to Python: on a loaded host a dump taken at once
+    can still show the last barrier pending on every rank, which reads as a transport stall."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        status = json.loads(_dump_fr_trace_json()).get("pg_status", {})
+        if all(int(s["last_completed_collective"]) >= int(s["last_enqueued_collective"]) for s in status.values()):
+            return
+        time.sleep(0.05)
 
 
 def read_batch(step: int) -> None:
