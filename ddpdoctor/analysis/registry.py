@@ -45,6 +45,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         findings = [f for f in findings if f.id != "data.uneven-batches"]
     findings.sort(key=lambda f: severity_rank(f.severity))
     findings, notes = pick(findings, config)
+    notes = incomplete(record) + notes
     verdict, code = verdict_of(findings, config.fail_on)
     return Report(
         command=command or str(record.manifest.get("command", "analyze")),
@@ -69,6 +70,24 @@ def pick(findings: list[Finding], config: Config) -> tuple[list[Finding], tuple[
     left = sorted({f.id for f in findings} - {f.id for f in kept})
     note = (f"left out by --select/--ignore: {', '.join(left)}",) if left else ()
     return kept, note
+
+
+def incomplete(record: RunRecord) -> tuple[str, ...]:
+    """The note that names the files whose last line is cut: what they held last is not in the judgement."""
+    from ddpdoctor.analysis.hang.damage import monitor_lost
+
+    out = []
+    lost = monitor_lost(record)
+    if lost and schema.MONITOR not in record.cut:
+        out.append(f"records incomplete: {lost}; the ranks' own records are judged")
+    if record.cut:
+        one = len(record.cut) == 1
+        out.append(
+            f"records incomplete: {', '.join(record.cut)} {'ends' if one else 'end'} in a cut line (a process "
+            f"killed in the middle of a write, or the file cut after the run); the rest of {'it' if one else 'each'} "
+            "is judged"
+        )
+    return tuple(out)
 
 
 def verdict_of(findings: list[Finding], fail_on: str = "error") -> tuple[Verdict, int]:

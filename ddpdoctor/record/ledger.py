@@ -131,11 +131,12 @@ def settle_last(ledger: list[dict[str, Any]], counters: dict[str, Any]) -> None:
 _VOLATILE = re.compile(rb'"rank":-?\d+,"t":[-+.\deE]+|"t0":[-+.\deE]+|"t1":[-+.\deE]+')
 
 
-def read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], bool]:
+def read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], bool, bool]:
     """A rank's whole ledger ring (previous segment, then the current one), folded. At scale most ranks
     made the same collectives from the same lines: a ledger equal to one already read but for the rank
     and the times shares that one's entries (their ``rank`` and times are the first such rank's), which
-    keeps ``analyze`` of thousands of ranks linear in the distinct ledgers, not in all lines."""
+    keeps ``analyze`` of thousands of ranks linear in the distinct ledgers, not in all lines. The third
+    value: the ring ends in a cut line (left out; the report says the records are incomplete)."""
     chunks = []
     trimmed = False
     for p in (prev_path(path), path):
@@ -149,15 +150,16 @@ def read_ledger_shared(path: str, share: dict[tuple, list[dict[str, Any]]]) -> t
         except OSError:
             pass
     data = b"".join(chunks)
-    cut = data.rfind(b"\n") + 1
-    data = data[:cut]  # a line cut by a kill stays out (as the incremental reader skips it)
+    end = data.rfind(b"\n") + 1
+    cut = bool(data[end:].strip())
+    data = data[:end]  # a line cut by a kill stays out (as the incremental reader skips it)
     stripped = _VOLATILE.sub(b"", data)
     key = (len(stripped), hash(stripped), trimmed)
     got = share.get(key)
     if got is not None:
-        return list(got), trimmed
+        return list(got), trimmed, cut
     t = Tail(path, fast=fast_ledger)
     ledger: list[dict[str, Any]] = []
     fold_ledger(ledger, t._parse(data), {})
     share[key] = ledger
-    return list(ledger), trimmed
+    return list(ledger), trimmed, cut

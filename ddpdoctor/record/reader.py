@@ -9,6 +9,7 @@ folding in :mod:`~ddpdoctor.record.ledger`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ class RunRecord:
     ranks: dict[int, RankRecord]
     monitor: list[dict[str, Any]]
     launcher: list[dict[str, Any]] = field(default_factory=list)  # the spawning parent (mp.spawn mode)
+    # files (relative to the run directory) whose last line is cut: filled by load_run, post-mortem only
+    # (a live reader holds a cut line back until its end arrives)
+    cut: tuple[str, ...] = ()
 
     def monitor_event(self, kind: str) -> dict[str, Any] | None:
         """The monitor's latest record of this kind, or None."""
@@ -139,6 +143,7 @@ class RunReader:
         self.ledger_cap = 2 * max(schema.LEDGER_RING, int(ring) if isinstance(ring, int) else 0)
         self._open: dict[int, dict[tuple, dict[str, Any]]] = {}  # rank -> issued collectives awaiting cend
         self._paths: dict[int, tuple[str, ...]] = {}  # rank -> the paths of STREAMS + WHOLE
+        self._cut: set[str] = set()  # ledgers read whole (share) that end in a cut line
         self._folders = {"last_hb": self._fold_beats, "ledger": self._fold_ledger}
 
     def _tail(self, path: str, ring: bool = False) -> Tail:
@@ -200,7 +205,9 @@ class RunReader:
 
     def _fold_ledger(self, rec: RankRecord, path: str) -> None:
         if self.share is not None and path not in self._tails:
-            rec.ledger, rec.ledger_trimmed = read_ledger_shared(path, self.share)
+            rec.ledger, rec.ledger_trimmed, cut = read_ledger_shared(path, self.share)
+            if cut:
+                self._cut.add(path)
         else:
             lt = self._tails.get(path)
             if lt is None:
@@ -230,6 +237,12 @@ class RunReader:
                 except OSError:
                     pass
 
+    def cut_files(self) -> tuple[str, ...]:
+        """The files read so far whose last line is cut (a rank killed mid-write, or a file cut after the
+        run), relative to the run directory; post-mortem, where no end of line will arrive any more."""
+        paths = {path for path, t in self._tails.items() if t.partial.strip(b"\0 \n")} | self._cut
+        return tuple(sorted(os.path.relpath(path, self.run_dir) for path in paths))
+
 
 def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:
     for r in record.ranks.values():
@@ -244,7 +257,8 @@ def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = Non
     reader = RunReader(run_dir, {} if share is None else share)
     record = reader.refresh()
     reader.attach_logs(record)
-    return record
+    cut = reader.cut_files()
+    return dataclasses.replace(record, cut=cut) if cut else record
 
 
 def load_runs(run_dirs: list[str]) -> RunRecord:
@@ -274,6 +288,7 @@ def load_runs(run_dirs: list[str]) -> RunRecord:
             dict(sorted(ranks.items())),
             monitor,
             [e for rec in records for e in rec.launcher],
+            tuple(os.path.join(os.path.basename(rec.run_dir), c) for rec in records for c in rec.cut),
         ),
         run_dirs,
     )

@@ -12,11 +12,11 @@ from __future__ import annotations
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
 from ddpdoctor.record import schema
-from ddpdoctor.record.reader import RunRecord
+from ddpdoctor.record.reader import RankRecord, RunRecord
 
 HINT = (
-    "The run directory was changed after the run: restore the missing or cut files (ranks/<r>/events.jsonl, "
-    "heartbeat.jsonl, ledger.jsonl), or re-run the job; ddpdoctor judges only what the records hold and names "
+    "The run directory was changed after the run: restore the missing or cut files (monitor.jsonl, "
+    "ranks/<r>/events.jsonl, heartbeat.jsonl, ledger.jsonl), or re-run the job; ddpdoctor judges only what the records hold and names "
     "the ranks whose records are gone."
 )
 
@@ -68,21 +68,62 @@ def cut_finish(record: RunRecord) -> list[int]:
     return sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_FINISH) is None and not rec.error)
 
 
+def _empty(rec: RankRecord) -> bool:
+    """The rank's folder is there but holds no record at all (its files deleted)."""
+    return not (rec.events or rec.last_hb or rec.ledger or rec.error or rec.counters or rec.stacks or rec.fatal)
+
+
 def missing_ranks(record: RunRecord) -> list[int]:
-    """Ranks of a one-node run that have no records here at all (``ranks/<r>`` deleted or never written)."""
+    """Ranks of a one-node run that have no records here at all (``ranks/<r>`` deleted, emptied or never
+    written)."""
     if not one_node(record) or not record.ranks:
         return []
-    world = record.world_size or 0
-    return [r for r in range(world) if r not in record.ranks]
+    world = max(record.world_size or 0, max(record.ranks) + 1)
+    return [r for r in range(world) if r not in record.ranks or _empty(record.ranks[r])]
+
+
+def monitor_lost(record: RunRecord) -> str | None:
+    """What is wrong with ``monitor.jsonl`` (ddpdoctor's own log of the run: the launch, the live verdict,
+    the kill, the launcher's exit code), or None. Without it the ranks' records are all there is: a hang
+    cannot be told from a run cut short, so nothing may read as OK for want of it. Runs that ``attach`` made
+    have no monitor."""
+    if record.manifest.get("command") == "attach" or "monitor_pid" not in record.manifest:
+        return None
+    if record.monitor_event(schema.K_EXIT) is not None:
+        return None
+    if schema.MONITOR in record.cut:
+        return f"{schema.MONITOR} is cut (its last records, how the run ended, are gone)"
+    if not record.monitor:
+        return f"{schema.MONITOR} is absent or empty"
+    return None
+
+
+def all_finished(record: RunRecord) -> bool:
+    """Every rank of the job wrote its finish event with exit code 0 and no error: its own records say how
+    it ended, whatever happened to the monitor's log."""
+    world = max(record.world_size or 0, max(record.ranks, default=-1) + 1)
+    if not world or len(record.ranks) < world:
+        return False
+    for rec in record.ranks.values():
+        fin = rec.event(schema.K_FINISH)
+        if rec.error or fin is None or fin.get("exception") or fin.get("code") not in (0, None):
+            return False
+    return True
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     """``rundir.records-missing`` for every rank whose records are gone or contradict themselves."""
     missing, no_init, no_finish = missing_ranks(record), cut_init(record), cut_finish(record)
+    lost = monitor_lost(record)
+    if lost and all_finished(record):
+        lost = None  # every rank's own finish event says how it ended: a note (registry.incomplete) says the rest
     parts = []
+    if lost:
+        parts.append(f"{lost}: how the run ended is unknown, judged from the ranks' records alone")
     if missing:
+        how = "is empty" if missing[0] in record.ranks else "is absent"
         parts.append(
-            f"{ranks_phrase(missing)} left no records in this run directory (ranks/{missing[0]} is absent) although "
+            f"{ranks_phrase(missing)} left no records in this run directory (ranks/{missing[0]} {how}) although "
             "the job ran on this one node: what it did is unknown"
         )
     if no_init:
@@ -109,7 +150,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             HINT,
             culprits,
             (),
-            {"missing": missing, "cut_init": no_init, "cut_finish": no_finish},
+            {"missing": missing, "cut_init": no_init, "cut_finish": no_finish, "monitor": lost},
             culprits=culprits,
         )
     ]

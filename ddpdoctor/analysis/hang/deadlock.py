@@ -14,6 +14,7 @@ from typing import Any
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
 from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
+from ddpdoctor.analysis.hang.damage import monitor_lost
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
 from ddpdoctor.analysis.hang.exits import rank_exits
 from ddpdoctor.analysis.hang.hints import (
@@ -92,7 +93,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return []  # a real exception: crash.detect explains it, the waits are its victims
     now = float(verdict["t"]) if verdict else record.latest_t()
     states = all_states(record, now, cfg)
-    if verdict is None and not errors:
+    if verdict is None and not errors and monitor_lost(record) is None:
+        # no live verdict: the run ended on its own, or torchrun cut it short (with monitor.jsonl lost, the
+        # ranks' pending collectives are all there is, and they are judged as a hang's would be)
         return _cut_short(record, states, now, cfg)
     size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
     states, reached = _reached_by_abort(record, states, size_err)

@@ -79,3 +79,61 @@ def test_a_hang_with_a_deleted_rank_folder_never_says_the_rank_is_on_another_nod
     ]
     timeout = next(f for f in rep.findings if f.id == "hang.timeout")
     assert "rank 1 left no records here" in timeout.message
+
+
+def _hang(tmp_path: Path) -> Path:
+    run = tmp_path / "hang"
+    shutil.copytree(GOLDEN.parent / "rank_conditional", run)
+    return run
+
+
+def test_a_hang_whose_monitor_log_is_deleted_is_judged_from_the_ledgers_never_ok(tmp_path):
+    """monitor.jsonl held the live verdict, the kill and the exit: without it the ranks' pending collectives
+    still show the divergence, and the loss itself is named."""
+    run = _hang(tmp_path)
+    (run / "monitor.jsonl").unlink()
+    rep = _diagnose(run)
+    ids = [f.id for f in rep.findings]
+    assert rep.verdict == "hang" and rep.exit_code == 3, ids
+    assert ids[:2] == ["rundir.records-missing", "hang.rank-conditional-collective"]
+    assert "monitor.jsonl is absent" in rep.findings[0].message
+    assert rep.findings[1].culprits == (0,)
+
+
+def test_a_hang_whose_monitor_log_is_cut_before_its_exit_is_never_ok(tmp_path):
+    run = _hang(tmp_path)
+    log = run / "monitor.jsonl"
+    data = log.read_bytes()
+    _cut(log, len(data) - 30)  # inside the exit record
+    rep = _diagnose(run)
+    assert rep.verdict == "hang", [f.id for f in rep.findings]
+    assert "monitor.jsonl is cut" in rep.findings[0].message
+    assert any(n.startswith("records incomplete: monitor.jsonl ends in a cut line") for n in rep.notes)
+
+
+def test_a_healthy_run_without_its_monitor_log_is_ok_and_says_the_log_is_gone(tmp_path):
+    """Every rank's own finish event (exit 0) says how it ended: OK, with the loss in a note."""
+    run = _run(tmp_path)
+    (run / "monitor.jsonl").unlink()
+    rep = _diagnose(run)
+    assert rep.verdict == "ok" and not [f for f in rep.findings if f.severity == "error"]
+    assert any("monitor.jsonl is absent" in n for n in rep.notes), rep.notes
+
+
+def test_an_emptied_rank_folder_is_named_missing(tmp_path):
+    run = _hang(tmp_path)
+    for f in (run / "ranks" / "1").iterdir():
+        f.unlink()
+    rep = _diagnose(run)
+    f = rep.findings[0]
+    assert (f.id, f.culprits) == ("rundir.records-missing", (1,))
+    assert "ranks/1 is empty" in f.message and rep.verdict == "hang"
+
+
+def test_a_cut_ledger_keeps_the_verdict_and_says_the_records_are_incomplete(tmp_path):
+    run = _hang(tmp_path)
+    ledger = run / "ranks" / "1" / "ledger.jsonl"
+    _cut(ledger, len(ledger.read_bytes()) // 2)
+    rep = _diagnose(run)
+    assert rep.verdict == "hang"
+    assert any(n.startswith("records incomplete: ranks/1/ledger.jsonl ends in a cut line") for n in rep.notes)
