@@ -8,6 +8,7 @@ never used), and the rank that left no dump when the others wait for it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 from dataclasses import dataclass
@@ -119,8 +120,8 @@ def used_groups(d: Dump) -> set[str]:
 def expected_ranks(inp: Inputs) -> tuple[set[int], bool]:
     """Every rank the records name, and whether the world size is known from something other than the
     dumps themselves (pg_config, torchrun's summary or log folder, error files)."""
-    ranks = set(inp.dumps)
-    known = False
+    ranks = set(inp.dumps) | set(inp.blank)
+    known = bool(inp.blank)  # an empty file named like the dumps names its rank
     for d in inp.dumps.values():
         for members in d.pg_ranks.values():
             ranks |= set(members)
@@ -201,13 +202,15 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
         out += _crash(inp, stands, fails, roots, missing)
     else:
         stuck = {r: s for r, s in stands.items() if s.pending is not None}
-        if stuck:
+        if not known and len(inp.dumps) == 1:
+            # one dump and nothing that names the others: "every rank waits" would be this rank alone
+            out.append(_alone(inp, stands))
+        elif stuck:
             out += _hang(inp, stands, stuck, world, missing)
         elif missing and known:
+            # never OK for want of evidence: what a rank without a dump did is unknown
             lost = {r: es for r, es in fails.items() if any(e.victim for e in es)}
-            out.append(_no_dump(inp, stands, missing, waiting={}, severity="error" if lost else "warning", lost=lost))
-        elif not known and len(inp.dumps) == 1:
-            out.append(_alone(inp))
+            out.append(_no_dump(inp, stands, missing, waiting={}, severity="error", lost=lost))
         else:
             out += _empty_dumps(inp)
     mixed = _mixed(inp)
@@ -400,11 +403,25 @@ def _hang(
     # a rank behind (nothing pending, an empty or no dump) is the strongest evidence; a rank inside an op
     # its peers issued too is one only where no rank's pending call is an extra one
     if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
-        return [_behind(inp, stuck, roots, missing, unmet)]
+        return [_unseen(_behind(inp, stuck, roots, missing, unmet), missing)]
     keys = {r: (s.pending.group, s.pending.seq) for r, s in stuck.items() if s.pending}
     if len(set(keys.values())) > 1 or any(unmet.values()):
-        return [_divergence(inp, stuck, keys, unmet)]
-    return [_same_collective(inp, stuck)]
+        return [_unseen(_divergence(inp, stuck, keys, unmet), missing)]
+    return [_unseen(_same_collective(inp, stuck), missing)]
+
+
+def _unseen(f: Finding, missing: list[int]) -> Finding:
+    """The finding, saying which ranks left no dump where it does not blame them: no rank is seen waiting for
+    them, but what they did is unknown, and they are never dropped silently."""
+    unseen = sorted(set(missing) - set(f.culprits))
+    if not unseen:
+        return f
+    it = "it" if len(unseen) == 1 else "they"
+    return dataclasses.replace(
+        f,
+        message=f"{f.message}; {ranks_phrase(unseen)} left no flight-recorder dump: where {it} stood is unknown",
+        evidence={**f.evidence, "missing": unseen},
+    )
 
 
 def _pending_phrase(r: int, e: Entry) -> str:
@@ -669,23 +686,32 @@ def _no_dump(
 CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host's ranks share one clock
 
 
-def _alone(inp: Inputs) -> Finding:
-    """One rank's dump, nothing pending, and nothing that names the job's other ranks: a distributed job
-    has others, and they left no dump. Not OK: gloo marks a collective that failed because its peer died
-    retired and counts it completed, so a survivor's dump reads exactly like a healthy one."""
+def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
+    """One rank's dump and nothing that names the job's other ranks: a distributed job has others, and they
+    left no dump. Not OK: gloo marks a collective that failed because its peer died retired and counts it
+    completed, so a survivor's dump reads exactly like a healthy one. Not a transport stall either where the
+    rank waits: no other rank is seen inside that collective, so the others are the first suspects."""
     ((r, d),) = inp.dumps.items()
-    last = d.entries[-1] if d.entries else None
-    tail = (
-        f"; its last collective, {last.call()} (#{last.seq} of group {last.group}){_at(user_frame(last))}, "
-        if last
-        else "; "
-    )
-    msg = (
-        f"only rank {r} left a flight-recorder dump and nothing names the job's other ranks (pg_config holds "
-        f"none){tail}reads as completed, which on gloo it also does when it failed because a peer died: "
-        "the other ranks left no dump (crashed, killed, or dumped elsewhere)"
-    )
-    locs = _loc(r, user_frame(last), "last collective")
+    pending = stands[r].pending if r in stands else None
+    last = pending or (d.entries[-1] if d.entries else None)
+    head = f"only rank {r} left a flight-recorder dump and nothing names the job's other ranks (pg_config holds none)"
+    if pending is not None:
+        msg = (
+            f"{head}; it waits in {pending.call()} (#{pending.seq} of group {pending.group}){_at(user_frame(pending))}: "
+            "the ranks it waits for left no dump (crashed, killed, stuck outside any collective, or dumped "
+            "elsewhere) and are the first suspects"
+        )
+    else:
+        tail = (
+            f"; its last collective, {last.call()} (#{last.seq} of group {last.group}){_at(user_frame(last))}, "
+            if last
+            else "; "
+        )
+        msg = (
+            f"{head}{tail}reads as completed, which on gloo it also does when it failed because a peer died: "
+            "the other ranks left no dump (crashed, killed, or dumped elsewhere)"
+        )
+    locs = _loc(r, user_frame(last), "waiting" if pending is not None else "last collective")
     return Finding(
         "postmortem.no-dump",
         "error",
@@ -693,7 +719,7 @@ def _alone(inp: Inputs) -> Finding:
         NO_DUMP_HINT + " Give torchrun's log folder or the job's log with the dump: they name every rank.",
         (r,),
         tuple(locs),
-        {"source": "flight recorder", "missing": "unknown", "dumped": [r], "waiting": False},
+        {"source": "flight recorder", "missing": "unknown", "dumped": [r], "waiting": pending is not None},
         culprits=(),
     )
 
@@ -710,7 +736,7 @@ def _empty_dumps(inp: Inputs) -> list[Finding]:
     return [
         Finding(
             "postmortem.no-dump",
-            "warning",
+            "error",  # never OK for want of evidence
             f"{ranks_phrase(empty)} left an empty flight-recorder dump (0 entries) while the others recorded up to "
             f"{most} collectives and none is pending: what {'it' if len(empty) == 1 else 'they'} did is unknown "
             "(TORCH_FR_BUFFER_SIZE=0 there, no collective reached, or a watchdog that dumped an empty ring)",
@@ -855,6 +881,8 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
             f"{max(inp.dumps)} that left no dump cannot be seen; give torchrun's log folder or the job's "
             "log too"
         )
+    for r, path in sorted(inp.blank.items()):
+        notes.append(f"rank {r}: {path} is empty (0 bytes): counted as a rank that left no dump")
     nostack = sorted(d.rank for d in dumps if not d.stacks and d.entries)
     if nostack:
         notes.append(

@@ -231,6 +231,18 @@ def name_groups(dumps: list[Dump]) -> list[Dump]:
     return out
 
 
+def rank_of(name: str) -> str | None:
+    """The rank at the end of a dump's file name (``PREFIX<rank>``), or None."""
+    m = _RANK.search(name)
+    return m.group(1) if m else None
+
+
+def prefix_of(name: str) -> str:
+    """A dump's file name without its rank: the dumps of one job share it."""
+    m = _RANK.search(name)
+    return name[: m.start()] if m else name
+
+
 def looks_like_dump(path: str) -> bool:
     """A file whose first bytes are a pickle's or a JSON object's, and whose name ends in a rank."""
     if not _RANK.search(os.path.basename(path)):

@@ -36,10 +36,13 @@ class Inputs:
     notes: list[str] = field(default_factory=list)
     duplicates: list[tuple[int, str, str, bool]] = field(default_factory=list)  # rank, kept, dropped, same records
     paths: list[str] = field(default_factory=list)
+    # rank -> a file named like the dumps (same prefix, the rank at its end) that holds nothing: a dump whose
+    # writer died before it wrote, or a file emptied since; that rank counts as one without a dump
+    blank: dict[int, str] = field(default_factory=dict)
 
     def empty(self) -> bool:
         """Nothing a post-mortem can use."""
-        return not (self.dumps or self.errors or self.summaries or self.local_ranks)
+        return not (self.dumps or self.errors or self.summaries or self.local_ranks or self.blank)
 
 
 def is_run_dir(path: str) -> bool:
@@ -90,7 +93,26 @@ def _load(paths: list[str]) -> Inputs:
                 "failure summary, or a ddpdoctor run directory"
             )
     inp.dumps = {d.rank: d for d in flight.name_groups(list(inp.dumps.values()))}
+    prefixes = {flight.prefix_of(os.path.basename(d.path)) for d in inp.dumps.values()}
+    inp.blank = {
+        r: p for r, p in inp.blank.items() if r not in inp.dumps and flight.prefix_of(os.path.basename(p)) in prefixes
+    }
+    if inp.empty() and not inp.run_dirs:
+        raise InputError(f"{', '.join(paths)}: only empty files (0 bytes): no flight-recorder records in them")
     return inp
+
+
+def _blank(path: str) -> bool:
+    """A file named like a dump (``PREFIX<rank>``) with nothing in it but whitespace or NULs."""
+    if flight.rank_of(os.path.basename(path)) is None:
+        return False
+    try:
+        if os.path.getsize(path) > 64:
+            return False
+        with open(path, "rb") as f:
+            return not f.read().strip(b"\0 \t\r\n")
+    except OSError:
+        return False
 
 
 def _count(inp: Inputs) -> int:
@@ -136,6 +158,9 @@ def _file(path: str, inp: Inputs, explicit: bool) -> bool:
         if explicit:
             raise InputError(f"{path}: a JSON file that is neither a flight-recorder dump nor a torchrun error file")
         return False
+    if _blank(path):
+        inp.blank.setdefault(int(flight.rank_of(name)), path)  # kept only if real dumps share its prefix (_load)
+        return True
     if flight.looks_like_dump(path):
         try:
             d = flight.load(path)

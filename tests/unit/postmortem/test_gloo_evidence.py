@@ -156,3 +156,35 @@ def test_a_survivors_dump_whose_failed_collective_reads_completed_is_not_ok():
     f = rep.findings[0]
     assert (f.id, f.culprits) == ("crash.abnormal-exit", (1,))
     assert "up to #4 at least" in f.message and "SIGKILL" in f.message
+
+
+def test_a_lone_dump_that_waits_is_a_missing_rank_not_a_transport_stall(tmp_path):
+    # rank 0's real dump alone (gloo's pg_config names no ranks): "every rank waits" would be rank 0 alone
+    shutil.copy(DATA / "busy" / "rank_0", tmp_path / "rank_0")
+    rep = _report(tmp_path / "rank_0")
+    f = rep.findings[0]
+    assert (f.id, f.severity, rep.exit_code) == ("postmortem.no-dump", "error", 3)
+    assert "only rank 0 left a flight-recorder dump" in f.message and "waits in all_reduce([8]) (#4" in f.message
+    assert not any(g.id == "hang.transport-stall" for g in rep.findings)
+    assert _lines(f, 0) == {LINES["REGULAR"]}
+
+
+def test_an_empty_file_named_like_the_dumps_is_a_rank_without_a_dump(tmp_path):
+    shutil.copy(DATA / "busy" / "rank_0", tmp_path / "rank_0")
+    (tmp_path / "rank_1").write_bytes(b"")  # its writer died before it wrote, or it was emptied since
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("postmortem.no-dump", (1,), 3)
+    assert "first suspect is rank 1" in f.message
+    assert any(n.startswith("rank 1:") and "is empty (0 bytes)" in n for n in rep.notes), rep.notes
+
+
+def test_only_empty_files_are_one_line_exit_2(tmp_path):
+    (tmp_path / "rank_0").write_bytes(b"")
+    (tmp_path / "rank_1").write_bytes(b"")
+    try:
+        inputs.load([str(tmp_path / "rank_0"), str(tmp_path / "rank_1")])
+    except inputs.InputError as e:
+        assert "empty" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("two empty files read as evidence")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,16 @@ def test_an_empty_dump_next_to_healthy_ones_is_named_not_silent(tmp_path):
     assert f.culprits == (1,) and "left an empty flight-recorder dump" in f.message
     line = next(r for r in rep.ranks if r.rank == 1)
     assert "empty flight-recorder dump" in line.detail
+
+
+def test_a_rank_whose_dump_is_deleted_is_named_where_the_others_are_judged(tmp_path):
+    """NVRx's 16-rank dumps with one waiting rank's dump removed: the faulty ranks stay the culprits, and
+    the rank without a dump is named in the finding, never dropped."""
+    case = "gpu_error_1st"
+    for p in (NVRX / case).iterdir():
+        if p.name != "_dump_3":
+            shutil.copy(p, tmp_path / p.name)
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert f.culprits == _faulty(case) and 3 not in f.culprits
+    assert "rank 3 left no flight-recorder dump" in f.message
