@@ -103,9 +103,7 @@ def _load(paths: list[str]) -> Inputs:
 
 
 def _blank(path: str) -> bool:
-    """A file named like a dump (``PREFIX<rank>``) with nothing in it but whitespace or NULs."""
-    if flight.rank_of(os.path.basename(path)) is None:
-        return False
+    """A file with nothing in it but whitespace or NULs (it is named like a dump: ``PREFIX<rank>``)."""
     try:
         if os.path.getsize(path) > 64:
             return False
@@ -158,8 +156,9 @@ def _file(path: str, inp: Inputs, explicit: bool) -> bool:
         if explicit:
             raise InputError(f"{path}: a JSON file that is neither a flight-recorder dump nor a torchrun error file")
         return False
-    if _blank(path):
-        inp.blank.setdefault(int(flight.rank_of(name)), path)  # kept only if real dumps share its prefix (_load)
+    rank = flight.rank_of(name)
+    if rank is not None and _blank(path):
+        inp.blank.setdefault(int(rank), path)  # kept only if real dumps share its prefix (_load)
         return True
     if flight.looks_like_dump(path):
         try:
