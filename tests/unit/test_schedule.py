@@ -51,3 +51,30 @@ def test_dear_tests_go_first_groups_stay_whole_and_ties_keep_their_order() -> No
     got = [i.name for i in dearest_first(items, TESTS)]
     # the html group weighs two of its tests (2 x 2.4 s), less than one loaded memleak test (27 s)
     assert got == ["m", "h1", "h2", "b", "a", "c"]
+
+
+def test_an_xdist_group_runs_whole_on_one_worker(tmp_path):
+    """The module fixtures that run real jobs for their tests (test_postmortem_jobs.py, ...) are shared only if
+    xdist keeps their group on one worker: with the installed pytest and pytest-xdist it does (on pytest 9,
+    xdist 3.8 split every group: pyproject.toml pins pytest<9)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_grouped.py").write_text(
+        "import os\nimport pytest\n\npytestmark = pytest.mark.xdist_group('one')\n\n\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_it(i):\n"
+        "    with open('workers.txt', 'a') as f:\n"
+        "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup"]
+        + ["test_grouped.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    ran = (tmp_path / "workers.txt").read_text().split()
+    assert len(ran) == 6 and len(set(ran)) == 1, ran
