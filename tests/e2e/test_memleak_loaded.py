@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers import PROBES, ROOT, ddpdoctor, finding, marker_line, script_argv
@@ -17,15 +18,31 @@ from helpers import PROBES, ROOT, ddpdoctor, finding, marker_line, script_argv
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-@pytest.fixture
-def busy_host() -> Iterator[None]:
-    """One busy loop per core (at least two) for the test's length, each its own process group, ended by pid."""
+pytestmark = pytest.mark.xdist_group("memleak-loaded")  # one worker runs the module fixture once
+
+CASES = {
+    "losses": script_argv("memleak", str(PROBES / "leak_trainer_losses.py"), "--", "4"),
+    "hook": script_argv("memleak", str(SCRIPTS / "memleak" / "trainer_hook_logits.py")),
+    "workers": script_argv("memleak", str(SCRIPTS / "worker_records.py"), "--", "--store", "list", "--workers", "2"),
+}
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The three cases run side by side (each a 2-rank job under ddpdoctor) with one busy loop per core (at
+    least two) beside them for the whole time: each its own process group, ended by pid. Three jobs and the
+    loops on this host's two cores are more contention than one job beside the loops, in less wall time."""
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
         for _ in range(max(2, os.cpu_count() or 2))
     ]
     try:
-        yield
+        with ThreadPoolExecutor(len(CASES)) as pool:
+            futures = {
+                name: pool.submit(ddpdoctor, argv, tmp_path_factory.mktemp(name), timeout=300)
+                for name, argv in CASES.items()
+            }
+            yield {name: f.result() for name, f in futures.items()}
     finally:
         for h in hogs:
             h.kill()
@@ -36,8 +53,8 @@ def _ids(r):
     return [f["id"] for f in r.report["findings"]]
 
 
-def test_a_loss_list_in_a_trainer_attribute_names_both_ranks_and_the_line(tmp_path, busy_host):
-    r = ddpdoctor(script_argv("memleak", str(PROBES / "leak_trainer_losses.py"), "--", "4"), tmp_path, timeout=240)
+def test_a_loss_list_in_a_trainer_attribute_names_both_ranks_and_the_line(loaded):
+    r = loaded["losses"]
     assert r.code == 1, r.out + r.err[-3000:]
     f = finding(r.report, "memleak.autograd-graph")
     line = marker_line(PROBES / "leak_trainer_losses.py", "KEEP")
@@ -49,9 +66,9 @@ def test_a_loss_list_in_a_trainer_attribute_names_both_ranks_and_the_line(tmp_pa
     assert "`self.losses`" in f["message"] and "memleak.rss" not in _ids(r)
 
 
-def test_a_hook_cache_on_rank_0_names_rank_0_only_and_the_hook(tmp_path, busy_host):
+def test_a_hook_cache_on_rank_0_names_rank_0_only_and_the_hook(loaded):
     script = SCRIPTS / "memleak" / "trainer_hook_logits.py"
-    r = ddpdoctor(script_argv("memleak", str(script)), tmp_path, timeout=240)
+    r = loaded["hook"]
     assert r.code == 1, r.out + r.err[-3000:]
     f = finding(r.report, "memleak.autograd-graph")
     assert f["culprits"] == [0] and f["ranks"] == [0], f
@@ -61,9 +78,9 @@ def test_a_hook_cache_on_rank_0_names_rank_0_only_and_the_hook(tmp_path, busy_ho
     assert "`self._epoch_logits`" in f["message"] and "memleak.rss" not in _ids(r)
 
 
-def test_dataloader_copy_on_read_names_the_dataset_attribute_on_both_ranks(tmp_path, busy_host):
+def test_dataloader_copy_on_read_names_the_dataset_attribute_on_both_ranks(loaded):
     script = SCRIPTS / "worker_records.py"
-    r = ddpdoctor(script_argv("memleak", str(script), "--", "--store", "list", "--workers", "2"), tmp_path, timeout=240)
+    r = loaded["workers"]
     assert r.code == 1, r.out + r.err[-3000:]
     f = finding(r.report, "memleak.dataloader-workers")
     assert f["culprits"] == [0, 1] and f["ranks"] == [0, 1], f

@@ -4,6 +4,7 @@ Each test asserts what the user sees: verdict, exit code, finding, culprit rank 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,20 +17,20 @@ pytestmark = pytest.mark.xdist_group("postmortem-jobs")  # one worker runs the m
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One real run per case, shared by the tests of this module (each run takes a few seconds)."""
-    out = {}
-    for case, monitor, want in (
-        ("extra", None, {0, 1}),
-        ("kill", 8, {0}),
-        ("raise", 8, {0}),
-        ("healthy", None, {0, 1}),
-    ):
+
+    def one(case: str, monitor: float | None, want: set[int]) -> Path:
         for attempt in range(2):  # the dumps race the agent's end of the job: one rerun on a lost race
             d = run_job(case, tmp_path_factory.mktemp(f"{case}-{attempt}"), monitor_interval=monitor)
             if dumped(d) == want:
                 break
         assert dumped(d) == want, (case, dumped(d), (d / "torchrun.log").read_text()[-2000:])
-        out[case] = d
-    return out
+        return d
+
+    cases = (("extra", None, {0, 1}), ("kill", 8, {0}), ("raise", 8, {0}), ("healthy", None, {0, 1}))
+    # side by side: two of them wait out torchrun's 8 s monitor interval, which costs no CPU
+    with ThreadPoolExecutor(len(cases)) as pool:
+        futures = {case: pool.submit(one, case, monitor, want) for case, monitor, want in cases}
+        return {case: f.result() for case, f in futures.items()}
 
 
 @pytest.mark.parametrize("fmt", ["fr", "json"])
