@@ -653,6 +653,7 @@ def _no_dump(
     for r, es in sorted(lost.items()):
         locs += _loc(r, next((f for e in es if e.victim and (f := e.user_frame())), None), "victim")
     msg = f"{ranks_phrase(missing)} left no flight-recorder dump"
+    suspects = missing
     if waiting:
         parts = "; ".join(
             f"rank {r} in {s.pending.call()} (#{s.pending.seq} of group {s.pending.group}){_at(user_frame(s.pending))}"
@@ -664,9 +665,12 @@ def _no_dump(
             f"the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed"
         )
     elif lost:
+        # a rank whose own log says it lost its peer is that peer's victim, dump or not: the suspects are the
+        # ranks without a dump and without such an error
+        suspects = [r for r in missing if r not in lost] or missing
         msg += (
             f" and {ranks_phrase(lost)} failed in a collective because a peer went away ('Connection closed "
-            f"by peer'): the first suspect is {ranks_phrase(missing)}, which most likely crashed or was killed"
+            f"by peer'): the first suspect is {ranks_phrase(suspects)}, which most likely crashed or was killed"
         )
     else:
         msg += ": a rank that crashed or was killed writes none; the others show no collective pending"
@@ -679,7 +683,7 @@ def _no_dump(
         tuple(sorted(set(missing) | set(waiting) | set(lost))),
         tuple(locs),
         ev,
-        culprits=tuple(missing),
+        culprits=tuple(suspects if lost and not waiting else missing),
     )
 
 

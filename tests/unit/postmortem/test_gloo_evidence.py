@@ -188,3 +188,13 @@ def test_only_empty_files_are_one_line_exit_2(tmp_path):
         assert "empty" in str(e) and "\n" not in str(e)
     else:
         raise AssertionError("two empty files read as evidence")
+
+
+def test_from_the_log_folder_alone_the_rank_that_lost_its_peer_is_a_victim_not_a_suspect():
+    # the kill job's torchrun log folder, no dump: rank 0's log says 'Connection closed by peer', rank 1's
+    # holds no error (it SIGKILLed itself): rank 1 is the first suspect, rank 0 its victim
+    rep = _report(DATA / "kill" / "logs")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("postmortem.no-dump", (1,), 1)
+    assert "the first suspect is rank 1" in f.message
+    assert _lines(f, 0) == {LINES["REGULAR"]}
