@@ -71,8 +71,22 @@ def watchdog(rank: int, progress: list) -> None:
                 with open(request, "w") as f:
                     f.write(str(rank))
             dump(rank)
-            time.sleep(1.0)  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
+            others_dumped()  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
             os._exit(6)
+
+
+def others_dumped(bound: float = 10.0) -> None:
+    """Wait (bounded) until every rank's dumps are written. A rank that ended at once would close its sockets
+    while a peer is still taking its dumps: gloo then fails the peer's pending collective and marks it retired,
+    and a loaded host put that between the peer's pickle and its JSON dump (the JSON read the extra call
+    completed, the pickle pending)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    prefixes = (os.environ["TORCH_FR_DUMP_TEMP_FILE"], os.environ["FRJOB_JSON_PREFIX"])
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if all(os.path.exists(f"{p}{r}") for p in prefixes for r in range(world)):
+            return
+        time.sleep(0.05)
 
 
 def _on_error(rank: int, exc: BaseException) -> None:
