@@ -683,7 +683,7 @@ def _no_dump(
         tuple(sorted(set(missing) | set(waiting) | set(lost))),
         tuple(locs),
         ev,
-        culprits=tuple(suspects if lost and not waiting else missing),
+        culprits=tuple(suspects),
     )
 
 
