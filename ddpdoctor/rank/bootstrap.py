@@ -15,7 +15,7 @@ from typing import Any
 
 from ddpdoctor.rank.rankfiles import enable_faulthandler, error_record, read_manifest
 from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter, write_json_atomic
+from ddpdoctor.record.writer import JsonlWriter
 
 # What torchrun adds to a worker's environment; removed again when the script starts its own ranks.
 TORCHRUN_ENV_PREFIXES = ("TORCHELASTIC_",)
@@ -119,9 +119,7 @@ def main(argv: list[str]) -> int:
     wrappers.install(p, manifest)
 
     def on_exit(code: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            write_json_atomic(os.path.join(p.dir, schema.ERROR), error_record(exc))
-        p.finish(code, exception=exc is not None)
+        p.finish(code, error_record(exc) if exc is not None else None, exception=exc is not None)
 
     return run_script(script, args, on_exit)
 

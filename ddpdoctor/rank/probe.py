@@ -18,7 +18,7 @@ from typing import Any
 
 from ddpdoctor.rank import failures, hooks, sites
 from ddpdoctor.record import schema
-from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter
+from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter, write_json_atomic
 
 
 def _ring_size(env: str, configured: Any, default: int) -> int:
@@ -100,13 +100,19 @@ class Probe:
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-heartbeat", daemon=True)
         self._thread.start()
 
-    def finish(self, code: int | str | None, **fields: Any) -> None:
+    def finish(self, code: int | str | None, error: dict[str, Any] | None = None, **fields: Any) -> None:
+        """The rank's end: its last heartbeat (where it stands: the sequence numbers a hang's judgement
+        needs), the exception record ``error`` if it raised, the probes' own end records, then the finish
+        event. In that order because torchrun may SIGTERM the rank at any moment once a peer died: the
+        cheap, decisive records go first."""
+        self.tick(final=True)
+        if error is not None:
+            write_json_atomic(os.path.join(self.dir, schema.ERROR), error)
         for fin in hooks.bound(self.probes, "finish"):
             try:
                 fin()
             except Exception as e:  # the other probes' and the rank's own end records still get written
                 failures.hook_failed(self, fin, e)
-        self.tick(final=True)
         self.ledger.close()  # trimmed (a collective made later, at interpreter exit, opens it again)
         self.events.write(
             schema.K_FINISH,

@@ -7,14 +7,11 @@ user's function. The child's rank is its spawn index ``i`` (the tutorials' ``set
 from __future__ import annotations
 
 import functools
-import os
 import socket
 import sys
 from typing import Any, Callable
 
 from ddpdoctor.rank import rankfiles
-from ddpdoctor.record import schema
-from ddpdoctor.record.writer import write_json_atomic
 
 
 class ProbedEntry:
@@ -41,8 +38,7 @@ class ProbedEntry:
             p.finish(e.code if isinstance(e.code, int) or e.code is None else 1, exception=False)
             raise
         except BaseException as e:
-            write_json_atomic(os.path.join(p.dir, schema.ERROR), rankfiles.error_record(e))
-            p.finish(1, exception=True)
+            p.finish(1, rankfiles.error_record(e), exception=True)
             raise
         p.finish(0, exception=False)
         return out

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Re-record the golden run directories of tests/test_golden.py from the probes (a few minutes on 2 cores).
+# Re-record the golden run directories (tests/unit/cli/test_analyze_golden.py and others) from real runs (a few minutes on 2 cores).
 # Usage: tests/golden/record.sh   (from the repository root, with the project's .venv)
 set -u
 cd "$(dirname "$0")/../.."
 DDP=${DDPDOCTOR:-.venv/bin/ddpdoctor}
-record() {  # NAME COMMAND PROBE [OPTIONS...]
-    local name=$1 cmd=$2 probe=$3; shift 3
+record() {  # NAME COMMAND SCRIPT [OPTIONS...]   (the script's own arguments in $SCRIPT_ARGS)
+    local name=$1 cmd=$2 script=$3; shift 3
     local tmp; tmp=$(mktemp -d)
-    timeout 300 "$DDP" "$cmd" --run-dir "$tmp/run" "$@" "probes/$probe" >/dev/null 2>&1
+    # shellcheck disable=SC2086  # SCRIPT_ARGS is split on purpose: the script's argv
+    timeout 300 "$DDP" "$cmd" --run-dir "$tmp/run" "$@" "$script" ${SCRIPT_ARGS:-} >/dev/null 2>&1
     rm -rf "tests/golden/$name"
     mkdir -p "tests/golden/$name"
-    # keep the record, drop what analyze does not read (logs, pictures, reports)
-    (cd "$tmp/run" && find . -type f \( -name '*.jsonl' -o -name '*.json' -o -name '*.txt' \) \
-        ! -name 'report.json' ! -name 'trace.json' ! -path './logs/*' -print0 | \
+    # keep the record, drop what analyze does not read (pictures, reports); torchrun's per-rank logs only
+    # where KEEP_LOGS=1 (a rank's stderr is the evidence of gloo's abort)
+    local logs=(! -path './logs/*')
+    [ "${KEEP_LOGS:-0}" = 1 ] && logs=()
+    (cd "$tmp/run" && find . -type f \( -name '*.jsonl' -o -name '*.json' -o -name '*.txt' -o -name '*.log' \) \
+        ! -name 'report.json' ! -name 'trace.json' ! -name 'torchrun.log' "${logs[@]}" -print0 | \
         xargs -0 -I{} cp --parents {} "$OLDPWD/tests/golden/$name/")
     rm -rf "$tmp"
     # the run's absolute paths become relative to the repository root
     find "tests/golden/$name" -type f -exec sed -i "s#$PWD/##g" {} +
     echo "$name: $(du -sk "tests/golden/$name" | cut -f1) KiB"
 }
-record healthy check healthy.py
-record check_set_epoch check check_set_epoch.py
-record rank_conditional hang rank_conditional.py
-record leak_graph memleak leak_graph.py
+record healthy check probes/healthy.py
+record check_set_epoch check probes/check_set_epoch.py
+record rank_conditional hang probes/rank_conditional.py
+record leak_graph memleak probes/leak_graph.py
+# gloo aborts rank 0 (data size mismatch): its extra all_reduce met rank 1's DDP all-reduce; rank 1 raised a
+# transport error (tests/unit/analysis/hang/test_size_abort.py)
+KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort hang tests/corpus/f22_save_branch_allreduce.py

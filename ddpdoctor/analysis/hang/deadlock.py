@@ -210,8 +210,8 @@ def _reached_by_abort(
     """gloo aborts a rank on a size mismatch when a peer's data for the same position arrives: both had
     issued a collective at that position, the newest any rank is known to have issued (every rank's
     ledger is written before each call and survives the abort). A rank whose position is known only from
-    a heartbeat older than that (the aborted rank, or a peer torchrun ended before it raised, finished or
-    beat again) is lifted to it; its ledger says whether its collective there was a Python one, else it
+    a heartbeat older than that (the aborted rank, or a peer torchrun ended before it finished or beat
+    again, whether or not it had raised the transport error its peer's abort gave it) is lifted to it; its ledger says whether its collective there was a Python one, else it
     was an internal one (DDP's). Returns the states and {rank: lifted position}."""
     if not aborted:
         return states, {}
@@ -229,7 +229,11 @@ def _reached_by_abort(
     out = dict(states)
     for r, st in states.items():
         rec = record.ranks[r]
-        if rec.event(schema.K_FINISH) is not None or not st.seq or (rec.error is not None and r not in aborted):
+        # a peer that raised a transport error was inside a collective when the aborted rank went away: it
+        # is lifted like one that never raised (torchrun's SIGTERM may end it before its finish event, which
+        # a loaded host makes likely); an error of its own says nothing of where it stood
+        own_error = rec.error is not None and r not in aborted and not is_transport_error(rec.error)
+        if rec.event(schema.K_FINISH) is not None or not st.seq or own_error:
             continue
         seq = dict(st.seq)
         for g, n in top.items():
