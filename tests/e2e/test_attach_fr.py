@@ -51,6 +51,7 @@ def _notes(rep: dict, start: str) -> list[str]:
 
 
 def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: Path) -> None:
+    """...and the property of issue 34: the ledger, the dumps and the stacks of one fault give one verdict."""
     pytest.importorskip("tabulate", reason="torch's debug server (rank 0's frontend) imports tabulate")
     job = _torchrun_job(tmp_path, {"TORCH_FR_BUFFER_SIZE": "100", "ATTACHJOB_DEBUG_PORT": str(free_port())})
     try:
@@ -80,11 +81,25 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         assert _notes(again, "flight recorder taken from") == [note]
         # --no-fr: stacks only, nothing asked of the job, no line about it
         quiet = tmp_path / "quiet-run"
-        code, rep, err = attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(quiet))
+        code, stacks, err = attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(quiet))
         assert code == 3, err
-        assert not (quiet / "fr").exists() and not [n for n in rep["notes"] if "flight recorder" in n]
+        assert not (quiet / "fr").exists() and not [n for n in stacks["notes"] if "flight recorder" in n]
+        # the dumps alone, as a job's owner keeps them after the job (no stacks, no torch)
+        dpath = tmp_path / "dumps.json"
+        res = ddpdoctor(["analyze", str(run_dir / "fr"), "--json", str(dpath)], tmp_path, json_report=False)
+        assert res.code == 3, res.err
+        dumps = json.loads(dpath.read_text())
     finally:
         job.end()
+    # issue 34's property: the ledger (the same script under ddpdoctor hang), the dumps and the stacks of this
+    # fault give one id and one culprit; where a source has lines (the ledger, the stacks), the same line
+    led = ddpdoctor(["hang", "--nproc-per-node", "2", str(JOB)], tmp_path, timeout=120)
+    assert led.code == 3 and led.report is not None, led.err[-2000:]
+    judged = {"ledger": led.report, "dumps": dumps, "stacks": stacks, "dumps and stacks": rep}
+    first = {k: (r["findings"][0]["id"], tuple(r["findings"][0]["culprits"])) for k, r in judged.items()}
+    assert set(first.values()) == {("hang.rank-conditional-collective", (1,))}, first
+    for k in ("ledger", "stacks", "dumps and stacks"):
+        assert lines_of(judged[k]["findings"][0], 1) >= {marker_line(JOB, "EXTRA")}, k
 
 
 def test_attach_takes_the_flight_recorder_through_the_worker_socket(tmp_path: Path) -> None:

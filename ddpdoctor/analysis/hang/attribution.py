@@ -62,8 +62,8 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
         seq = sequence(record, r, div.group, final, div.seq) if final >= div.seq else {}
         if p and p.get("group") == div.group and p.get("seq") and div.seq <= int(p["seq"]) <= final:
             seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
-        out[r] = [seq.get(s, Slot(ABSENT)) for s in range(div.seq, final + 1)]
-        out[r][0] = div.slots[r]
+        # at least the divergence's own slot: a rank that waits in another group has issued nothing here
+        out[r] = [div.slots[r]] + [seq.get(s, Slot(ABSENT)) for s in range(div.seq + 1, final + 1)]
     return out
 
 

@@ -15,7 +15,14 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
 from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.hang.damage import monitor_lost
-from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, first_divergence
+from ddpdoctor.analysis.hang.divergence import (
+    ABSENT,
+    INTERNAL,
+    Divergence,
+    Slot,
+    cross_group_divergence,
+    first_divergence,
+)
 from ddpdoctor.analysis.hang.exits import rank_exits
 from ddpdoctor.analysis.hang.hints import (
     BLOCKED_HINT,
@@ -99,7 +106,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return _cut_short(record, states, now, cfg)
     size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
     states, reached = _reached_by_abort(record, states, size_err)
-    div = first_divergence(record, states)
+    div = first_divergence(record, states) or cross_group_divergence(record, states)
     uneven = _uneven(record, states)
     ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
     if size_err:

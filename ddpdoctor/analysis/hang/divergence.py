@@ -18,6 +18,7 @@ from ddpdoctor.record.reader import RunRecord
 
 INTERNAL = "<ddp/internal>"
 ABSENT = "<never issued>"
+AWAY = "<waits in another group>"  # a live rank with nothing at this position: it waits elsewhere
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,41 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             if extra:
                 return Divergence(group, s, slots, tuple(sorted(extra)), "extra-call", True)
     return None
+
+
+def cross_group_divergence(record: RunRecord, states: dict[int, RankState]) -> Divergence | None:
+    """Ranks that wait in collectives of different groups: a cross-group deadlock, where rank 1 all-reduces on a
+    side group (``if rank == 1: dist.all_reduce(x, group=side)``) that rank 0 never calls, while rank 0 waits
+    in the default group for rank 1. Each group's own sequence shows only a rank that is behind; the odd call
+    is the one whose line is the rank's own alone while the other ranks wait at a line it used too
+    (``judge.extra_callers``, the rule the flight recorder's and the stacks' judgements use). Returns that
+    call's group and position, the other ranks ``AWAY`` (at their own pending line), or None."""
+    pend = {
+        r: st.pending
+        for r, st in states.items()
+        if st.state == "waiting" and st.pending and st.pending.get("group") is not None and st.pending.get("seq")
+    }
+    if len(pend) < 2 or len(pend) < len(states) or len({str(p["group"]) for p in pend.values()}) < 2:
+        return None
+    stacks: dict[int, list[tuple]] = {}
+    history: dict[int, set[tuple]] = {}
+    for r, p in pend.items():
+        site = tuple(p["site"]) if p.get("site") else None
+        stacks[r] = [site] if site else []
+        history[r] = {tuple(e["site"]) for e in record.ranks[r].ledger if e.get("site")} | set(stacks[r])
+    extra = judge.extra_callers(stacks, history)
+    groups = {str(pend[r]["group"]) for r in extra}
+    if not extra or len(groups) != 1:
+        return None
+    group = groups.pop()
+    seq = min(int(pend[r]["seq"]) for r in extra)
+    slots = {
+        r: Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
+        if r in extra
+        else Slot(AWAY, tuple(p["site"]) if p.get("site") else None)
+        for r, p in pend.items()
+    }
+    return Divergence(group, seq, slots, tuple(sorted(extra)), "extra-call", True)
 
 
 def _entries(ledger: list[dict[str, Any]], group: str, lo: int, cache: dict[tuple, list]) -> list[dict[str, Any]]:

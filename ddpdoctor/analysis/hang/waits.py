@@ -7,7 +7,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
-from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL
+from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
 from ddpdoctor.analysis.live import op_key
 from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
@@ -83,6 +83,10 @@ def slot_text(sl: Any) -> str:
         return "a DDP all-reduce/broadcast"
     if sl.op == ABSENT:
         return "nothing (exited)"
+    if sl.op == AWAY:
+        return "nothing: it waits in another group's collective" + (
+            f" at {sl.site[0].rsplit('/', 1)[-1]}:{sl.site[1]}" if sl.site else ""
+        )
     site = f" at {sl.site[0].rsplit('/', 1)[-1]}:{sl.site[1]}" if sl.site else ""
     return f"{describe_op(sl.op, sl.shapes)}{site}"
 
@@ -164,7 +168,10 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
         text = f"{ranks_phrase(states)} on this node ended" + (
             f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else ""
         )
-    msg = f"no progress for {cfg.timeout:g} s: {text}"
+    # stopped on a deadlock's proof (every rank waits on a call another has not issued), not on --timeout:
+    # the run may have waited a second, and "for 60 s" would be untrue
+    span = "(the ranks wait on each other)" if ev.get("live") == "deadlock" else f"for {cfg.timeout:g} s"
+    msg = f"no progress {span}: {text}"
     hint = HINTS["hang.timeout"]
     if unseen:
         # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
