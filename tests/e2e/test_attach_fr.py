@@ -81,7 +81,9 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         assert _notes(again, "flight recorder taken from") == [note]
         # --no-fr: stacks only, nothing asked of the job, no line about it
         quiet = tmp_path / "quiet-run"
-        code, stacks, err = attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(quiet))
+        code, stacks, err = attach(
+            tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(quiet)
+        )
         assert code == 3, err
         assert not (quiet / "fr").exists() and not [n for n in stacks["notes"] if "flight recorder" in n]
         # the dumps alone, as a job's owner keeps them after the job (no stacks, no torch)
