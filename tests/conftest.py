@@ -147,12 +147,12 @@ _HOGS: list[Any] = []
 def pytest_configure(config: pytest.Config) -> None:
     """``--cpu-hog N``: N processes that keep a core busy each, for the whole session (started once, in the
     main process, not in each xdist worker). No test may depend on a quiet host: the e2e tier must pass so."""
-    import subprocess
+    from helpers import cpu_hog
 
     if hasattr(config, "workerinput"):
         return
     for _ in range(config.getoption("--cpu-hog")):
-        _HOGS.append(subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True))
+        _HOGS.append(cpu_hog())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -49,6 +49,17 @@ def needs(module: str) -> pytest.MarkDecorator:
     )
 
 
+# A busy loop that keeps one core busy, and ends by itself once its parent is gone (a test run killed with
+# SIGTERM or SIGKILL never runs its teardown: an orphaned loop would load the host for good). The parent is
+# checked every 100,000 iterations (a few milliseconds).
+_HOG = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(100_000):\n        pass\n"
+
+
+def cpu_hog() -> subprocess.Popen:
+    """Start one busy loop (its own session; end it by pid: ``kill()`` then ``wait()``)."""
+    return subprocess.Popen([sys.executable, "-c", _HOG], start_new_session=True)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the OS picks it; a race with another binder is
     possible but the kernel does not hand the same ephemeral port out again soon)."""

@@ -7,13 +7,11 @@ holder."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import PROBES, ROOT, ddpdoctor, finding, marker_line, script_argv
+from helpers import PROBES, ROOT, cpu_hog, ddpdoctor, finding, marker_line, script_argv
 
 SCRIPTS = ROOT / "tests" / "scripts"
 
@@ -32,10 +30,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The three cases run side by side (each a 2-rank job under ddpdoctor) with one busy loop per core (at
     least two) beside them for the whole time: each its own process group, ended by pid. Three jobs and the
     loops on this host's two cores are more contention than one job beside the loops, in less wall time."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        for _ in range(max(2, os.cpu_count() or 2))
-    ]
+    hogs = [cpu_hog() for _ in range(max(2, os.cpu_count() or 2))]
     try:
         with ThreadPoolExecutor(len(CASES)) as pool:
             futures = {
