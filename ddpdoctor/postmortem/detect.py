@@ -400,6 +400,11 @@ def _hang(
     # its data loader while the others wait), one that left no dump, or one inside an op its peers issued
     # too that does not complete (a GPU or NCCL fault there). Those are the first suspects.
     roots = judge.chain_ends(unmet, unknown)
+    # a waiting rank whose calls are the idle rank's with one more in between: not the idle rank behind,
+    # but an extra call that completed against another one (same bytes) and shifted every call after it
+    inserted = _inserted(inp, stuck, [r for r in roots if r not in stuck])
+    if inserted is not None:
+        return [_unseen(inserted, missing)]
     # a rank behind (nothing pending, an empty or no dump) is the strongest evidence; a rank inside an op
     # its peers issued too is one only where no rank's pending call is an extra one
     if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
@@ -408,6 +413,58 @@ def _hang(
     if len(set(keys.values())) > 1 or any(unmet.values()):
         return [_unseen(_divergence(inp, stuck, keys, unmet), missing)]
     return [_unseen(_same_collective(inp, stuck), missing)]
+
+
+def _key(e: Entry) -> tuple:
+    """What two ranks' calls at one position share when they are the same call: op, shapes, user line."""
+    f = user_frame(e)
+    return (e.op, e.input_sizes, f[:2] if f else None)
+
+
+def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding | None:
+    """A waiting rank made one call more than an idle rank (one with nothing pending): their calls on the
+    waiting rank's group agree up to a position where the waiting rank's call is one the idle rank never made
+    (its op, shapes and line appear nowhere in the idle rank's records), and from there the waiting rank's
+    calls are the idle rank's shifted by one, its pending call last. gloo lets an extra call complete against
+    another rank's next call of the same size (torch's own analyzer test, case 6, made real:
+    tests/frjobs/torchcases.py extra-coalesced); the idle rank then ended or went on, and only the waiting
+    rank is left in a call nobody else will make. The idle rank is not behind: the waiting rank made the extra
+    call. Needs at least one shifted call to agree after the extra one; None otherwise."""
+    for w in sorted(stuck):
+        p = stuck[w].pending
+        if p is None or p.is_p2p:
+            continue
+        mine = [e for e in inp.dumps[w].entries if e.group == p.group and not e.is_p2p and e.seq <= p.seq]
+        for b in idle:
+            d = inp.dumps.get(b)
+            theirs = [e for e in d.entries if e.group == p.group and not e.is_p2p] if d else []
+            if not theirs or len(mine) != len(theirs) + 1:
+                continue
+            a, t = [_key(e) for e in mine], [_key(e) for e in theirs]
+            i = next((k for k in range(len(t)) if a[k] != t[k]), None)
+            if i is None or a[i] in t or a[i + 1 :] != t[i:]:
+                continue
+            extra, met = mine[i], theirs[i]
+            msg = (
+                f"rank {w} made an extra {extra.call()} (#{extra.seq} of group {extra.group}){_at(user_frame(extra))} "
+                f"that rank {b} never made: it completed against rank {b}'s {met.call()}{_at(user_frame(met))} "
+                f"(the same number of bytes), and every call after it is shifted by one: rank {w} now waits in "
+                f"{p.call()} (#{p.seq}){_at(user_frame(p))}, which rank {b} made already as #{met.seq}; diverged: "
+                f"rank {w}"
+            )
+            locs = _loc(w, user_frame(extra), "diverged") + _loc(w, user_frame(p), "waiting")
+            locs += _loc(b, user_frame(met), "its call the extra one met")
+            return Finding(
+                "hang.rank-conditional-collective",
+                "error",
+                f"a collective is called on some ranks only: {msg}",
+                HINTS["hang.rank-conditional-collective"],
+                tuple(sorted({w, b})),
+                tuple(locs),
+                {"source": "flight recorder", "inserted": {"rank": w, "group": extra.group, "seq": extra.seq}},
+                culprits=(w,),
+            )
+    return None
 
 
 def _unseen(f: Finding, missing: list[int]) -> Finding:

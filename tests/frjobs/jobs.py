@@ -13,10 +13,11 @@ from pathlib import Path
 from helpers import TOKEN_VAR, assert_no_orphans
 
 JOB = Path(__file__).resolve().parent / "frjob.py"
+TORCH_CASES = JOB.parent / "torchcases.py"  # torch's analyzer test cases as real gloo jobs
 
 
-def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float | None = None) -> Path:
-    """The job's records in ``out``: ``fr/rank_<r>`` (pickle), ``json/rank_<r>`` (JSON), ``logs/`` (torchrun's
+def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float | None = None, job: Path = JOB) -> Path:
+    """``job`` (frjob.py or torchcases.py) ``case``, its records in ``out``: ``fr/rank_<r>`` (pickle), ``json/rank_<r>`` (JSON), ``logs/`` (torchrun's
     log folder: error files) and ``torchrun.log`` (the agent's output, with its failure summary)."""
     for sub in ("fr", "json", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,7 @@ def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float |
         # the agent notices a dead rank only this late: the others' watchdogs dump first, as on
         # another node of a multi-node job, where no agent ends them at once
         cmd += ["--monitor-interval", str(monitor_interval)]
-    cmd += [str(JOB), case]
+    cmd += [str(job), case]
     with open(out / "torchrun.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
