@@ -38,6 +38,13 @@ def growth(points: list[tuple[float, float]]) -> dict[str, float] | None:
     # a leak keeps setting new highs; a level that only wobbles (a dip, then back) does not
     prior = [p[1] for p in pts if p[0] < hx[0]]
     above = ys[-1] - max(prior) if prior else ys[-1] - ys[0]
+    # the flat end: the run's last points all at the last value (a cache that filled and stays full). With
+    # few points the "later half" is the whole series, and a rise dense in censuses (steps 1, 2, 4, ... 32)
+    # outweighs a plateau seen twice: the flat end's share of the steps says the growth has stopped
+    k = len(ys) - 1
+    while k > 0 and ys[k - 1] == ys[-1]:
+        k -= 1
+    flat = (xs[-1] - xs[k]) / (xs[-1] - xs[0]) if xs[-1] > xs[0] else 0.0
     return {
         "slope": theil_sen(xs, ys),
         "late_slope": theil_sen(hx, hy),
@@ -49,4 +56,5 @@ def growth(points: list[tuple[float, float]]) -> dict[str, float] | None:
         "last": ys[-1],
         "first_step": xs[0],
         "last_step": xs[-1],
+        "flat_tail": flat,
     }

@@ -20,10 +20,16 @@ MIN_SPAN_STEPS = 16  # a growth is judged over at least this many steps after th
 # a short run, 9 -> 10 -> 16 graph nodes over steps 2-8, are the first steps settling, not a leak)
 
 
-def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float) -> bool:
+# a count (tensors of a kind, graph nodes) whose last points stay at one value over this share of the series'
+# steps or more has stopped growing. Counts only: RSS grows in allocator chunks and is flat between them
+FLAT_TAIL_MAX = 0.25
+
+
+def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float, count: bool = False) -> bool:
     return bool(
         g
         and g["steps"] >= MIN_SPAN_STEPS
+        and (not count or g.get("flat_tail", 0.0) < FLAT_TAIL_MAX)
         and g["late_slope"] >= min_slope
         and g["late_total"] >= min_total
         and g["up_fraction"] >= 0.5
@@ -220,7 +226,7 @@ def _graphs(
         sparse = [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])]
         for how, pts in (("dense", dense), ("census", sparse)):
             g = growth(pts)
-            if g is not None and _leaking(g, 0.5, 5):
+            if g is not None and _leaking(g, 0.5, 5, count=True):
                 hits[r] = g
                 found[r] = how
                 break
@@ -345,7 +351,7 @@ def _tensor_groups(
             g = growth(pts)
             if (
                 g is not None
-                and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"]))
+                and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"]), count=True)
                 and (best is None or g["late_slope"] > best[1]["late_slope"])
             ):
                 best = (k, g)
