@@ -1,7 +1,7 @@
 """A property of every judgement here: taking evidence away never turns a non-OK verdict into OK.
 
 Each real record set (the gloo jobs of tests/data/fr/gloo, healthy ones included, NVRx's 16-rank NCCL dumps, the golden run
-directories of a hang, a leak and a check finding) is reduced one file at a time in three ways: the file
+directories of a hang, a leak and a check finding, gloo's size abort, a cross-group deadlock) is reduced one file at a time in three ways: the file
 deleted, emptied, and cut in half. Every reduction must still end in a verdict other than OK (or in one
 line of bad input, exit 2): a rank without records, an empty dump or a cut file is named as missing, never
 dropped from the judgement.
@@ -27,7 +27,7 @@ FR_CASES = sorted(p for p in (FR / "gloo").iterdir() if p.is_dir()) + sorted(
 )
 # torch's matched analyzer cases (tests/frjobs/torchcases.py): healthy jobs, OK only while every dump is whole
 HEALTHY = {"torch-matched", "torch-coalesced", "torch-broadcasts", "torch-uneven-rs"}
-RUN_CASES = [GOLDEN / n for n in ("rank_conditional", "leak_graph", "check_set_epoch")]
+RUN_CASES = [GOLDEN / n for n in ("rank_conditional", "leak_graph", "check_set_epoch", "size_abort", "cross_group")]
 WAYS = ("deleted", "emptied", "cut")
 
 
