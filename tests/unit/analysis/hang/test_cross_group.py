@@ -9,6 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
+from helpers import marker_line
+
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.hang.divergence import AWAY, cross_group_divergence
@@ -20,8 +22,7 @@ SCRIPT = "tests/frjobs/attachjob.py"
 
 
 def _line(marker: str) -> int:
-    text = (GOLDEN.parents[1] / "frjobs" / "attachjob.py").read_text().splitlines()
-    return next(i for i, t in enumerate(text, 1) if t.rstrip().endswith(f"# {marker}") or f"# {marker}:" in t)
+    return marker_line(GOLDEN.parents[1] / "frjobs" / "attachjob.py", marker)
 
 
 def test_the_rank_that_called_on_the_side_group_is_the_culprit_at_its_line():
