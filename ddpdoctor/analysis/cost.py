@@ -63,8 +63,12 @@ def compute(record: RunRecord) -> dict[str, Any]:
     ex = record.monitor_event(schema.K_EXIT)
     if ex and ex.get("cpu_s") is not None:
         out["monitor_cpu_s"] = float(ex["cpu_s"])
+        # per step: its CPU time since the ranks' loop began (a record of an older ddpdoctor: all of it)
+        loop = ex.get("cpu_loop_s")
+        if loop is not None:
+            out["monitor_loop_cpu_s"] = float(loop)
         if steps > 0:
-            out["monitor_us_per_step"] = float(ex["cpu_s"]) * 1e6 / steps
+            out["monitor_us_per_step"] = float(ex["cpu_s"] if loop is None else loop) * 1e6 / steps
             if out.get("step_ms"):
                 out["monitor_pct"] = 100 * out["monitor_us_per_step"] / (out["step_ms"] * 1e3)
     return out

@@ -187,11 +187,14 @@ class Monitor:
         last_status, last_text = 0.0, None
         text: str | None = None
         verdict = None
+        cpu_loop0: float | None = None
         try:
             while proc.poll() is None:
                 now = time.time()
                 record, merged = poll_records(reader.refresh, job, now)
                 self._remember(record)  # this node's processes only: the others' pids are not ours
+                if cpu_loop0 is None and any((r.last_hb or {}).get("step", 0) for r in record.ranks.values()):
+                    cpu_loop0 = time.process_time()  # the ranks' loop has begun (its steps are the per-step base)
                 job.update(record, now)
                 if self._signal is not None:
                     self.log.write(schema.K_KILL, None, reason=f"signal {self._signal}")
@@ -263,8 +266,17 @@ class Monitor:
                 finally:
                     view.stop()
             tlog.close()
-        # the monitor's own CPU time (all its threads): the report's cost line states it per step
-        self.log.write(schema.K_EXIT, None, returncode=proc.returncode, cpu_s=round(time.process_time(), 3))
+        # the monitor's own CPU time (all its threads): the report's cost line states it per step, counted from
+        # the ranks' first step like the ranks' own (its start, imports and torchrun's launch are no cost per
+        # step: over a short run they would read as several per cent), and the whole of it beside
+        cpu = time.process_time()
+        self.log.write(
+            schema.K_EXIT,
+            None,
+            returncode=proc.returncode,
+            cpu_s=round(cpu, 3),
+            cpu_loop_s=round(cpu - cpu_loop0, 3) if cpu_loop0 is not None else None,
+        )
         job.finish(reader.refresh(full=False))  # every node's records into RUN_DIR/nodes/ (bounded)
         return Outcome(self._signal is not None, job.judged_by())
 

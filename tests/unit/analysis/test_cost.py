@@ -71,3 +71,14 @@ def test_a_rank_without_a_finish_event_is_read_from_its_last_heartbeat(tmp_path:
     c = cost.compute(load_run(str(tmp_path)))
     assert c["train_us_per_step"] == 5.0 and abs(c["step_ms"] - 10.0) < 1e-9 and "monitor_us_per_step" not in c
     assert cost.compute(load_run(str(RunBuilder(tmp_path / "old", command="hang").start(0).root))) == {}
+
+
+def test_the_monitors_cost_per_step_counts_from_the_ranks_first_step(tmp_path: Path) -> None:
+    """Its start (imports, torchrun's launch) is no cost per step: the per-step figure is its CPU time
+    since the loop began; the whole of it stays in the JSON."""
+    b = _run(tmp_path)
+    (tmp_path / "monitor.jsonl").unlink()
+    b.add(None, "monitor.jsonl", "exit", 2.5, returncode=0, cpu_s=0.45, cpu_loop_s=0.02)
+    c = cost.compute(load_run(str(tmp_path)))
+    assert c["monitor_cpu_s"] == 0.45 and c["monitor_loop_cpu_s"] == 0.02
+    assert abs(c["monitor_us_per_step"] - 20.0) < 1e-9 and abs(c["monitor_pct"] - 1.0) < 1e-9

@@ -42,6 +42,28 @@ def test_the_users_part_and_exact_costs_are_left_out_of_a_timed_call() -> None:
     assert f["sites"]["collectives"][:2] == [1, 1] and f["exact_us"] == 10_000
 
 
+def test_a_timed_call_a_garbage_collection_ran_in_is_left_out() -> None:
+    """The collection scans the user's heap; our allocation only happened to set it off. The next timed call
+    takes its place, unless collections fall in most of the site's timed calls (its own allocations)."""
+    import gc
+
+    c = cost.Cost()
+    s = c.site("collectives")
+
+    def body(shim, collect: bool) -> None:
+        if collect:
+            gc.collect(0)
+        shim(0.0)
+
+    c.timed(s, body, _spin, True)
+    assert s.timed == 0 and s.gc_skipped == 1 and s.timed_ns == 0
+    c.timed(s, body, _spin, False)
+    assert s.timed == 1 and s.gc_skipped == 1
+    c.timed(s, body, _spin, True)  # as many skipped as kept: this one is skipped too
+    c.timed(s, body, _spin, True)  # collections in most timed calls: counted
+    assert s.timed == 2 and s.gc_skipped == 2 and c.fields()["gc_skipped"] == 2
+
+
 def test_the_heartbeat_threads_time_counts_from_the_loops_first_beat() -> None:
     c = cost.Cost()
     c.beat()
