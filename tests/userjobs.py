@@ -18,8 +18,9 @@ from helpers import TOKEN_VAR, assert_no_orphans, ddpdoctor
 C10D = "distributed_c10d.py"
 
 
-def user_line(pid: int, script: Path) -> int | None:
-    """The line of ``script`` the rank's main thread is at, if it sits inside a torch.distributed call."""
+def user_line(pid: int, script: Path, in_collective: bool = True) -> int | None:
+    """The line of ``script`` the rank's main thread is at, if it sits inside a torch.distributed call (or
+    anywhere: ``in_collective=False``, a rank busy in its own code)."""
     exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
     cp = subprocess.run(
         [exe, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True, text=True, timeout=20
@@ -29,7 +30,7 @@ def user_line(pid: int, script: Path) -> int | None:
     except (ValueError, IndexError, KeyError):
         return None
     names = [f["filename"] for f in frames]
-    if not any(n.endswith(C10D) or n.endswith("torch/autograd/graph.py") for n in names):
+    if in_collective and not any(n.endswith(C10D) or n.endswith("torch/autograd/graph.py") for n in names):
         return None
     return next((f["line"] for f in frames if f["filename"] == str(script)), None)
 
@@ -53,12 +54,15 @@ class Job:
         kids = psutil.Process(self.proc.pid).children()
         return [k for k in kids if "resource_tracker" not in " ".join(k.cmdline())]
 
-    def wait_hung(self, script: Path, lines: dict[int, int], limit: float = 90.0) -> None:
-        """Until rank i (i-th child) sits in a collective at ``lines[i]`` (bounded)."""
+    def wait_hung(self, script: Path, lines: dict[int, int], limit: float = 90.0, busy: tuple[int, ...] = ()) -> None:
+        """Until rank i (i-th child) sits in a collective at ``lines[i]`` (bounded); the ranks in ``busy`` sit
+        at their line outside any collective."""
         deadline = time.time() + limit
         while time.time() < deadline:
             ranks = self.ranks()
-            if len(ranks) == len(lines) and all(user_line(p.pid, script) == lines[i] for i, p in enumerate(ranks)):
+            if len(ranks) == len(lines) and all(
+                user_line(p.pid, script, in_collective=i not in busy) == lines[i] for i, p in enumerate(ranks)
+            ):
                 return
             time.sleep(0.5)
         raise AssertionError(f"the job did not reach its hang in {limit} s")

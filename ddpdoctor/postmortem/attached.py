@@ -64,6 +64,11 @@ def with_flight_recorder(
     return dataclasses.replace(out, notes=out.notes + tuple(notes))
 
 
+DIVERGENT = "hang.divergent-collective"
+# what the stacks can tell a divergence is, where the dumps see only that the ranks' calls differ
+KINDS = ("hang.early-exit", "hang.rank-conditional-collective")
+
+
 def combine(stacks: Report, fr: Report) -> Report:
     """One report of the stacks' diagnosis and the dumps' (verdict and exit code: the worse of the two)."""
     from ddpdoctor.postmortem.report import merge
@@ -72,14 +77,29 @@ def combine(stacks: Report, fr: Report) -> Report:
     errors = {f.id: f for f in fr.findings if f.severity == "error"}
     same: dict[str, Finding] = {}
     rest = []
+    # the dumps' generic divergence the stacks' finding of the same culprits gives the kind of (where a rank
+    # left the loop, or the extra call's line: the dumps' JSON holds no lines): one finding, the stacks'
+    generic = errors.get(DIVERGENT)
+    told: Finding | None = None
     for f in stacks.findings:
         twin = errors.get(f.id)
         if twin is not None and set(twin.culprits) == set(f.culprits):
             same[f.id] = f
+        elif (
+            told is None
+            and generic is not None
+            and generic.culprits
+            and f.id in KINDS
+            and set(generic.culprits) == set(f.culprits)
+        ):
+            told = dataclasses.replace(f, message=f"{f.message} (the flight recorder names the same ranks)")
+            rest.append(told)
         else:
             rest.append(f)
     firsts = []
     for g in fr.findings:
+        if told is not None and g is generic:
+            continue
         agree = same.get(g.id)
         if agree is not None:
             have = {loc.rank for loc in g.locations}
@@ -89,7 +109,9 @@ def combine(stacks: Report, fr: Report) -> Report:
                 locations=g.locations + tuple(loc for loc in agree.locations if loc.rank not in have),
             )
         firsts.append(g)
-    found = sorted(firsts + rest, key=lambda f: severity_rank(f.severity))  # stable: the dumps' first
+    # stable: the dumps' first, but within a severity a finding that names its culprits before one that
+    # names none (the stacks see where a rank left the loop; the dumps alone may see two equal sides)
+    found = sorted(firsts + rest, key=lambda f: (severity_rank(f.severity), not f.culprits))
     return dataclasses.replace(
         merged,
         findings=tuple(found),

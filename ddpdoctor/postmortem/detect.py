@@ -660,14 +660,22 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
     e0 = next(iter(pend.values()))
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
     if len(set(shapes.values())) > 1:
-        # where no call is rarer than another (two ranks), each rank's line is a side of the mismatch
-        odd = judge.rarest(shapes) or tuple(sorted(shapes))
+        # where no call is rarer than another (two ranks): the side whose call is new, while the other side's
+        # continues what every rank did; else each rank's line is a side of the mismatch
+        left = () if judge.rarest(shapes) else _new_call(inp, pend, shapes)
+        odd = judge.rarest(shapes) or left or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
         parts = "; ".join(
             f"rank {r}: {_calls(shapes[r])} {'/'.join(dict.fromkeys(t for x in shapes[r] for t in x[2]))}{_at(user_frame(e))}"
             for r, e in sorted(pend.items())
         )
+        if left:
+            parts += (
+                f"; {ranks_phrase(left)} left the calls every rank made before ({_calls(shapes[_first_not(pend, left)])})"
+                " for one none made: an early exit from the loop or an extra call"
+                + ("" if all(user_frame(pend[r]) for r in left) else " (the dumps hold no lines to tell which)")
+            )
         locs = [
             loc
             for r, e in sorted(pend.items())
@@ -695,6 +703,26 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
         ev,
         culprits=(),
     )
+
+
+def _first_not(pend: dict[int, Entry], ranks: tuple[int, ...]) -> int:
+    return next(r for r in sorted(pend) if r not in ranks)
+
+
+def _new_call(inp: Inputs, pend: dict[int, Entry], shapes: dict[int, tuple]) -> tuple[int, ...]:
+    """The ranks whose pending call is one no rank made before, where every other rank's pending call is one
+    every rank made before (the loop they all ran): those left the common sequence. Two ranks that disagree
+    are otherwise two equal sides; this names the one that broke off (a barrier after the loop, an extra
+    call), as the stacks and the ledger do. () when the evidence is not that plain."""
+    hist = {
+        r: {sig for key, sig in inp.dumps[r].signatures.items() if key != (e.group, e.seq)} for r, e in pend.items()
+    }
+    made = set().union(*hist.values())
+    new = tuple(sorted(r for r in pend if shapes[r] not in made))
+    old = [r for r in pend if r not in new]
+    if new and old and all(shapes[o] in h for o in old for h in hist.values()):
+        return new
+    return ()
 
 
 def _no_dump(

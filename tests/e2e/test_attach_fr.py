@@ -24,22 +24,31 @@ from ddpdoctor.attach.flight import poke, ring_size, summary
 from ddpdoctor.postmortem import flight as frdump
 
 JOB = _FRJOB.parent / "attachjob.py"
+SHAPE_JOB = _FRJOB.parent / "shapejob.py"
 pytestmark = pytest.mark.skipif(
     not os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK),
     reason="py-spy is not installed next to this Python",
 )
 
 
-def _torchrun_job(tmp: Path, env: dict[str, str], socket_dir: Path | None = None) -> Job:
+def _torchrun_job(
+    tmp: Path,
+    env: dict[str, str],
+    socket_dir: Path | None = None,
+    script: Path = JOB,
+    lines: dict | None = None,
+    busy: tuple[int, ...] = (),
+    script_args: tuple[str, ...] = (),
+) -> Job:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     if socket_dir is None:
-        argv.append(str(JOB))
+        argv += [str(script), *script_args]
     else:  # one socket per rank, in the rank's own environment from its start (torchrun gives all ranks one)
         run = f'TORCH_WORKER_SERVER_SOCKET={socket_dir}/ws_$LOCAL_RANK.sock exec "{sys.executable}" "{JOB}"'
         argv += ["--no-python", "sh", "-c", run]
     job = Job(argv, tmp, env)
     try:
-        job.wait_hung(JOB, {0: marker_line(JOB, "REGULAR"), 1: marker_line(JOB, "EXTRA")})
+        job.wait_hung(script, lines or {0: marker_line(JOB, "REGULAR"), 1: marker_line(JOB, "EXTRA")}, busy=busy)
     except BaseException:
         job.end()
         raise
@@ -102,6 +111,54 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
     assert set(first.values()) == {("hang.rank-conditional-collective", (1,))}, first
     for k in ("ledger", "stacks", "dumps and stacks"):
         assert lines_of(judged[k]["findings"][0], 1) >= {marker_line(JOB, "EXTRA")}, k
+
+
+@pytest.mark.parametrize(("fault", "marker"), [("busy", "BUSY"), ("uneven", "END")])
+def test_one_verdict_from_the_ledger_the_dumps_and_the_stacks(tmp_path: Path, fault: str, marker: str) -> None:
+    """Issue 34's property on the common hang shapes (tests/frjobs/shapejob.py): rank 1 busy in its own code
+    with nothing pending, or out of batches and waiting in the final barrier, while rank 0 waits in its next
+    all_reduce. The ledger (the script under ddpdoctor hang), the dumps alone, the stacks alone and the dumps
+    with the stacks each name rank 1; those with lines give one id, rank 1's line and rank 0's."""
+    pytest.importorskip("tabulate", reason="torch's debug server (rank 0's frontend) imports tabulate")
+    mine, regular = marker_line(SHAPE_JOB, marker), marker_line(SHAPE_JOB, "REGULAR")
+    env = {"TORCH_FR_BUFFER_SIZE": "100", "ATTACHJOB_DEBUG_PORT": str(free_port())}
+    job = _torchrun_job(
+        tmp_path,
+        env,
+        script=SHAPE_JOB,
+        script_args=(fault,),
+        lines={0: regular, 1: mine},
+        busy=(1,) if fault == "busy" else (),
+    )
+    try:
+        run_dir = tmp_path / "attach-run"
+        code, both, err = attach(tmp_path, "--pid", str(job.proc.pid), "--no-native", "--run-dir", str(run_dir))
+        assert code == 3, err
+        assert (run_dir / "fr").is_dir(), err
+        code, stacks, err = attach(
+            tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(tmp_path / "quiet")
+        )
+        assert code == 3, err
+        dpath = tmp_path / "dumps.json"
+        res = ddpdoctor(["analyze", str(run_dir / "fr"), "--json", str(dpath)], tmp_path, json_report=False)
+        assert res.code == 3, res.err
+        dumps = json.loads(dpath.read_text())
+    finally:
+        job.end()
+    led = ddpdoctor(["hang", "--nproc-per-node", "2", "--timeout", "8", str(SHAPE_JOB), fault], tmp_path, timeout=120)
+    assert led.code == 3 and led.report is not None, led.err[-2000:]
+    judged = {"ledger": led.report, "dumps": dumps, "stacks": stacks, "dumps and stacks": both}
+    first = {k: (r["findings"][0]["id"], tuple(r["findings"][0]["culprits"])) for k, r in judged.items()}
+    assert {c for _id, c in first.values()} == {(1,)}, first
+    lined = {first[k][0] for k in ("ledger", "stacks", "dumps and stacks")}
+    assert len(lined) == 1, first
+    # the dumps alone (torch's JSON) hold no lines: a rank that left the loop and one that made an extra call
+    # look alike there, so they may name the divergence without its kind, never another culprit
+    assert first["dumps"][0] in lined | {"hang.divergent-collective"}, first
+    for k in ("ledger", "stacks", "dumps and stacks"):
+        f = judged[k]["findings"][0]
+        assert lines_of(f, 1) >= {mine}, (k, f)
+        assert lines_of(f, 0) >= {regular}, (k, f)
 
 
 def test_attach_takes_the_flight_recorder_through_the_worker_socket(tmp_path: Path) -> None:
