@@ -13,19 +13,20 @@ from ddpdoctor.postmortem.inputs import Inputs
 
 
 def verdict_of(findings: list[Finding], fail_on: str) -> tuple[Verdict, int]:
-    """(verdict, exit code) as ``diagnose`` picks them: hang before crash before other errors."""
-    errors = [f for f in findings if f.severity == "error"]
-    fam = {f.id.split(".", 1)[0] for f in errors}
-    nodump = [f for f in errors if f.id == "postmortem.no-dump"]
-    if "hang" in fam or any(f.evidence.get("waiting") for f in nodump):
-        return "hang", ExitCode.HANG  # the others wait for the rank that left no dump
-    if "crash" in fam or nodump:
-        return "crash", ExitCode.FINDINGS
-    if errors:
-        return "findings", ExitCode.FINDINGS
-    if fail_on in ("warning", "note") and any(severity_rank(f.severity) <= severity_rank(fail_on) for f in findings):
-        return "ok", ExitCode.FINDINGS
-    return "ok", ExitCode.OK
+    """(verdict, exit code) by the catalog, as ``diagnose`` picks them (``registry.verdict_of``: could not
+    run, then hang, then crash, then other findings), with the one fact of the evidence an id's entry cannot
+    hold: a rank that left no dump while other ranks wait for it makes a hang (the entry says crash: a rank
+    that left no dump and kept nobody waiting)."""
+    from ddpdoctor.analysis.catalog import VERDICT_RANK
+    from ddpdoctor.analysis.registry import verdict_of as by_catalog
+
+    verdict, code = by_catalog(findings, fail_on)
+    waited_for = any(
+        f.id == "postmortem.no-dump" and f.severity == "error" and f.evidence.get("waiting") for f in findings
+    )
+    if waited_for and VERDICT_RANK["hang"] < VERDICT_RANK[verdict]:
+        return "hang", ExitCode.HANG
+    return verdict, code
 
 
 def build(inp: Inputs, config: Config) -> Report:
@@ -55,9 +56,19 @@ def build(inp: Inputs, config: Config) -> Report:
 
 def merge(a: Report, b: Report) -> Report:
     """One report of a run directory's diagnosis and a post-mortem of other records given with it."""
-    order = {"hang": 0, "crash": 1, "error": 1, "findings": 2, "ok": 3}
-    verdict = min(a.verdict, b.verdict, key=lambda v: order.get(v, 2))
-    code = ExitCode.HANG if ExitCode.HANG in (a.exit_code, b.exit_code) else max(a.exit_code, b.exit_code)
+    from ddpdoctor.analysis.catalog import VERDICT_RANK
+
+    # the catalog's order of verdicts (the one copy, as diagnose and verdict_of use it): the worse report's
+    # verdict and exit code; of two equal verdicts the lower code (could not run: bad input 2 before 4), but
+    # of two OKs the higher (--fail-on made one of them fail)
+    worse = min((a, b), key=lambda r: VERDICT_RANK.get(r.verdict, VERDICT_RANK["findings"]))
+    verdict = worse.verdict
+    if a.verdict != b.verdict:
+        code = worse.exit_code
+    elif verdict == "ok":
+        code = max(a.exit_code, b.exit_code)
+    else:
+        code = min(a.exit_code, b.exit_code)
     return dataclasses.replace(
         a,
         verdict=verdict,

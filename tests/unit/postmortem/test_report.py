@@ -39,6 +39,26 @@ def test_verdict_and_exit_code(findings, fail_on, want):
     assert report.verdict_of(findings, fail_on) == want
 
 
+def test_the_verdict_of_every_id_is_the_catalogs():
+    """One verdict order (issue 34: it was written three times, and the post-mortem's contradicted the catalog
+    on the ids it does not emit itself, e.g. run.failed-before-init read "findings", exit 1, not 4)."""
+    from ddpdoctor.analysis.catalog import CATALOG
+    from ddpdoctor.analysis.registry import verdict_of as by_catalog
+
+    for fid, e in CATALOG.items():
+        if "error" in e.severities:
+            assert report.verdict_of([_f(fid)], "error") == by_catalog([_f(fid)], "error"), fid
+    assert report.verdict_of([_f("run.failed-before-init")], "error") == ("error", ExitCode.NOT_RUN)
+
+
+def test_merge_takes_the_catalogs_order_of_verdicts():
+    could_not = _rep("error", ExitCode.USAGE, [_f("run.no-distributed")])
+    hang = _rep("hang", ExitCode.HANG, [_f("hang.timeout")])
+    assert (report.merge(hang, could_not).verdict, report.merge(hang, could_not).exit_code) == ("error", 2)
+    failing_ok = _rep("ok", ExitCode.FINDINGS, [_f("seed.identical-streams", "note")])
+    assert report.merge(_rep("ok", ExitCode.OK), failing_ok).exit_code == ExitCode.FINDINGS
+
+
 def test_the_post_mortem_of_a_real_hang():
     path = str(DATA / "p2p")
     rep = report.build(inputs.load([path]), Config())
