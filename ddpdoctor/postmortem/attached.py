@@ -77,8 +77,9 @@ def combine(stacks: Report, fr: Report) -> Report:
     errors = {f.id: f for f in fr.findings if f.severity == "error"}
     same: dict[str, Finding] = {}
     rest = []
-    # the dumps' generic divergence the stacks' finding of the same culprits gives the kind of (where a rank
-    # left the loop, or the extra call's line: the dumps' JSON holds no lines): one finding, the stacks'
+    # the dumps' generic divergence (naming the same culprits, or none: two ranks' calls that differ) the
+    # stacks' finding gives the kind and the side of (where a rank left the loop, or the extra call's line:
+    # the dumps' JSON holds no lines): one finding, the stacks'
     generic = errors.get(DIVERGENT)
     told: Finding | None = None
     for f in stacks.findings:
@@ -88,11 +89,16 @@ def combine(stacks: Report, fr: Report) -> Report:
         elif (
             told is None
             and generic is not None
-            and generic.culprits
             and f.id in KINDS
-            and set(generic.culprits) == set(f.culprits)
+            and f.culprits
+            and (not generic.culprits or set(generic.culprits) == set(f.culprits))
         ):
-            told = dataclasses.replace(f, message=f"{f.message} (the flight recorder names the same ranks)")
+            said = (
+                "the flight recorder names the same ranks"
+                if generic.culprits
+                else "the flight recorder shows the ranks' calls differ there, without the lines to say which rank left"
+            )
+            told = dataclasses.replace(f, message=f"{f.message} ({said})")
             rest.append(told)
         else:
             rest.append(f)

@@ -660,10 +660,12 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
     e0 = next(iter(pend.values()))
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
     if len(set(shapes.values())) > 1:
-        # where no call is rarer than another (two ranks): the side whose call is new, while the other side's
-        # continues what every rank did; else each rank's line is a side of the mismatch
+        # where no call is rarer than another (two ranks), each rank's line is a side of the mismatch. One side's
+        # call may be new while the other's continues what every rank did, but that names nobody: a rank that
+        # left the loop early and a rank that made an extra call before (the sequence shifted, its extra call
+        # met another's regular one) leave the same dumps; only lines or history tell them apart
         left = () if judge.rarest(shapes) else _new_call(inp, pend, shapes)
-        odd = judge.rarest(shapes) or left or tuple(sorted(shapes))
+        odd = judge.rarest(shapes) or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
         parts = "; ".join(
@@ -671,10 +673,17 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
             for r, e in sorted(pend.items())
         )
         if left:
+            other = ranks_phrase(tuple(r for r in sorted(pend) if r not in left))
             parts += (
-                f"; {ranks_phrase(left)} left the calls every rank made before ({_calls(shapes[_first_not(pend, left)])})"
-                " for one none made: an early exit from the loop or an extra call"
-                + ("" if all(user_frame(pend[r]) for r in left) else " (the dumps hold no lines to tell which)")
+                f"; {ranks_phrase(left)} went on to a call no rank made before while {other} continue"
+                f"{'s' if len(pend) - len(left) == 1 else ''} the calls all made ({_calls(shapes[_first_not(pend, left)])}): "
+                f"either {ranks_phrase(left)} left the loop early, or {other} made an extra call earlier that met "
+                "a regular one and shifted every call after it; the dumps cannot tell which"
+                + (
+                    ""
+                    if all(user_frame(pend[r]) for r in pend)
+                    else " without lines (the ranks' stacks or the ledger can)"
+                )
             )
         locs = [
             loc
@@ -711,9 +720,10 @@ def _first_not(pend: dict[int, Entry], ranks: tuple[int, ...]) -> int:
 
 def _new_call(inp: Inputs, pend: dict[int, Entry], shapes: dict[int, tuple]) -> tuple[int, ...]:
     """The ranks whose pending call is one no rank made before, where every other rank's pending call is one
-    every rank made before (the loop they all ran): those left the common sequence. Two ranks that disagree
-    are otherwise two equal sides; this names the one that broke off (a barrier after the loop, an extra
-    call), as the stacks and the ledger do. () when the evidence is not that plain."""
+    every rank made before (the loop they all ran). Said, never blamed: those ranks left the loop early, or
+    the others made an extra call before that completed against a regular one and shifted the sequence (rank
+    1's extra all_reduce at step 2 leaves rank 1 in its last all_reduce and rank 0 in the final barrier, the
+    same dumps as rank 0 out of batches). () when the evidence is not that plain."""
     hist = {
         r: {sig for key, sig in inp.dumps[r].signatures.items() if key != (e.group, e.seq)} for r, e in pend.items()
     }

@@ -25,6 +25,7 @@ from ddpdoctor.postmortem import flight as frdump
 
 JOB = _FRJOB.parent / "attachjob.py"
 SHAPE_JOB = _FRJOB.parent / "shapejob.py"
+SHIFT_JOB = _FRJOB.parent / "shiftjob.py"
 pytestmark = pytest.mark.skipif(
     not os.access(os.path.join(os.path.dirname(sys.executable), "py-spy"), os.X_OK),
     reason="py-spy is not installed next to this Python",
@@ -113,21 +114,35 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         assert lines_of(judged[k]["findings"][0], 1) >= {marker_line(JOB, "EXTRA")}, k
 
 
-@pytest.mark.parametrize(("fault", "marker"), [("busy", "BUSY"), ("uneven", "END")])
-def test_one_verdict_from_the_ledger_the_dumps_and_the_stacks(tmp_path: Path, fault: str, marker: str) -> None:
-    """Issue 34's property on the common hang shapes (tests/frjobs/shapejob.py): rank 1 busy in its own code
-    with nothing pending, or out of batches and waiting in the final barrier, while rank 0 waits in its next
-    all_reduce. The ledger (the script under ddpdoctor hang), the dumps alone, the stacks alone and the dumps
-    with the stacks each name rank 1; those with lines give one id, rank 1's line and rank 0's."""
+@pytest.mark.parametrize(
+    ("fault", "culprit", "marker", "waits", "other_waits"),
+    [
+        ("busy", 1, "BUSY", "BUSY", "REGULAR"),
+        ("uneven", 1, "END", "END", "REGULAR"),
+        ("shifted", 0, "EXTRA", "REGULAR", "END"),
+    ],
+)
+def test_one_verdict_from_the_ledger_the_dumps_and_the_stacks(
+    tmp_path: Path, fault: str, culprit: int, marker: str, waits: str, other_waits: str
+) -> None:
+    """Issue 34's property on the common hang shapes: rank 1 busy in its own code with nothing pending, rank 1
+    out of batches in the final barrier (tests/frjobs/shapejob.py), rank 0's extra call that shifted every call
+    after it, so that rank 1 reaches the barrier first (tests/frjobs/shiftjob.py). The ledger (the script under
+    ddpdoctor hang), the stacks alone and the dumps with the stacks give one id and name the culprit at
+    ``marker``, the other rank at ``other_waits`` (or where the calls parted); the dumps alone give the same or, where they cannot
+    tell the sides apart (``uneven`` and ``shifted`` leave the same dumps, sides swapped), a divergence that
+    names nobody."""
     pytest.importorskip("tabulate", reason="torch's debug server (rank 0's frontend) imports tabulate")
-    mine, regular = marker_line(SHAPE_JOB, marker), marker_line(SHAPE_JOB, "REGULAR")
+    script, args = (SHIFT_JOB, ()) if fault == "shifted" else (SHAPE_JOB, (fault,))
+    mine, theirs = marker_line(script, marker), marker_line(script, other_waits)
+    other = 1 - culprit
     env = {"TORCH_FR_BUFFER_SIZE": "100", "ATTACHJOB_DEBUG_PORT": str(free_port())}
     job = _torchrun_job(
         tmp_path,
         env,
-        script=SHAPE_JOB,
-        script_args=(fault,),
-        lines={0: regular, 1: mine},
+        script=script,
+        script_args=args,
+        lines={culprit: marker_line(script, waits), other: theirs},
         busy=(1,) if fault == "busy" else (),
     )
     try:
@@ -145,20 +160,20 @@ def test_one_verdict_from_the_ledger_the_dumps_and_the_stacks(tmp_path: Path, fa
         dumps = json.loads(dpath.read_text())
     finally:
         job.end()
-    led = ddpdoctor(["hang", "--nproc-per-node", "2", "--timeout", "8", str(SHAPE_JOB), fault], tmp_path, timeout=120)
+    led = ddpdoctor(["hang", "--nproc-per-node", "2", "--timeout", "8", str(script), *args], tmp_path, timeout=120)
     assert led.code == 3 and led.report is not None, led.err[-2000:]
     judged = {"ledger": led.report, "dumps": dumps, "stacks": stacks, "dumps and stacks": both}
     first = {k: (r["findings"][0]["id"], tuple(r["findings"][0]["culprits"])) for k, r in judged.items()}
-    assert {c for _id, c in first.values()} == {(1,)}, first
-    lined = {first[k][0] for k in ("ledger", "stacks", "dumps and stacks")}
-    assert len(lined) == 1, first
-    # the dumps alone (torch's JSON) hold no lines: a rank that left the loop and one that made an extra call
-    # look alike there, so they may name the divergence without its kind, never another culprit
-    assert first["dumps"][0] in lined | {"hang.divergent-collective"}, first
+    lined = {first[k] for k in ("ledger", "stacks", "dumps and stacks")}
+    assert len(lined) == 1 and next(iter(lined))[1] == (culprit,), first
+    # the dumps alone (torch's JSON) hold no lines: a rank that left the loop early and a peer that made an
+    # extra call before leave the same dumps, so they may name the divergence and no side, never another rank
+    assert first["dumps"] in lined | {("hang.divergent-collective", ())}, first
     for k in ("ledger", "stacks", "dumps and stacks"):
         f = judged[k]["findings"][0]
-        assert lines_of(f, 1) >= {mine}, (k, f)
-        assert lines_of(f, 0) >= {regular}, (k, f)
+        assert lines_of(f, culprit) >= {mine}, (k, f)
+        # the other rank where it waits now, or (the ledger's first divergence) where the calls parted
+        assert lines_of(f, other) & {theirs, marker_line(script, "REGULAR")}, (k, f)
 
 
 def test_attach_takes_the_flight_recorder_through_the_worker_socket(tmp_path: Path) -> None:

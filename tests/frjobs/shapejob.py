@@ -7,6 +7,9 @@ ends it; the test ends the job's process tree.
 - ``uneven``: rank 1 has 2 batches, rank 0 has 6; rank 1 leaves its loop and waits in the final barrier (END)
   while rank 0 waits in its third REGULAR all_reduce.
 
+``shiftjob.py`` is the shape whose dumps look like ``uneven``'s with the sides swapped (a file of its own: a
+rank-guarded call in this loop, even one that never runs, is what the stacks' judge reads an extra call from).
+
 ``ATTACHJOB_DEBUG_PORT``: every rank starts torch's debug server first, as in attachjob.py (the flight recorder
 is whatever ``TORCH_FR_BUFFER_SIZE`` says).
 """

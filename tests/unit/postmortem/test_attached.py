@@ -78,19 +78,25 @@ def test_a_dump_changed_after_attach_is_noted_and_not_used(tmp_path):
     assert any(n.startswith("the flight-recorder dumps were not used:") for n in out.notes), out.notes
 
 
-def test_the_stacks_give_the_kind_of_a_divergence_the_dumps_name_the_same_ranks_of() -> None:
-    """The dumps (JSON, no lines) see that rank 1's call broke off from the others' (a generic divergence
-    naming rank 1); the stacks see it left the loop: one finding, the stacks' early exit, first."""
+def test_the_stacks_give_the_kind_and_the_side_of_the_dumps_divergence() -> None:
+    """The dumps (JSON, no lines) see that two ranks' calls differ and cannot say which side broke off; the
+    stacks see rank 1 left the loop: one finding, the stacks' early exit."""
     early = Finding("hang.early-exit", "error", "rank 1 left the loop", "h", (0, 1), (), {}, culprits=(1,))
-    div = Finding("hang.divergent-collective", "error", "calls differ", "h", (0, 1), (), {}, culprits=(1,))
-    out = attached.combine(_stacks(early), Report("analyze", "hang", 3, "/runs/a/fr", (div,)))
-    assert [f.id for f in out.findings] == ["hang.early-exit"]
-    assert out.findings[0].message == "rank 1 left the loop (the flight recorder names the same ranks)"
-    # a divergence the dumps name nobody for: the stacks' finding that names its culprit goes first
     nobody = Finding("hang.divergent-collective", "error", "calls differ", "h", (0, 1), (), {}, culprits=())
     out = attached.combine(_stacks(early), Report("analyze", "hang", 3, "/runs/a/fr", (nobody,)))
-    assert [f.id for f in out.findings] == ["hang.early-exit", "hang.divergent-collective"]
-    # other ranks: both kept, the dumps' first
+    assert [f.id for f in out.findings] == ["hang.early-exit"]
+    assert out.findings[0].message == (
+        "rank 1 left the loop (the flight recorder shows the ranks' calls differ there, without the lines to say "
+        "which rank left)"
+    )
+    div = Finding("hang.divergent-collective", "error", "calls differ", "h", (0, 1), (), {}, culprits=(1,))
+    out = attached.combine(_stacks(early), Report("analyze", "hang", 3, "/runs/a/fr", (div,)))
+    assert out.findings[0].message == "rank 1 left the loop (the flight recorder names the same ranks)"
+    # the dumps name another rank: both kept, the dumps' first
     other = Finding("hang.divergent-collective", "error", "calls differ", "h", (0, 1), (), {}, culprits=(0,))
     out = attached.combine(_stacks(early), Report("analyze", "hang", 3, "/runs/a/fr", (other,)))
     assert [f.id for f in out.findings] == ["hang.divergent-collective", "hang.early-exit"]
+    # a finding that names its culprits comes before one of the same severity that names none
+    crash = Finding("crash.exception", "error", "rank 1 raised", "h", (0, 1), (), {}, culprits=(1,))
+    out = attached.combine(_stacks(crash), Report("analyze", "hang", 3, "/runs/a/fr", (nobody,)))
+    assert [f.id for f in out.findings] == ["crash.exception", "hang.divergent-collective"]
