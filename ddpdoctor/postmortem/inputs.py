@@ -195,9 +195,7 @@ def _add_dump(inp: Inputs, d: flight.Dump) -> None:
         inp.dumps[d.rank] = d
         return
     # the same rank twice: the pickle has stacks; else the larger ring
-    keep, drop = (d, old) if (d.stacks, len(d.entries)) > (old.stacks, len(old.entries)) else (old, d)
-    same = {(e.record_id, e.time_created_ns) for e in keep.entries} >= {
-        (e.record_id, e.time_created_ns) for e in drop.entries
-    }
+    keep, drop = (d, old) if (d.stacks, d.n_entries) > (old.stacks, old.n_entries) else (old, d)
+    same = set(zip(keep.rid, keep.tns)) >= set(zip(drop.rid, drop.tns))
     inp.dumps[d.rank] = keep
     inp.duplicates.append((d.rank, keep.path, drop.path, same))
