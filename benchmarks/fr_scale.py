@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import pickle
+import resource
 import shutil
 import sys
 import tempfile
@@ -70,13 +71,19 @@ def write_job(folder: str, ranks: int, entries: int) -> None:
             pickle.dump(dump, f)
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run(ranks: int, entries: int) -> dict:
     work = tempfile.mkdtemp(prefix="frscale-")
     try:
         write_job(work, ranks, entries)
-        t0, c0 = time.perf_counter(), time.process_time()
+        workers = inputs.workers_for([os.path.join(work, f"rank_{r}") for r in range(ranks)])
+        t0, c0, w0 = time.perf_counter(), time.process_time(), _children_cpu()
         inp = inputs.load([work])
-        t1, c1 = time.perf_counter(), time.process_time()
+        t1, c1, w1 = time.perf_counter(), time.process_time(), _children_cpu()
         rep = report.build(inp, Config())
         t2, c2 = time.perf_counter(), time.process_time()
     finally:
@@ -90,6 +97,9 @@ def run(ranks: int, entries: int) -> dict:
         "total_s": round(t2 - t0, 2),
         # this process's CPU time: on a shared host the wall clock also counts the other jobs' turns
         "load_cpu_s": round(c1 - c0, 2),
+        # the reading workers' CPU time (inputs.read_dumps forks a pool for a large job), on top of this process's
+        "load_workers_cpu_s": round(w1 - w0, 2),
+        "workers": workers,
         "judge_cpu_s": round(c2 - c1, 2),
         "finding": f.id if f else None,
         "culprit_right": bool(f and f.culprits == (ranks - 1,)),
