@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -217,8 +218,12 @@ def _worker_init() -> None:
 
 def workers_for(paths: list[str]) -> int:
     """How many worker processes read ``paths``: 0 (this process) for a small job, or where processes cannot
-    be forked (only Linux's fork starts a worker without importing the program again)."""
+    be forked safely: only Linux's fork starts a worker without importing the program again, and a fork
+    while another thread runs (attach's helpers) may copy a lock that thread holds into the child, held
+    forever there."""
     if len(paths) < POOL_FILES or sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
+        return 0
+    if threading.active_count() > 1:
         return 0
     total = 0
     for p in paths:
