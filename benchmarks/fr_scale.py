@@ -3,10 +3,12 @@
 Each job: RANKS gloo-style pickle dumps of ENTRIES collectives on the default group, each with a two-frame
 stack; every rank but the last waits in the final collective, the last rank is one behind (nothing
 pending: the common hang). For each size it times reading the dumps (``inputs.load``) and judging them
-(``report.build``) in this process, wall clock and CPU time, checks the culprit is the last rank, and prints one JSON line.
+(``report.build``), wall clock and CPU time, checks the culprit is the last rank, and prints one JSON line.
+A large job's dumps are read by a pool of worker processes (``inputs.read_dumps``): ``load_cpu_s`` is this
+process's CPU time, ``load_workers_cpu_s`` the workers'; ``--no-pool`` reads them all in this process.
 Issue 34's goal: 1,024 ranks x 2,000 entries judged in under 10 s (the judge was O(ranks^2 x entries)).
 
-    python benchmarks/fr_scale.py --ranks 64 512 1024 --entries 2000
+    python benchmarks/fr_scale.py --ranks 64 256 1024 --entries 2000
 """
 
 from __future__ import annotations
@@ -110,7 +112,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[64, 512, 1024])
     ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--no-pool", action="store_true", help="read every dump in this process (no reading workers)")
     args = ap.parse_args()
+    if args.no_pool:
+        inputs.POOL_FILES = sys.maxsize
     for n in args.ranks:
         print(json.dumps(run(n, args.entries)), flush=True)
 
