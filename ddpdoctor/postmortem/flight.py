@@ -609,6 +609,10 @@ def _entry(path: str, i: int, e: Any) -> Entry:
 _HEAD = operator.itemgetter("profiling_name", "pg_id", "state", "retired", "is_p2p", "timeout_ms")
 _REST = operator.itemgetter("process_group", "input_dtypes", "input_sizes", "output_sizes", "frames")
 _VARY = operator.itemgetter("record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns")
+# Kinds kept per key (scalars and input shapes): a ring whose stacks or output shapes differ from entry to
+# entry would otherwise compare each entry with every earlier one; past this many, the rest are converted in
+# full, as every entry was before kinds.
+_BUCKET = 8
 
 
 def _columns(
@@ -620,19 +624,27 @@ def _columns(
     thousands of times. Values that compare equal but convert differently (1, 1.0 and True where a name
     should be) would take the first one's conversion; torch writes none such."""
     kinds: list[Kind] = []
-    kind_ids: dict[Kind, int] = {}
     buckets: dict[tuple, list[tuple[tuple, int]]] = {}
     kind: list[int] = []
     rows: list[tuple] = []  # per entry: record_id, collective_seq_id, p2p_seq_id, op_id, time_created_ns
+    look = True  # off once most entries turned out to be kinds of their own (looking costs ~1 us an entry)
     for i, e in enumerate(entries):
         if type(e) is not dict:
             raise DumpError(f"{path}: entry {i} is not a record")
         ki = -1
-        try:
-            head, rest, vary = _HEAD(e), _REST(e), _VARY(e)
-            bucket = buckets.get(head)
-        except (KeyError, TypeError):  # a field missing, or an unhashable value where a scalar should be
+        if not look:
             head = bucket = None
+        elif i >= 64 and 2 * len(kinds) > i:
+            look, head, bucket = False, None, None
+        else:
+            try:
+                head, rest, vary = _HEAD(e), _REST(e), _VARY(e)
+                # the input shapes join the key: a ring of FSDP's all_gathers has one kind per layer, all with
+                # the same scalars, and a bucket of them would be compared one by one
+                head = (head, tuple(map(tuple, rest[2])))
+                bucket = buckets.get(head)
+            except (KeyError, TypeError):  # a field missing, or an unhashable value where a scalar should be
+                head = bucket = None
         if bucket is not None:
             for r, k in bucket:
                 if r == rest:
@@ -643,13 +655,14 @@ def _columns(
             rows.append(vary)
             continue
         ent = _entry(path, i, e)
-        kd = _kind_of(ent)
-        ki = kind_ids.get(kd, -1)
-        if ki < 0:
-            ki = kind_ids[kd] = len(kinds)
-            kinds.append(kd)
+        # a new kind (two kinds may hold equal values: nothing needs them to be distinct, and hashing the
+        # frames to find out cost more than it saved where every entry is its own kind)
+        ki = len(kinds)
+        kinds.append(_kind_of(ent))
         if head is not None:
-            buckets.setdefault(head, []).append((rest, ki))
+            bucket = buckets.setdefault(head, [])
+            if len(bucket) < _BUCKET:
+                bucket.append((rest, ki))
         kind.append(ki)
         rows.append((ent.record_id, ent.seq, ent.seq, ent.op_id, ent.time_created_ns))
     if not rows:

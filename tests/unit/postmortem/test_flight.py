@@ -214,3 +214,12 @@ def test_the_columns_hold_what_each_entry_reads_as_on_its_own(tmp_path, fmt):
         assert list(d.done_index[g]) == [i for i in idx if done[i]]
         for e in d.collectives(g):
             assert d.at(g, e.seq) == tuple(x for x in want if x.group == g and not x.is_p2p and x.seq == e.seq)
+
+
+def test_a_ring_of_distinct_kinds_reads_as_each_entry_on_its_own(tmp_path):
+    # every entry its own shape (dynamic shapes): the reader stops looking for equal kinds, and repeats after
+    # that are read in full too
+    ring = [_entry(i, i + 1, input_sizes=[[i + 1]]) for i in range(150)] + [_entry(150 + i, 151 + i) for i in range(50)]
+    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (200, 199)})))
+    assert d.entries == tuple(flight._entry("x", i, e) for i, e in enumerate(ring))
+    assert d.open_index == [199] and d.enqueued("0") == 200
