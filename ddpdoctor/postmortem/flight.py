@@ -634,7 +634,7 @@ def _columns(
         ki = -1
         if not look:
             head = bucket = None
-        elif i >= 64 and 2 * len(kinds) > i:
+        elif i >= 256 and 2 * len(kinds) > i:  # (a ring that cycles through a few hundred kinds keeps looking)
             look, head, bucket = False, None, None
         else:
             try:

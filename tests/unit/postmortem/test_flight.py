@@ -219,7 +219,18 @@ def test_the_columns_hold_what_each_entry_reads_as_on_its_own(tmp_path, fmt):
 def test_a_ring_of_distinct_kinds_reads_as_each_entry_on_its_own(tmp_path):
     # every entry its own shape (dynamic shapes): the reader stops looking for equal kinds, and repeats after
     # that are read in full too
-    ring = [_entry(i, i + 1, input_sizes=[[i + 1]]) for i in range(150)] + [_entry(150 + i, 151 + i) for i in range(50)]
-    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (200, 199)})))
+    same = {"frames": [{"name": "step", "filename": "/job/train.py", "line": 7}]}
+    ring = [_entry(i, i + 1, input_sizes=[[i + 1]]) for i in range(300)]
+    ring += [_entry(300 + i, 301 + i, **same) for i in range(50)]
+    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (350, 349)})))
     assert d.entries == tuple(flight._entry("x", i, e) for i, e in enumerate(ring))
-    assert d.open_index == [199] and d.enqueued("0") == 200
+    assert d.open_index == [349] and d.enqueued("0") == 350 and len(d.kinds) == 350
+
+
+def test_a_ring_that_cycles_through_many_shapes_shares_them(tmp_path):
+    # FSDP: one all_gather a layer, each layer its own shape, from one line; the ring repeats them
+    same = {"frames": [{"name": "step", "filename": "/job/train.py", "line": 7}]}
+    ring = [_entry(i, i + 1, input_sizes=[[i % 100 + 1]], **same) for i in range(1000)]
+    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (1000, 999)})))
+    assert d.entries == tuple(flight._entry("x", i, e) for i, e in enumerate(ring))
+    assert len(d.kinds) == 100
