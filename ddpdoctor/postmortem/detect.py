@@ -1005,19 +1005,20 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
             for q, v in m.items():
                 if rg.setdefault(q, v) != v:  # type: ignore[arg-type]
                     odd_keys.add((g, q))
-    seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
-    for key in odd_keys:
+    shut: dict[int, set[int]] = {}
+    # the odd positions in order, each looked at entry by entry only when the ones before it found nothing
+    for key in sorted(odd_keys, key=lambda k: (k[1], k[0])):
+        per: dict[int, tuple[tuple, Entry]] = {}
         for r, d in inp.dumps.items():
-            shut = set(d.open_index)
+            if r not in shut:
+                shut[r] = set(d.open_index)
             # the rank's first entry at the position that it completed with a must-agree op
             first = next(
-                (i for i in d.positions(*key) if d.kinds[d.kind[i]].op in must and i not in shut),
+                (i for i in d.positions(*key) if d.kinds[d.kind[i]].op in must and i not in shut[r]),
                 None,
             )
             if first is not None:
-                seen.setdefault(key, {})[r] = (d.signature_at(*key), d.entry(first))
-    for key in sorted(seen, key=lambda k: (k[1], k[0])):
-        per = seen[key]
+                per[r] = (d.signature_at(*key), d.entry(first))
         sigs = {r: sig for r, (sig, _) in per.items()}
         if len(per) < 2 or len(set(sigs.values())) == 1:
             continue

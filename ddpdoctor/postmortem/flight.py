@@ -212,8 +212,11 @@ class Dump:
 
     def positions(self, group: str, seq: int) -> list[int]:
         """The positions of the rank's collective entries with this (group, sequence id): one, or a coalesced
-        group's. A C scan of the group's sequence ids (list.index): a map of every position cost more than
-        the few questions the judge asks."""
+        group's. The first few questions are a C scan of the group's sequence ids (list.index): a map of
+        every position cost more than the few questions the judge usually asks; past them, the map."""
+        self._asked[0] += 1
+        if self._asked[0] > 8:
+            return self._key_index.get((group, seq), [])
         seqs = self._gseq.get(group)
         if not seqs:
             return []
@@ -226,6 +229,19 @@ class Dump:
             except ValueError:
                 return out
             out.append(idx[j])
+
+    @cached_property
+    def _asked(self) -> list[int]:
+        return [0]
+
+    @cached_property
+    def _key_index(self) -> dict[tuple[str, int], list[int]]:
+        out: dict[tuple[str, int], list[int]] = {}
+        seq = self.seq
+        for g, idx in self.group_index.items():
+            for i in idx:
+                out.setdefault((g, seq[i]), []).append(i)
+        return out
 
     @cached_property
     def done_index(self) -> dict[str, Sequence[int]]:
@@ -634,7 +650,7 @@ def _columns(
         ki = -1
         if not look:
             head = bucket = None
-        elif i >= 256 and 2 * len(kinds) > i:  # (a ring that cycles through a few hundred kinds keeps looking)
+        elif len(kinds) > 128 and 2 * len(kinds) > i:  # (a ring cycling through fewer kinds keeps looking)
             look, head, bucket = False, None, None
         else:
             try:
