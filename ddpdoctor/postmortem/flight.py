@@ -622,13 +622,29 @@ def _entry(path: str, i: int, e: Any) -> Entry:
 
 # The fields of an entry that make its Kind: the scalars (hashable: a dict key), then the lists (compared);
 # and the ones that vary from entry to entry. An entry without one of them is converted in full (_entry).
-_HEAD = operator.itemgetter("profiling_name", "pg_id", "state", "retired", "is_p2p", "timeout_ms")
+_HEAD_FIELDS = ("profiling_name", "pg_id", "state", "retired", "is_p2p", "timeout_ms")
+_HEAD = operator.itemgetter(*_HEAD_FIELDS)
 _REST = operator.itemgetter("process_group", "input_dtypes", "input_sizes", "output_sizes", "frames")
 _VARY = operator.itemgetter("record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns")
-# Kinds kept per key (scalars and input shapes): a ring whose stacks or output shapes differ from entry to
-# entry would otherwise compare each entry with every earlier one; past this many, the rest are converted in
-# full, as every entry was before kinds.
+# Kinds kept per key: a ring whose stacks or shapes differ from entry to entry would otherwise compare each
+# entry with every earlier one. A key of scalars past this many kinds is widened with the input shapes (a
+# ring of FSDP's all_gathers has one kind per layer, all with the same scalars); a widened key past this many
+# takes no more, and its other entries are converted in full, as every entry was before kinds.
 _BUCKET = 8
+_WIDE: list[tuple[tuple, int]] = []  # the bucket of a widened key of scalars (never appended to)
+
+
+def _widen(buckets: dict[tuple, list[tuple[tuple, int]]], head: tuple, kinds: list[tuple[tuple, int]]) -> None:
+    """Key ``head``'s kinds by (head, input shapes) from now on; left as it is where a shape is unhashable."""
+    wide: dict[tuple, list[tuple[tuple, int]]] = {}
+    try:
+        for rest, ki in kinds:
+            wide.setdefault((head, tuple(map(tuple, rest[2]))), []).append((rest, ki))
+    except TypeError:
+        return
+    buckets[head] = _WIDE
+    for key, b in wide.items():
+        buckets[key] = b[:_BUCKET]
 
 
 def _columns(
@@ -655,10 +671,10 @@ def _columns(
         else:
             try:
                 head, rest, vary = _HEAD(e), _REST(e), _VARY(e)
-                # the input shapes join the key: a ring of FSDP's all_gathers has one kind per layer, all with
-                # the same scalars, and a bucket of them would be compared one by one
-                head = (head, tuple(map(tuple, rest[2])))
                 bucket = buckets.get(head)
+                if bucket is _WIDE:
+                    head = (head, tuple(map(tuple, rest[2])))
+                    bucket = buckets.get(head)
             except (KeyError, TypeError):  # a field missing, or an unhashable value where a scalar should be
                 head = bucket = None
         if bucket is not None:
@@ -679,6 +695,8 @@ def _columns(
             bucket = buckets.setdefault(head, [])
             if len(bucket) < _BUCKET:
                 bucket.append((rest, ki))
+            elif len(head) == len(_HEAD_FIELDS):  # a full key of scalars: widen it with the input shapes
+                _widen(buckets, head, [*bucket, (rest, ki)])
         kind.append(ki)
         rows.append((ent.record_id, ent.seq, ent.seq, ent.op_id, ent.time_created_ns))
     if not rows:
