@@ -39,9 +39,9 @@ class Frame:
 
 
 class Entry(NamedTuple):
-    """One recorded collective or p2p op of one rank (one ``entries`` item). A NamedTuple, not a frozen
-    dataclass: a 1,024-rank job has two million of them, and a frozen dataclass's ``__init__`` (one
-    ``object.__setattr__`` per field) cost more than unpickling the entry."""
+    """One recorded collective or p2p op of one rank (one ``entries`` item), built from a Dump's columns
+    where it is asked for (``Dump.entry``). A NamedTuple, not a frozen dataclass: a frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) cost more than unpickling the entry."""
 
     record_id: int
     pg_id: str
@@ -151,7 +151,6 @@ class Dump:
     def entry(self, i: int) -> Entry:
         """The ``i``-th entry, oldest first."""
         k = self.kinds[self.kind[i]]
-        p2p = k.is_p2p
         return Entry(
             self.rid[i],
             k.pg_id,
@@ -159,7 +158,7 @@ class Dump:
             k.group_desc,
             self.seq[i],
             self.opid[i],
-            p2p,
+            k.is_p2p,
             k.op,
             k.backend,
             k.input_sizes,
