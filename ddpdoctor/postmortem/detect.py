@@ -82,16 +82,6 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
-def _completed(e: Entry, own: bool, done: dict[str, int] | None = None) -> bool:
-    """Whether ``e`` completed: this rank's own records say so (``own``: its ``Dump.completed`` flag), or
-    ``done`` (per group, the highest sequence id any rank completed) does."""
-    if done and not e.is_p2p and e.seq <= done.get(e.group, -1):
-        # another rank completed it: a collective completes on one rank only once every rank joined, so
-        # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
-        return True
-    return own
-
-
 def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
     """Per group, the highest sequence id any rank completed."""
     done: dict[str, int] = {}
@@ -111,7 +101,9 @@ def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
     for i in d.open_index:
         k = kinds[kind[i]]
         if done and not k.is_p2p and seq[i] <= done.get(k.group, -1):
-            continue  # another rank completed it (see _completed)
+            # another rank completed it: a collective completes on one rank only once every rank joined, so
+            # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
+            continue
         return Stand(d.rank, d.entry(i), d.last())
     return Stand(d.rank, None, d.last())
 
