@@ -466,12 +466,12 @@ def _check(path: str) -> tuple[str, str, int]:
         except OSError:
             pass
         return "", str(e).replace(path + ": ", ""), 0
-    return d.fmt, "", len(d.entries)
+    return d.fmt, "", d.n_entries
 
 
 def _entries(path: str) -> int:
     try:
-        return len(flight.load(path).entries)
+        return flight.load(path).n_entries
     except flight.DumpError:
         return 0
 

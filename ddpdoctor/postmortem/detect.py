@@ -9,8 +9,10 @@ never used), and the rank that left no dump when the others wait for it.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, r
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, take
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
@@ -57,7 +59,7 @@ class Stand:
     last: Entry | None
 
 
-def user_frame(e: Entry | None) -> tuple[str, int, str] | None:
+def user_frame(e: Entry | Kind | None) -> tuple[str, int, str] | None:
     """The innermost frame of the user's code in an entry's stack (torch records innermost first)."""
     for f in e.frames if e else ():
         if is_user_path(f.file, lib_markers=LIB_MARKERS):
@@ -65,7 +67,7 @@ def user_frame(e: Entry | None) -> tuple[str, int, str] | None:
     return None
 
 
-def user_frames(e: Entry | None) -> list[tuple[str, int, str]]:
+def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
     """Every frame of the user's code in an entry's stack, innermost first."""
     return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
 
@@ -78,16 +80,6 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     import os
 
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
-
-
-def _completed(e: Entry, own: bool, done: dict[str, int] | None = None) -> bool:
-    """Whether ``e`` completed: this rank's own records say so (``own``: its ``Dump.completed`` flag), or
-    ``done`` (per group, the highest sequence id any rank completed) does."""
-    if done and not e.is_p2p and e.seq <= done.get(e.group, -1):
-        # another rank completed it: a collective completes on one rank only once every rank joined, so
-        # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
-        return True
-    return own
 
 
 def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
@@ -103,8 +95,17 @@ def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
 def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
     """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
     group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
-    pend = [e for e, own in zip(d.entries, d.completed) if not _completed(e, own, done)]
-    return Stand(d.rank, min(pend, key=lambda e: e.record_id) if pend else None, d.entries[-1] if d.entries else None)
+    # only an entry the rank's own records leave open can be pending; the ring is oldest first, so the first
+    # one ``done`` does not clear is the oldest
+    kinds, kind, seq = d.kinds, d.kind, d.seq
+    for i in d.open_index:
+        k = kinds[kind[i]]
+        if done and not k.is_p2p and seq[i] <= done.get(k.group, -1):
+            # another rank completed it: a collective completes on one rank only once every rank joined, so
+            # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
+            continue
+        return Stand(d.rank, d.entry(i), d.last())
+    return Stand(d.rank, None, d.last())
 
 
 def enqueued(d: Dump, group: str) -> int:
@@ -114,7 +115,7 @@ def enqueued(d: Dump, group: str) -> int:
 
 def used_groups(d: Dump) -> set[str]:
     """Groups the rank issued a collective on (in its ring or its pg_status)."""
-    return {e.group for e in d.entries} | {d.group_of(p) for p, st in d.pg_status.items() if st.last_enqueued > 0}
+    return set(d.used) | {d.group_of(p) for p, st in d.pg_status.items() if st.last_enqueued > 0}
 
 
 def expected_ranks(inp: Inputs) -> tuple[set[int], bool]:
@@ -348,19 +349,28 @@ def _peer(inp: Inputs, r: int, e: Entry) -> tuple[str, int] | None:
 
 def _first_pending_p2p(d: Dump, done: dict[str, int]) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
-    for e, own in zip(d.entries, d.completed):
-        if e.is_p2p and e.group not in out and not _completed(e, own, done):
-            out[e.group] = e
+    for i in d.open_index:  # a p2p op is completed where its own rank says so (``done`` counts collectives)
+        k = d.kinds[d.kind[i]]
+        if k.is_p2p and k.group not in out:
+            out[k.group] = d.entry(i)
     return out
 
 
 def waits_for(
-    inp: Inputs, r: int, e: Entry, world: set[int], missing: list[int], p2p: dict[int, dict[str, Entry]]
+    inp: Inputs,
+    r: int,
+    e: Entry,
+    world: set[int],
+    missing: list[int],
+    p2p: dict[int, dict[str, Entry]],
+    cache: dict | None = None,
 ) -> set[int] | None:
     """The ranks rank ``r``'s pending ``e`` waits for. A collective: the members whose count of its group
     stops below its sequence id (or that left no dump). A p2p op: the peer, unless the peer's oldest pending
     p2p op on the group is the matching one (a recv from ``r`` for a send to it): p2p sequence ids count
-    every peer of the group, so they are not compared across ranks. None: the records cannot tell."""
+    every peer of the group, so they are not compared across ranks. None: the records cannot tell.
+    ``cache`` (one dict per judgement) keeps the answers that do not depend on ``r``: a thousand ranks
+    waiting in one collective asked the same question of every other rank's dump."""
     if e.is_p2p:
         peer = _peer(inp, r, e)
         if peer is None:
@@ -373,10 +383,19 @@ def waits_for(
         theirs = p2p.get(q, {}).get(e.group)
         mine = _peer(inp, q, theirs) if theirs is not None else None
         return set() if mine == ("recv" if kind == "send" else "send", r) else {q}
-    mem = members(inp, e.group, world) - {r}
+    if cache is None:
+        cache = {}
+    mk = ("members", e.group)
+    if mk not in cache:
+        cache[mk] = members(inp, e.group, world)
+    mem = cache[mk] - {r}
     if not mem:
         return None  # nobody else known to be in the group (gloo names no members): who it waits for is unknown
-    return {p for p in mem if p in missing or (p in inp.dumps and enqueued(inp.dumps[p], e.group) < e.seq)}
+    bk = ("behind", e.group, e.seq)
+    if bk not in cache:
+        lost = set(missing)
+        cache[bk] = {p for p in cache[mk] if p in lost or (p in inp.dumps and enqueued(inp.dumps[p], e.group) < e.seq)}
+    return cache[bk] - {r}
 
 
 def _hang(
@@ -386,9 +405,10 @@ def _hang(
     p2p = {r: _first_pending_p2p(d, done) for r, d in inp.dumps.items()}
     unmet: dict[int, set[int]] = {}
     unknown: set[int] = set()
+    cache: dict = {}
     for r, s in stuck.items():
         assert s.pending is not None
-        got = waits_for(inp, r, s.pending, world, missing, p2p)
+        got = waits_for(inp, r, s.pending, world, missing, p2p, cache)
         if got is None:
             unknown.add(r)
         unmet[r] = got or set()
@@ -415,7 +435,7 @@ def _hang(
     return [_unseen(_same_collective(inp, stuck), missing)]
 
 
-def _key(e: Entry) -> tuple:
+def _key(e: Entry | Kind) -> tuple:
     """What two ranks' calls at one position share when they are the same call: op, shapes, user line."""
     f = user_frame(e)
     return (e.op, e.input_sizes, f[:2] if f else None)
@@ -430,21 +450,26 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
     tests/frjobs/torchcases.py extra-coalesced); the idle rank then ended or went on, and only the waiting
     rank is left in a call nobody else will make. The idle rank is not behind: the waiting rank made the extra
     call. Needs at least one shifted call to agree after the extra one; None otherwise."""
+    keys = _KeySeqs()
     for w in sorted(stuck):
         p = stuck[w].pending
         if p is None or p.is_p2p:
             continue
-        mine = [e for e in inp.dumps[w].entries if e.group == p.group and not e.is_p2p and e.seq <= p.seq]
+        dw = inp.dumps[w]
+        a, mine = keys.upto(dw, p.group, p.seq)
         for b in idle:
             d = inp.dumps.get(b)
-            theirs = [e for e in d.entries if e.group == p.group and not e.is_p2p] if d else []
-            if not theirs or len(mine) != len(theirs) + 1:
+            if d is None:
                 continue
-            a, t = [_key(e) for e in mine], [_key(e) for e in theirs]
-            i = next((k for k in range(len(t)) if a[k] != t[k]), None)
-            if i is None or a[i] in t or a[i + 1 :] != t[i:]:
+            t, theirs = keys.of(d, p.group)
+            if not t or len(a) != len(t) + 1:
                 continue
-            extra, met = mine[i], theirs[i]
+            if a[: len(t)] == t:
+                continue  # no call of the waiting rank's differs from the idle rank's: none is extra
+            i = next(k for k in range(len(t)) if a[k] != t[k])
+            if a[i] in t or a[i + 1 :] != t[i:]:
+                continue
+            extra, met = dw.entry(mine[i]), d.entry(theirs[i])
             msg = (
                 f"rank {w} made an extra {extra.call()} (#{extra.seq} of group {extra.group}){_at(user_frame(extra))} "
                 f"that rank {b} never made: it completed against rank {b}'s {met.call()}{_at(user_frame(met))} "
@@ -465,6 +490,34 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
                 culprits=(w,),
             )
     return None
+
+
+class _KeySeqs:
+    """Per rank and group: the ``_key`` of each collective entry, oldest first, and the entries' positions.
+    A key is one per Kind, and equal keys are one object, so comparing two ranks' sequences is a C loop over
+    pointers (every waiting rank's sequence is compared with the idle rank's)."""
+
+    def __init__(self) -> None:
+        self._intern: dict[tuple, tuple] = {}
+        self._seqs: dict[tuple[int, str], tuple[list[tuple], Sequence[int]]] = {}
+
+    def of(self, d: Dump, group: str) -> tuple[list[tuple], Sequence[int]]:
+        got = self._seqs.get((d.rank, group))
+        if got is None:
+            kk = [self._intern.setdefault(key, key) for key in map(_key, d.kinds)]
+            idx = d.group_index.get(group, ())
+            got = (list(map(kk.__getitem__, map(d.kind.__getitem__, idx))), idx)
+            self._seqs[(d.rank, group)] = got
+        return got
+
+    def upto(self, d: Dump, group: str, seq: int) -> tuple[list[tuple], Sequence[int]]:
+        """The keys and positions of the entries of ``group`` up to sequence id ``seq``."""
+        keys, idx = self.of(d, group)
+        seqs = [d.seq[i] for i in idx] if not isinstance(idx, range) else d.seq
+        if not seqs or max(seqs) <= seq:
+            return keys, idx
+        sel = [j for j, s in enumerate(seqs) if s <= seq]
+        return [keys[j] for j in sel], [idx[j] for j in sel]
 
 
 def _unseen(f: Finding, missing: list[int]) -> Finding:
@@ -498,7 +551,7 @@ def _behind(
         d = inp.dumps.get(r)
         if d is None:
             parts.append(f"rank {r} left no flight-recorder dump")
-        elif not d.entries:
+        elif not d.n_entries:
             parts.append(f"rank {r} left an empty dump (0 entries)")
         elif r in stuck:
             p = stuck[r].pending
@@ -526,7 +579,7 @@ def _behind(
     rest = sorted(set(stuck) - set(direct) - set(roots))
     if rest:
         msg += f"; {ranks_phrase(rest)} wait for ranks that wait for {'it' if len(roots) == 1 else 'them'}"
-    lasts = {r: d.entries[-1] if (d := inp.dumps.get(r)) and d.entries else None for r in idle}
+    lasts = {r: d.last() if (d := inp.dumps.get(r)) else None for r in idle}
     locs = [loc for r in idle for loc in _loc(r, user_frame(lasts[r]), "last collective")]
     locs += [loc for r in inside for loc in _loc(r, user_frame(stuck[r].pending), "stuck")]
     locs += [loc for r in direct for loc in _loc(r, user_frame(stuck[r].pending), "waiting")]
@@ -558,7 +611,7 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> dict[int, tuple[str, int, st
     while theirs is one it used."""
     ranks = sorted(stuck)
     stacks = {r: [f[:2] for f in user_frames(stuck[r].pending)] for r in ranks}
-    sites_of = {r: {f[:2] for e in inp.dumps[r].entries for f in user_frames(e)} for r in ranks}
+    sites_of = {r: {f[:2] for k in inp.dumps[r].kinds for f in user_frames(k)} for r in ranks}
     own = judge.extra_callers(stacks, sites_of)
     if own:
         return {r: next(f for f in user_frames(stuck[r].pending) if f[:2] == site) for r, site in own.items()}
@@ -647,7 +700,7 @@ def signature(d: Dump, e: Entry) -> tuple:
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
         return ((e.op, e.input_sizes, e.dtypes),)
-    return d.signatures.get((e.group, e.seq)) or ((e.op, e.input_sizes, e.dtypes),)
+    return d.signature_at(e.group, e.seq) or ((e.op, e.input_sizes, e.dtypes),)
 
 
 def _calls(sig: tuple) -> str:
@@ -783,6 +836,19 @@ def _no_dump(
 
 
 CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host's ranks share one clock
+UNKNOWN_TIMEOUT_MS = 30 * 60_000  # a collective's timeout where none is recorded: gloo's default, the longest
+
+
+def _nones(values: list) -> list[int]:
+    """The positions of None in ``values`` (list.index: a C scan; there are few or none)."""
+    out: list[int] = []
+    j = -1
+    while True:
+        try:
+            j = values.index(None, j + 1)
+        except ValueError:
+            return out
+        out.append(j)
 
 
 def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
@@ -792,7 +858,7 @@ def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
     rank waits: no other rank is seen inside that collective, so the others are the first suspects."""
     ((r, d),) = inp.dumps.items()
     pending = stands[r].pending if r in stands else None
-    last = pending or (d.entries[-1] if d.entries else None)
+    last = pending or d.last()
     head = f"only rank {r} left a flight-recorder dump and nothing names the job's other ranks (pg_config holds none)"
     if pending is not None:
         msg = (
@@ -827,11 +893,11 @@ def _empty_dumps(inp: Inputs) -> list[Finding]:
     """Ranks whose dump holds no entry while other ranks recorded collectives, and nothing is pending: not
     silent, since what they did is unknown (their ring was off, they never reached a collective, or their
     watchdog wrote an empty ring, as a rank whose Python thread held the GIL did in NVRx's jobs)."""
-    empty = sorted(r for r, d in inp.dumps.items() if not d.entries)
-    full = [d for d in inp.dumps.values() if d.entries]
+    empty = sorted(r for r, d in inp.dumps.items() if not d.n_entries)
+    full = [d for d in inp.dumps.values() if d.n_entries]
     if not empty or not full:
         return []
-    most = max(len(d.entries) for d in full)
+    most = max(d.n_entries for d in full)
     return [
         Finding(
             "postmortem.no-dump",
@@ -852,20 +918,52 @@ def _mixed(inp: Inputs) -> list[Finding]:
     """The same collective (group, seq), completed on two ranks, created further apart than its timeout:
     the dumps cannot come from one attempt of one job (the rank that came first would have timed out
     waiting). Only completed collectives count: a pending one may meet a late rank after its timeout."""
-    first: dict[tuple[str, int], tuple[int, int, int]] = {}
     apart: set[tuple[int, int]] = set()
-    for r, d in sorted(inp.dumps.items()):
-        for e, own in zip(d.entries, d.completed):
-            if e.is_p2p or not e.time_created_ns or not own:
+    dumps = sorted(inp.dumps.items())
+    # No two creation times of one collective closer than every timeout in play (and no negative timeout):
+    # no pair can be too far apart, and a rank's positions are checked at once (C speed) against this floor.
+    outs = [k.timeout_ms for _, d in dumps for k in d.kinds]
+    floor = None
+    if all(t >= 0 for t in outs):
+        least = min(min((t for t in outs if t > 0), default=UNKNOWN_TIMEOUT_MS), UNKNOWN_TIMEOUT_MS)
+        floor = (least + CLOCK_SLACK_MS) * 1_000_000
+    # per group, per sequence id: the first rank that completed it, its creation time and timeout
+    first_t: dict[str, dict[int, int]] = {}
+    first_r: dict[str, dict[int, int]] = {}
+    first_to: dict[str, dict[int, int]] = {}
+    for r, d in dumps:
+        tmo = [k.timeout_ms for k in d.kinds]
+        for g, idx in d.done_index.items():
+            seqs, times, kinds = take(d.seq, idx), take(d.tns, idx), take(d.kind, idx)
+            if 0 in times:  # no creation time recorded: not compared
+                keep = [j for j, t in enumerate(times) if t]
+                seqs, times, kinds = [seqs[j] for j in keep], [times[j] for j in keep], [kinds[j] for j in keep]
+            ft, fr, fto = first_t.setdefault(g, {}), first_r.setdefault(g, {}), first_to.setdefault(g, {})
+            t0s = list(map(ft.get, seqs))
+            new = _nones(t0s)
+            if floor is not None and times:
+                cmp = t0s
+                if new:
+                    cmp = list(t0s)
+                    for j in new:
+                        cmp[j] = times[j]
+                quick = max(map(abs, map(operator.sub, times, cmp))) <= floor
+            else:
+                quick = not times
+            if quick:
+                for j in new:
+                    q = seqs[j]
+                    if q not in ft:
+                        ft[q], fr[q], fto[q] = times[j], r, tmo[kinds[j]]
                 continue
-            k = (e.group, e.seq)
-            if k not in first:
-                first[k] = (r, e.time_created_ns, e.timeout_ms)
-                continue
-            r0, t0, to = first[k]
-            timeout_ms = max(to, e.timeout_ms) or 30 * 60_000  # unknown: gloo's default, the longest
-            if r0 != r and abs(e.time_created_ns - t0) > (timeout_ms + CLOCK_SLACK_MS) * 1_000_000:
-                apart.add((r0, r))
+            for q, t, k, t0 in zip(seqs, times, kinds, t0s):
+                if t0 is None:
+                    if q not in ft:  # else this rank's own earlier entry of it: not compared with itself
+                        ft[q], fr[q], fto[q] = t, r, tmo[k]
+                    continue
+                timeout_ms = max(fto[q], tmo[k]) or UNKNOWN_TIMEOUT_MS  # unknown: gloo's default, the longest
+                if fr[q] != r and abs(t - t0) > (timeout_ms + CLOCK_SLACK_MS) * 1_000_000:
+                    apart.add((fr[q], r))
     if not apart:
         return []
     pairs = sorted(apart)
@@ -902,30 +1000,55 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
         "reduce_scatter",
         "reduce_scatter_tensor_coalesced",
     }
-    # Most jobs agree everywhere: each rank's completed positions are compared with the first rank's as one
-    # dict (C speed); only positions where some rank differs are grouped for the finding.
-    mine: dict[int, dict[tuple[str, int], Entry]] = {}
-    for r, d in inp.dumps.items():
-        got: dict[tuple[str, int], Entry] = {}
-        for e, own in zip(d.entries, d.completed):
-            if own and not e.is_p2p and e.op in must and (e.group, e.seq) not in got:
-                got[(e.group, e.seq)] = e
-        mine[r] = got
-    by_rank: dict[int, dict[tuple[str, int], tuple]] = {
-        r: {k: inp.dumps[r].signatures.get(k) or () for k in got} for r, got in mine.items()
-    }
-    ref: dict[tuple[str, int], tuple] = {}
-    for r in sorted(by_rank):
-        for k, v in by_rank[r].items():
-            ref.setdefault(k, v)
-    odd_keys = {k for r in by_rank for k, v in by_rank[r].items() if v != ref[k]} if len(by_rank) > 1 else set()
-    seen: dict[tuple[str, int], dict[int, tuple[tuple, Entry]]] = {}
-    for k in odd_keys:
-        for r in by_rank:
-            if k in by_rank[r]:
-                seen.setdefault(k, {})[r] = (by_rank[r][k], mine[r][k])
-    for key in sorted(seen, key=lambda k: (k[1], k[0])):
-        per = seen[key]
+    # Most jobs agree everywhere. Per group, each rank's completed positions (sequence id -> the id of its
+    # signature) are checked against the lowest rank's as one dict (C speed); a position where some rank
+    # differs is odd, and only odd positions are looked at entry by entry for the finding.
+    sig_ids: dict[tuple, int] = {}
+    ref: dict[str, dict[int, int]] = {}
+    odd_keys: set[tuple[str, int]] = set()
+    for r in sorted(inp.dumps):
+        d = inp.dumps[r]
+        # per kind: the id of the signature of a position holding that one entry; None: not a must-agree op
+        ksig = [
+            sig_ids.setdefault(
+                ((k.op, k.input_sizes, k.dtypes),) if not k.op.endswith("coalesced") else (), len(sig_ids)
+            )
+            if k.op in must
+            else None
+            for k in d.kinds
+        ]
+        for g, idx in d.done_index.items():
+            seqs, kinds = take(d.seq, idx), take(d.kind, idx)
+            every = d.group_seqs(g)
+            if len(set(every)) != len(every):  # a coalesced group: several entries share a sequence id
+                m: dict[int, int | None] = {}
+                for q, k in zip(seqs, kinds):
+                    if ksig[k] is not None and q not in m:
+                        m[q] = sig_ids.setdefault(d.signature_at(g, q), len(sig_ids))
+            elif None in ksig:
+                m = {q: ksig[k] for q, k in zip(seqs, kinds) if ksig[k] is not None}
+            else:
+                m = dict(zip(seqs, map(ksig.__getitem__, kinds)))
+            rg = ref.setdefault(g, {})
+            if m.items() <= rg.items():
+                continue
+            for q, v in m.items():
+                if rg.setdefault(q, v) != v:  # type: ignore[arg-type]
+                    odd_keys.add((g, q))
+    shut: dict[int, set[int]] = {}
+    # the odd positions in order, each looked at entry by entry only when the ones before it found nothing
+    for key in sorted(odd_keys, key=lambda k: (k[1], k[0])):
+        per: dict[int, tuple[tuple, Entry]] = {}
+        for r, d in inp.dumps.items():
+            if r not in shut:
+                shut[r] = set(d.open_index)
+            # the rank's first entry at the position that it completed with a must-agree op
+            first = next(
+                (i for i in d.positions(*key) if d.kinds[d.kind[i]].op in must and i not in shut[r]),
+                None,
+            )
+            if first is not None:
+                per[r] = (d.signature_at(*key), d.entry(first))
         sigs = {r: sig for r, (sig, _) in per.items()}
         if len(per) < 2 or len(set(sigs.values())) == 1:
             continue
@@ -970,7 +1093,7 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
     if dumps:
         notes.append(
             "from torch's flight recorder: "
-            + ", ".join(f"rank {d.rank} ({d.fmt} v{d.version}, {len(d.entries)} entries)" for d in dumps[:8])
+            + ", ".join(f"rank {d.rank} ({d.fmt} v{d.version}, {d.n_entries} entries)" for d in dumps[:8])
             + (f", and {len(dumps) - 8} more" if len(dumps) > 8 else "")
         )
     if not known and dumps:
@@ -982,17 +1105,17 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
         )
     for r, path in sorted(inp.blank.items()):
         notes.append(f"rank {r}: {path} is empty (0 bytes): counted as a rank that left no dump")
-    nostack = sorted(d.rank for d in dumps if not d.stacks and d.entries)
+    nostack = sorted(d.rank for d in dumps if not d.stacks and d.n_entries)
     if nostack:
         notes.append(
             f"{ranks_phrase(nostack)}: the dump holds no Python stacks (JSON dumps never do; pickle "
             "dumps with includeStackTraces=False neither): no user lines for these ranks"
         )
-    cut = {d.rank: d.entries[0].record_id for d in dumps if d.entries and d.entries[0].record_id > 0}
+    cut = {d.rank: d.rid[0] for d in dumps if d.n_entries and d.rid[0] > 0}
     if cut:
         # one line for all ranks (a 16-rank job said it 16 times), and a buffer size only where every cut
         # ring holds as many entries: rings of 8 to 43 entries were trimmed dumps, not a small buffer
-        sizes = {len(inp.dumps[r].entries) for r in cut}
+        sizes = {inp.dumps[r].n_entries for r in cut}
         size = f" (TORCH_FR_BUFFER_SIZE is {sizes.pop()} or so)" if len(sizes) == 1 else ""
         r0 = min(cut, key=lambda r: cut[r])
         notes.append(

@@ -11,9 +11,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import operator
 import os
 import pickle
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -37,9 +39,9 @@ class Frame:
 
 
 class Entry(NamedTuple):
-    """One recorded collective or p2p op of one rank (one ``entries`` item). A NamedTuple, not a frozen
-    dataclass: a 1,024-rank job has two million of them, and a frozen dataclass's ``__init__`` (one
-    ``object.__setattr__`` per field) cost more than unpickling the entry."""
+    """One recorded collective or p2p op of one rank (one ``entries`` item), built from a Dump's columns
+    where it is asked for (``Dump.entry``). A NamedTuple, not a frozen dataclass: a frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) cost more than unpickling the entry."""
 
     record_id: int
     pg_id: str
@@ -72,15 +74,62 @@ class PgStatus:
     last_completed: int
 
 
-@dataclass(frozen=True)
+class Kind(NamedTuple):
+    """What a ring's entries share with many others (the same call site, group and tensors): every field of
+    an Entry but its record id, sequence and op ids and creation time. A 1,024-rank job's two million entries
+    are a few dozen kinds; a Dump keeps each once and the entries as columns of numbers."""
+
+    pg_id: str
+    group: str
+    group_desc: str
+    is_p2p: bool
+    op: str
+    backend: str
+    input_sizes: tuple[tuple[int, ...], ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    state: str
+    retired: bool
+    timeout_ms: int
+    frames: tuple[Frame, ...]
+
+
+def _kind_of(e: Entry) -> Kind:
+    return Kind(
+        e.pg_id,
+        e.group,
+        e.group_desc,
+        e.is_p2p,
+        e.op,
+        e.backend,
+        e.input_sizes,
+        e.output_sizes,
+        e.dtypes,
+        e.state,
+        e.retired,
+        e.timeout_ms,
+        e.frames,
+    )
+
+
+@dataclass(frozen=True, eq=False)
 class Dump:
-    """One rank's dump."""
+    """One rank's dump. The entries are held as columns (record id, sequence id, op id, creation time, and
+    the index of the entry's Kind), oldest first: a 1,024-rank job has two million entries, and a NamedTuple
+    each (building them, pickling them back from the reading workers, walking them in the judge) cost more
+    than reading the files. ``entries`` builds the Entry tuples on first use; the judge's passes read the
+    columns and the per-group maps below."""
 
     rank: int
     path: str
     fmt: str  # pickle | json
     version: str
-    entries: tuple[Entry, ...]
+    kinds: tuple[Kind, ...]
+    kind: list[int]  # per entry: its index in kinds
+    rid: list[int]  # per entry: record_id
+    seq: list[int]  # per entry: collective_seq_id (p2p_seq_id for a p2p op)
+    opid: list[int]  # per entry: op_id
+    tns: list[int]  # per entry: time_created_ns
     pg_status: dict[str, PgStatus]  # by pg_id
     # group name -> member ranks where pg_config names them (NCCL). gloo records its default group before
     # the group has a name: under "" with the world's ranks, until a later group overwrites it with "[]"
@@ -94,73 +143,203 @@ class Dump:
     # the maps below are built once per dump: the judge asks them for every rank of every pending
     # collective, and a scan of the ring per question made 1,024 ranks take minutes
 
+    @property
+    def n_entries(self) -> int:
+        """How many entries the ring holds (without building them)."""
+        return len(self.rid)
+
+    def entry(self, i: int) -> Entry:
+        """The ``i``-th entry, oldest first."""
+        k = self.kinds[self.kind[i]]
+        return Entry(
+            self.rid[i],
+            k.pg_id,
+            k.group,
+            k.group_desc,
+            self.seq[i],
+            self.opid[i],
+            k.is_p2p,
+            k.op,
+            k.backend,
+            k.input_sizes,
+            k.output_sizes,
+            k.dtypes,
+            k.state,
+            k.retired,
+            self.tns[i],
+            k.timeout_ms,
+            k.frames,
+        )
+
+    @cached_property
+    def entries(self) -> tuple[Entry, ...]:
+        """Every entry, oldest first (built on first use: the judge's usual passes need none of them)."""
+        return tuple(map(self.entry, range(len(self.rid))))
+
     @cached_property
     def _groups(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for e in self.entries:
-            out.setdefault(e.pg_id, e.group)
+        for k in dict.fromkeys(self.kind):  # the kinds in the order their first entry comes
+            out.setdefault(self.kinds[k].pg_id, self.kinds[k].group)
         return out
 
     @cached_property
-    def _by_group(self) -> dict[str, tuple[Entry, ...]]:
-        out: dict[str, list[Entry]] = {}
-        for e in self.entries:
-            if not e.is_p2p:
-                out.setdefault(e.group, []).append(e)
-        return {g: tuple(v) for g, v in out.items()}
+    def group_index(self) -> dict[str, Sequence[int]]:
+        """Per group: the positions of the rank's collective entries (p2p ops left out), oldest first."""
+        coll = [k for k in self.kinds if not k.is_p2p]
+        if len(coll) == len(self.kinds) and len({k.group for k in coll}) == 1:
+            return {coll[0].group: range(len(self.rid))}  # the usual ring: one group, no p2p op
+        group = [None if k.is_p2p else k.group for k in self.kinds]
+        out: dict[str, list[int]] = {}
+        for i, k in enumerate(self.kind):
+            g = group[k]
+            if g is not None:
+                out.setdefault(g, []).append(i)
+        return dict(out)
 
     @cached_property
-    def _by_key(self) -> dict[tuple[str, int], tuple[Entry, ...]]:
-        out: dict[tuple[str, int], list[Entry]] = {}
-        for e in self.entries:
-            if not e.is_p2p:
-                out.setdefault((e.group, e.seq), []).append(e)
-        return {k: tuple(v) for k, v in out.items()}
+    def _gseq(self) -> dict[str, list[int]]:
+        return {g: take(self.seq, idx) for g, idx in self.group_index.items()}
+
+    @cached_property
+    def _ops(self) -> dict[str, list[int]]:
+        return {g: take(self.opid, idx) for g, idx in self.group_index.items()}
+
+    def group_seqs(self, group: str) -> list[int]:
+        """The sequence ids of the rank's collective entries on ``group``, oldest first."""
+        return self._gseq.get(group, [])
+
+    def positions(self, group: str, seq: int) -> list[int]:
+        """The positions of the rank's collective entries with this (group, sequence id): one, or a coalesced
+        group's. The first few questions are a C scan of the group's sequence ids (list.index): a map of
+        every position cost more than the few questions the judge usually asks; past them, the map."""
+        self._asked[0] += 1
+        if self._asked[0] > 8:
+            return self._key_index.get((group, seq), [])
+        seqs = self._gseq.get(group)
+        if not seqs:
+            return []
+        idx = self.group_index[group]
+        out: list[int] = []
+        j = -1
+        while True:
+            try:
+                j = seqs.index(seq, j + 1)
+            except ValueError:
+                return out
+            out.append(idx[j])
+
+    @cached_property
+    def _asked(self) -> list[int]:
+        return [0]
+
+    @cached_property
+    def _key_index(self) -> dict[tuple[str, int], list[int]]:
+        out: dict[tuple[str, int], list[int]] = {}
+        seq = self.seq
+        for g, idx in self.group_index.items():
+            for i in idx:
+                out.setdefault((g, seq[i]), []).append(i)
+        return out
+
+    @cached_property
+    def done_index(self) -> dict[str, Sequence[int]]:
+        """Per group: the positions of the collective entries this rank's own records show completed."""
+        shut = self.open_index
+        if not shut:
+            return self.group_index
+        out: dict[str, Sequence[int]] = {}
+        gone = set(shut)
+        for g, idx in self.group_index.items():
+            if isinstance(idx, range) and shut == list(range(idx.stop - len(shut), idx.stop)):
+                out[g] = range(idx.start, idx.stop - len(shut))  # a hang's ring: the newest ones open
+                continue
+            if len(shut) > 64:
+                out[g] = [i for i in idx if i not in gone]
+                continue
+            keep = list(idx)  # the few open ones (a hang's last collectives) taken out of the sorted list
+            for i in reversed(shut):
+                j = bisect.bisect_left(keep, i)
+                if j < len(keep) and keep[j] == i:
+                    del keep[j]
+            out[g] = keep
+        return out
+
+    def signature_at(self, group: str, seq: int) -> tuple:
+        """The (op, input sizes, dtypes) of every op at (group, seq), a coalesced group's ``coalesced`` closing
+        entry left out: what must agree across ranks; () where the rank has none."""
+        out = []
+        for i in self.positions(group, seq):
+            k = self.kinds[self.kind[i]]
+            if not k.op.endswith("coalesced"):
+                out.append((k.op, k.input_sizes, k.dtypes))
+        return tuple(out)
 
     @cached_property
     def signatures(self) -> dict[tuple[str, int], tuple]:
         """Per (group, seq): the (op, input sizes, dtypes) of every op there, a coalesced group's ``coalesced``
-        closing entry left out; what must agree across ranks. Built in one pass (1,024 ranks' rings)."""
-        out: dict[tuple[str, int], list] = {}
-        for e in self.entries:
-            if not e.is_p2p and not e.op.endswith("coalesced"):
-                out.setdefault((e.group, e.seq), []).append((e.op, e.input_sizes, e.dtypes))
-        return {k: tuple(v) for k, v in out.items()}
+        closing entry left out; what must agree across ranks."""
+        keys = dict.fromkeys((g, q) for g, seqs in self._gseq.items() for q in seqs)
+        out = {key: self.signature_at(*key) for key in keys}
+        return {k: v for k, v in out.items() if v}
 
     @cached_property
-    def completed(self) -> tuple[bool, ...]:
-        """Per entry (aligned with ``entries``): whether this rank's own records show it completed. gloo
+    def open_index(self) -> list[int]:
+        """The positions of the entries this rank's own records do not show completed, oldest first. gloo
         never moves an entry's state past "scheduled"; retired means no longer watched, the only word a p2p op
         (or a group without pg_status) has; pg_status counts op ids on gloo (p2p ops too) and sequence ids on
         NCCL, compared like with like."""
-        out = []
-        ops = self.op_units
-        for e in self.entries:
-            st = self.pg_status.get(e.pg_id)
-            if e.is_p2p or st is None:
-                out.append(e.state == "completed" or e.retired)
+        col = self.opid if self.op_units else self.seq
+        # per kind: completed or not whatever the entry (None: compare the entry's number with pg_status)
+        fixed: list[bool | None] = []
+        limit: list[int] = []
+        for kd in self.kinds:
+            st = self.pg_status.get(kd.pg_id)
+            if kd.is_p2p or st is None:
+                fixed.append(kd.state == "completed" or kd.retired)
+                limit.append(0)
             else:
-                out.append((e.op_id if ops else e.seq) <= st.last_completed)
+                fixed.append(None)
+                limit.append(st.last_completed)
+        if all(f is None for f in fixed) and len(set(limit)) == 1:
+            top = limit[0]  # the usual ring: one group with pg_status, no p2p op
+            return [i for i, v in enumerate(col) if v > top]
+        out: list[int] = []
+        for i, k in enumerate(self.kind):
+            f = fixed[k]
+            if (col[i] > limit[k]) if f is None else not f:
+                out.append(i)
+        return out
+
+    @cached_property
+    def completed(self) -> tuple[bool, ...]:
+        """Per entry (aligned with ``entries``): whether this rank's own records show it completed (the
+        complement of ``open_index``)."""
+        out = [True] * len(self.rid)
+        for i in self.open_index:
+            out[i] = False
         return tuple(out)
 
     def at(self, group: str, seq: int) -> tuple[Entry, ...]:
         """The rank's collective entries with this (group, sequence id): one, or a coalesced group's."""
-        return self._by_key.get((group, seq), ())
+        return tuple(map(self.entry, self.positions(group, seq)))
 
     @cached_property
     def op_units(self) -> bool:
         """Whether pg_status counts op ids (gloo: ``last_enqueued_collective`` is the op id, which counts
         p2p ops too) rather than collective sequence ids (NCCL). Read from the newest entry of each group
         that tells them apart; else from the backend."""
-        for e in reversed(self.entries):
-            st = self.pg_status.get(e.pg_id)
-            if st is None or e.is_p2p or e.op_id == e.seq:
+        kinds, kind, opid, seq = self.kinds, self.kind, self.opid, self.seq
+        status = [self.pg_status.get(k.pg_id) if not k.is_p2p else None for k in kinds]
+        for i in range(len(kind) - 1, -1, -1):
+            st = status[kind[i]]
+            if st is None or opid[i] == seq[i]:
                 continue
-            if st.last_enqueued == e.op_id:
+            if st.last_enqueued == opid[i]:
                 return True
-            if st.last_enqueued == e.seq:
+            if st.last_enqueued == seq[i]:
                 return False
-        return any(e.backend == "gloo" for e in self.entries)
+        return any(k.backend == "gloo" for k in kinds)
 
     def group_of(self, pg_id: str) -> str:
         """The group name of a pg_id (gloo and NCCL name groups by their pg_id unless named)."""
@@ -178,11 +357,7 @@ class Dump:
 
     def collectives(self, group: str) -> tuple[Entry, ...]:
         """The rank's collective entries on ``group``, oldest first."""
-        return self._by_group.get(group, ())
-
-    @cached_property
-    def _ops(self) -> dict[str, list[int]]:
-        return {g: [e.op_id for e in ents] for g, ents in self._by_group.items()}
+        return tuple(map(self.entry, self.group_index.get(group, ())))
 
     def status_seq(self, group: str, value: int) -> int:
         """A pg_status number of ``group`` as a collective sequence id. In op units (gloo) it is the
@@ -191,15 +366,15 @@ class Dump:
         collective after any send/recv as done."""
         if not self.op_units or value <= 0:
             return value
-        ents = self.collectives(group)
-        if not ents:
+        seqs = self._gseq.get(group)
+        if not seqs:
             return value  # the ring kept nothing of the group: the op id bounds the sequence id from above
         i = bisect.bisect_right(self._ops[group], value)  # op ids grow with the sequence ids of a group
-        return ents[i - 1].seq if i else ents[0].seq - 1
+        return seqs[i - 1] if i else seqs[0] - 1
 
     @cached_property
     def _enqueued(self) -> dict[str, int]:
-        out = {g: ents[-1].seq for g, ents in self._by_group.items()}
+        out = {g: seqs[-1] for g, seqs in self._gseq.items()}
         for pg_id, st in self.pg_status.items():
             g = self.group_of(pg_id)
             out[g] = max(out.get(g, 0), self.status_seq(g, st.last_enqueued))
@@ -208,6 +383,34 @@ class Dump:
     def enqueued(self, group: str) -> int:
         """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
         return self._enqueued.get(group, 0)
+
+    def prepare(self) -> Dump:
+        """The dump with the maps every judgement reads built now (a reading worker builds them, in parallel,
+        and sends them back with the columns). Returns itself."""
+        for name in _PREPARED:
+            getattr(self, name)
+        return self
+
+    @cached_property
+    def used(self) -> frozenset[str]:
+        """The groups the rank's entries name (p2p ops too)."""
+        return frozenset(k.group for k in self.kinds)
+
+    def last(self) -> Entry | None:
+        """The newest entry, or None for an empty ring."""
+        return self.entry(len(self.rid) - 1) if self.rid else None
+
+
+# the cached maps that prepare() builds, and that name_groups carries over (none depends on pg_names)
+_PREPARED = ("_groups", "group_index", "_gseq", "_ops", "op_units", "open_index", "done_index", "used")
+
+
+def take(col: list[int], idx: Sequence[int]) -> list[int]:
+    """``col`` at the positions ``idx`` (a slice for a range; all of it, not copied, for the whole column).
+    Not to be changed in place."""
+    if isinstance(idx, range) and idx.step == 1:
+        return col if idx.start == 0 and idx.stop == len(col) else col[idx.start : idx.stop]
+    return list(map(col.__getitem__, idx))
 
 
 def name_groups(dumps: list[Dump]) -> list[Dump]:
@@ -227,7 +430,13 @@ def name_groups(dumps: list[Dump]) -> list[Dump]:
             cands = seen.get(pg_id, set()) & mine
             if len(cands) == 1:
                 names[pg_id] = next(iter(cands))
-        out.append(dataclasses.replace(d, pg_names=names) if names else d)
+        if names:
+            new = dataclasses.replace(d, pg_names=names)
+            for name in _PREPARED:  # built already, and the same whatever pg_names says
+                if name in d.__dict__:
+                    new.__dict__[name] = d.__dict__[name]
+            d = new
+        out.append(d)
     return out
 
 
@@ -271,7 +480,10 @@ def load(path: str) -> Dump:
     except OSError as e:
         raise DumpError(f"{path}: cannot read it: {e.strerror}") from None
     raw, fmt = _decode(path, data)
-    return _parse(path, int(m.group(1)), raw, fmt)
+    try:
+        return _parse(path, int(m.group(1)), raw, fmt)
+    except RecursionError:
+        raise DumpError(f"{path}: not a flight-recorder dump (its records are nested too deeply)") from None
 
 
 def _decode(path: str, data: bytes) -> tuple[dict, str]:
@@ -407,6 +619,102 @@ def _entry(path: str, i: int, e: Any) -> Entry:
     )
 
 
+# The fields of an entry that make its Kind: the scalars (hashable: a dict key), then the lists (compared);
+# and the ones that vary from entry to entry. An entry without one of them is converted in full (_entry).
+_HEAD_FIELDS = ("profiling_name", "pg_id", "state", "retired", "is_p2p", "timeout_ms")
+_HEAD = operator.itemgetter(*_HEAD_FIELDS)
+_REST = operator.itemgetter("process_group", "input_dtypes", "input_sizes", "output_sizes", "frames")
+_VARY = operator.itemgetter("record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns")
+# Kinds kept per key: a ring whose stacks or shapes differ from entry to entry would otherwise compare each
+# entry with every earlier one. A key of scalars past this many kinds is widened with the input shapes (a
+# ring of FSDP's all_gathers has one kind per layer, all with the same scalars); a widened key past this many
+# takes no more, and its other entries are converted in full, as every entry was before kinds.
+_BUCKET = 8
+_WIDE: list[tuple[tuple, int]] = []  # the bucket of a widened key of scalars (never appended to)
+
+
+def _widen(buckets: dict[tuple, list[tuple[tuple, int]]], head: tuple, kinds: list[tuple[tuple, int]]) -> None:
+    """Key ``head``'s kinds by (head, input shapes) from now on; left as it is where a shape is unhashable."""
+    wide: dict[tuple, list[tuple[tuple, int]]] = {}
+    try:
+        for rest, ki in kinds:
+            wide.setdefault((head, tuple(map(tuple, rest[2]))), []).append((rest, ki))
+    except TypeError:
+        return
+    buckets[head] = _WIDE
+    for key, b in wide.items():
+        buckets[key] = b[:_BUCKET]
+
+
+def _columns(
+    path: str, entries: list
+) -> tuple[tuple[Kind, ...], list[int], list[int], list[int], list[int], list[int]]:
+    """The entries as (kinds, kind, rid, seq, opid, tns), in the file's order. An entry whose kind fields are
+    equal (==) to an earlier entry's takes that entry's Kind without converting them again: the conversion
+    (``_entry``: shapes, dtypes, frames) cost four times the unpickling, and a ring repeats a few kinds
+    thousands of times. Values that compare equal but convert differently (1, 1.0 and True where a name
+    should be) would take the first one's conversion; torch writes none such."""
+    kinds: list[Kind] = []
+    buckets: dict[tuple, list[tuple[tuple, int]]] = {}
+    kind: list[int] = []
+    rows: list[tuple] = []  # per entry: record_id, collective_seq_id, p2p_seq_id, op_id, time_created_ns
+    look = True  # off once most entries turned out to be kinds of their own (looking costs ~1 us an entry)
+    for i, e in enumerate(entries):
+        if type(e) is not dict:
+            raise DumpError(f"{path}: entry {i} is not a record")
+        ki = -1
+        if not look:
+            head = bucket = None
+        elif len(kinds) > 128 and 2 * len(kinds) > i:  # (a ring cycling through fewer kinds keeps looking)
+            look, head, bucket = False, None, None
+        else:
+            try:
+                head, rest, vary = _HEAD(e), _REST(e), _VARY(e)
+                bucket = buckets.get(head)
+                if bucket is _WIDE:
+                    head = (head, tuple(map(tuple, rest[2])))
+                    bucket = buckets.get(head)
+            except (KeyError, TypeError):  # a field missing, or an unhashable value where a scalar should be
+                head = bucket = None
+        if bucket is not None:
+            for r, k in bucket:
+                if r == rest:
+                    ki = k
+                    break
+        if ki >= 0:
+            kind.append(ki)
+            rows.append(vary)
+            continue
+        ent = _entry(path, i, e)
+        # a new kind (two kinds may hold equal values: nothing needs them to be distinct, and hashing the
+        # frames to find out cost more than it saved where every entry is its own kind)
+        ki = len(kinds)
+        kinds.append(_kind_of(ent))
+        if head is not None:
+            bucket = buckets.setdefault(head, [])
+            if len(bucket) < _BUCKET:
+                bucket.append((rest, ki))
+            elif len(head) == len(_HEAD_FIELDS):  # a full key of scalars: widen it with the input shapes
+                _widen(buckets, head, [*bucket, (rest, ki)])
+        kind.append(ki)
+        rows.append((ent.record_id, ent.seq, ent.seq, ent.op_id, ent.time_created_ns))
+    if not rows:
+        return (), [], [], [], [], []
+    rid, cseq, pseq, opid, tns = map(list, zip(*rows))
+    # the numbers as _entry reads them: ints (a JSON dump's strings converted), a default where none is
+    for col, default in ((rid, None), (cseq, -1), (pseq, -1), (opid, -1), (tns, 0)):
+        if set(map(type, col)) != {int}:
+            for j, v in enumerate(col):
+                if type(v) is not int:
+                    col[j] = _int(v, j if default is None else default)
+    p2p = [k.is_p2p for k in kinds]
+    if any(p2p):
+        seq = [q if p2p[k] else c for k, c, q in zip(kind, cseq, pseq)]
+    else:
+        seq = cseq
+    return tuple(kinds), kind, rid, seq, opid, tns
+
+
 def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
     version = str(raw.get("version"))
     if version.split(".", 1)[0] != SUPPORTED_MAJOR:
@@ -414,7 +722,10 @@ def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
     entries = raw.get("entries")
     if not isinstance(entries, list):
         raise DumpError(f"{path}: not a flight-recorder dump ('entries' is not a list)")
-    parsed = tuple(sorted((_entry(path, i, e) for i, e in enumerate(entries)), key=lambda x: x.record_id))
+    kinds, kind, rid, seq, opid, tns = _columns(path, entries)
+    if any(map(operator.gt, rid, rid[1:])):  # oldest first whatever the file's order (a stable sort)
+        order = sorted(range(len(rid)), key=rid.__getitem__)
+        kind, rid, seq, opid, tns = ([col[i] for i in order] for col in (kind, rid, seq, opid, tns))
     status: dict[str, PgStatus] = {}
     for pg_id, st in (raw.get("pg_status") or {}).items():
         if isinstance(st, dict):  # JSON dumps write the numbers as strings
@@ -430,5 +741,5 @@ def _parse(path: str, rank: int, raw: dict, fmt: str) -> Dump:
             ranks = [int(t) for t in re.findall(r"-?\d+", ranks)]
         if isinstance(ranks, list) and ranks:
             pg_ranks[str(name)] = tuple(_int(r) for r in ranks)
-    stacks = any(e.frames for e in parsed)
-    return Dump(rank, path, fmt, version, parsed, status, pg_ranks, stacks)
+    stacks = any(k.frames for k in kinds)
+    return Dump(rank, path, fmt, version, kinds, kind, rid, seq, opid, tns, status, pg_ranks, stacks)

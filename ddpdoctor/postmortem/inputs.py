@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing as mp
 import os
 import re
+import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from ddpdoctor.postmortem import errorfiles, flight
@@ -73,25 +78,34 @@ def no_gc() -> Iterator[None]:
 
 def _load(paths: list[str]) -> Inputs:
     inp = Inputs(paths=list(paths))
-    for p in paths:
-        if not os.path.exists(p):
-            raise InputError(f"{p}: no such file or folder")
-        if os.path.isdir(p):
-            if is_run_dir(p):
-                inp.run_dirs.append(p)
-                continue
-            before = _count(inp)
-            _walk(p, inp)
-            if _count(inp) == before:
+    # The dumps are read together once every path was looked at (``_read_dumps``: a pool of workers for a large
+    # job), in the order they were found. An input error met on the way is raised after the dumps found
+    # before it were read: a broken dump before it is the one to report, as when each was read on sight.
+    pending: list[str] = []
+    try:
+        for p in paths:
+            if not os.path.exists(p):
+                raise InputError(f"{p}: no such file or folder")
+            if os.path.isdir(p):
+                if is_run_dir(p):
+                    inp.run_dirs.append(p)
+                    continue
+                before = _count(inp) + len(pending)
+                _walk(p, inp, pending)
+                if _count(inp) + len(pending) == before:
+                    raise InputError(
+                        f"{p}: not a ddpdoctor run directory (no manifest.json), and no flight-recorder "
+                        "dump, torchrun error file or torchrun log in it"
+                    )
+            elif not _file(p, inp, explicit=True, pending=pending):
                 raise InputError(
-                    f"{p}: not a ddpdoctor run directory (no manifest.json), and no flight-recorder "
-                    "dump, torchrun error file or torchrun log in it"
+                    f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
+                    "failure summary, or a ddpdoctor run directory"
                 )
-        elif not _file(p, inp, explicit=True):
-            raise InputError(
-                f"{p}: not a flight-recorder dump, a torchrun error file, a log with torchrun's "
-                "failure summary, or a ddpdoctor run directory"
-            )
+    except InputError:
+        _add_dumps(inp, pending, workers=0)
+        raise
+    _add_dumps(inp, pending)
     inp.dumps = {d.rank: d for d in flight.name_groups(list(inp.dumps.values()))}
     prefixes = {flight.prefix_of(os.path.basename(d.path)) for d in inp.dumps.values()}
     inp.blank = {
@@ -123,7 +137,7 @@ def _count(inp: Inputs) -> int:
     )
 
 
-def _walk(top: str, inp: Inputs) -> None:
+def _walk(top: str, inp: Inputs, pending: list[str]) -> None:
     seen = 0
     for root, dirs, files in os.walk(top):
         dirs.sort()
@@ -139,10 +153,10 @@ def _walk(top: str, inp: Inputs) -> None:
             if seen > MAX_FILES:
                 inp.notes.append(f"{top}: only the first {MAX_FILES} files were looked at")
                 return
-            _file(os.path.join(root, name), inp, explicit=False)
+            _file(os.path.join(root, name), inp, explicit=False, pending=pending)
 
 
-def _file(path: str, inp: Inputs, explicit: bool) -> bool:
+def _file(path: str, inp: Inputs, explicit: bool, pending: list[str]) -> bool:
     name = os.path.basename(path)
     if name.endswith(".tmp"):
         return False  # a dump still being written (or abandoned mid-write)
@@ -161,11 +175,7 @@ def _file(path: str, inp: Inputs, explicit: bool) -> bool:
         inp.blank.setdefault(int(rank), path)  # kept only if real dumps share its prefix (_load)
         return True
     if flight.looks_like_dump(path):
-        try:
-            d = flight.load(path)
-        except flight.DumpError as e:
-            raise InputError(str(e)) from None
-        _add_dump(inp, d)
+        pending.append(path)  # read with the others (_add_dumps)
         return True
     if name.endswith(LOG_NAMES) or explicit:
         text = _tail(path)
@@ -189,15 +199,77 @@ def _tail(path: str) -> str:
         return ""
 
 
+POOL_FILES = 16  # dumps from which a pool of workers reads them: a process costs more than a few small files
+POOL_BYTES = 16 << 20  # and bytes (a 2,000-entry pickle with stacks is ~270 kB)
+MAX_WORKERS = 8
+
+
+def _read(path: str) -> tuple[flight.Dump | None, str]:
+    """One dump, or its one-line reason (a worker's answer: an exception is sent back as its text)."""
+    try:
+        return flight.load(path).prepare(), ""
+    except flight.DumpError as e:
+        return None, str(e)
+
+
+def _worker_init() -> None:
+    gc.disable()  # as in the parent (no_gc): a dump's records form no cycle
+
+
+def workers_for(paths: list[str]) -> int:
+    """How many worker processes read ``paths``: 0 (this process) for a small job, or where processes cannot
+    be forked safely: only Linux's fork starts a worker without importing the program again, and a fork
+    while another thread runs (attach's helpers) may copy a lock that thread holds into the child, held
+    forever there."""
+    if len(paths) < POOL_FILES or sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
+        return 0
+    if threading.active_count() > 1:
+        return 0
+    total = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            total += os.path.getsize(p)
+    if total < POOL_BYTES:
+        return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    n = min(cpus, MAX_WORKERS, len(paths) // 4)
+    return n if n >= 2 else 0
+
+
+def read_dumps(paths: list[str], workers: int | None = None) -> list[tuple[flight.Dump | None, str]]:
+    """Each path's Dump or one-line reason, in order. A large job's files are read by a pool of ``workers``
+    processes (None: ``workers_for``): unpickling and parsing two million entries is CPU work, and each
+    worker sends back its dumps' compact columns, not Entry objects. A pool that cannot start or breaks
+    leaves the reading to this process."""
+    n = workers_for(paths) if workers is None else workers
+    if n >= 2:
+        try:
+            with ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=_worker_init) as pool:
+                return list(pool.map(_read, paths, chunksize=max(1, len(paths) // (n * 8))))
+        except (OSError, BrokenProcessPool):
+            pass
+    return [_read(p) for p in paths]
+
+
+def _add_dumps(inp: Inputs, paths: list[str], workers: int | None = None) -> None:
+    """Read the dumps found (in the order found) and add them; the first that cannot be read stops the
+    analysis with its one line."""
+    for d, why in read_dumps(paths, workers):
+        if d is None:
+            raise InputError(why) from None
+        _add_dump(inp, d)
+
+
 def _add_dump(inp: Inputs, d: flight.Dump) -> None:
     old = inp.dumps.get(d.rank)
     if old is None:
         inp.dumps[d.rank] = d
         return
     # the same rank twice: the pickle has stacks; else the larger ring
-    keep, drop = (d, old) if (d.stacks, len(d.entries)) > (old.stacks, len(old.entries)) else (old, d)
-    same = {(e.record_id, e.time_created_ns) for e in keep.entries} >= {
-        (e.record_id, e.time_created_ns) for e in drop.entries
-    }
+    keep, drop = (d, old) if (d.stacks, d.n_entries) > (old.stacks, old.n_entries) else (old, d)
+    same = set(zip(keep.rid, keep.tns)) >= set(zip(drop.rid, drop.tns))
     inp.dumps[d.rank] = keep
     inp.duplicates.append((d.rank, keep.path, drop.path, same))

@@ -165,3 +165,72 @@ def test_foreign_and_broken_dumps_are_one_line(tmp_path):
         flight.load(str(tmp_path / "foreign_0"))
     with pytest.raises(flight.DumpError, match="not supported"):
         flight.load(str(tmp_path / "v1_0"))
+
+
+def _odd_ring() -> list:
+    """Entries that share kinds and entries that do not: repeated call sites, a p2p op, numbers as strings
+    (JSON), a missing field, a bool where a number should be, an unhashable scalar, record ids out of order."""
+    line = {"name": "step", "filename": "/job/train.py", "line": 7}
+    same = {"frames": [line]}
+    return [
+        _entry(3, 3, **same),
+        _entry(1, 1, **same),
+        _entry(2, 2, **same),
+        _entry(4, 1, 4, op="send", is_p2p=True, p2p_seq_id=9, **same),
+        _entry(5, "4", "5", **same),  # JSON-style numbers
+        _entry(6, 5, True, **same),  # a bool op id
+        {k: v for k, v in _entry(7, 6, **same).items() if k != "op_id"},  # no op id
+        {k: v for k, v in _entry(8, 7).items() if k != "state"},  # no state
+        _entry(9, 8, pg_id=[0], **same),  # an unhashable pg_id
+        _entry(10, 9, time_created_ns=None, **same),
+        _entry(0, 0, input_sizes=[[2, 2]], **same),
+        _entry(11, 10, **same),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+def test_the_columns_hold_what_each_entry_reads_as_on_its_own(tmp_path, fmt):
+    # the reader converts one entry of each kind and reuses it for the equal ones: the Entries it gives back
+    # must be those that converting every entry on its own (flight._entry) gives, oldest first
+    ring = _odd_ring()
+    raw = _dump(ring, {"0": (11, 8)})
+    d = flight.load(_write(tmp_path / "rank_0", raw, fmt))
+    back = json.loads(json.dumps(ring)) if fmt == "json" else ring
+    want = sorted((flight._entry("x", i, e) for i, e in enumerate(back)), key=lambda e: e.record_id)
+    assert d.entries == tuple(want)
+    assert [d.entry(i) for i in range(d.n_entries)] == want
+    assert len(d.kinds) < len(want)  # the equal ones share a kind
+    # the judge's maps agree with the entries they stand for
+    ops = d.op_units
+    done = tuple(
+        (e.state == "completed" or e.retired)
+        if e.is_p2p or e.pg_id not in d.pg_status
+        else (e.op_id if ops else e.seq) <= d.pg_status[e.pg_id].last_completed
+        for e in want
+    )
+    assert d.completed == done and d.open_index == [i for i, c in enumerate(done) if not c]
+    for g, idx in d.group_index.items():
+        assert [want[i] for i in idx] == [e for e in want if e.group == g and not e.is_p2p]
+        assert list(d.done_index[g]) == [i for i in idx if done[i]]
+        for e in d.collectives(g):
+            assert d.at(g, e.seq) == tuple(x for x in want if x.group == g and not x.is_p2p and x.seq == e.seq)
+
+
+def test_a_ring_of_distinct_kinds_reads_as_each_entry_on_its_own(tmp_path):
+    # every entry its own shape (dynamic shapes): the reader stops looking for equal kinds, and repeats after
+    # that are read in full too
+    same = {"frames": [{"name": "step", "filename": "/job/train.py", "line": 7}]}
+    ring = [_entry(i, i + 1, input_sizes=[[i + 1]]) for i in range(300)]
+    ring += [_entry(300 + i, 301 + i, **same) for i in range(50)]
+    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (350, 349)})))
+    assert d.entries == tuple(flight._entry("x", i, e) for i, e in enumerate(ring))
+    assert d.open_index == [349] and d.enqueued("0") == 350 and len(d.kinds) == 350
+
+
+def test_a_ring_that_cycles_through_many_shapes_shares_them(tmp_path):
+    # FSDP: one all_gather a layer, each layer its own shape, from one line; the ring repeats them
+    same = {"frames": [{"name": "step", "filename": "/job/train.py", "line": 7}]}
+    ring = [_entry(i, i + 1, input_sizes=[[i % 100 + 1]], **same) for i in range(1000)]
+    d = flight.load(_write(tmp_path / "rank_0", _dump(ring, {"0": (1000, 999)})))
+    assert d.entries == tuple(flight._entry("x", i, e) for i, e in enumerate(ring))
+    assert len(d.kinds) == 100

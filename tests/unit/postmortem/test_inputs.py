@@ -92,3 +92,53 @@ def test_the_collector_is_back_on_after_a_load_that_failed():
     with pytest.raises(inputs.InputError):
         inputs.load(["/nonexistent/ddpdoctor/path"])
     assert gc.isenabled()
+
+
+def _job(folder: Path, ranks: int) -> list[str]:
+    """``ranks`` copies of a real gloo dump (each under its own rank), as the files of one job."""
+    folder.mkdir(exist_ok=True)
+    src = (DATA / "kill" / "rank_0").read_bytes()
+    for r in range(ranks):
+        (folder / f"rank_{r}").write_bytes(src)
+    return [str(folder / f"rank_{r}") for r in range(ranks)]
+
+
+def test_a_pool_of_workers_reads_the_same_dumps_as_this_process(tmp_path):
+    paths = _job(tmp_path / "job", 8)
+    alone, pooled = inputs.read_dumps(paths, workers=0), inputs.read_dumps(paths, workers=2)
+    assert [why for _, why in pooled] == [""] * 8
+    for (a, _), (b, _) in zip(alone, pooled):
+        assert a is not None and b is not None
+        assert (a.rank, a.path, a.entries, a.pg_status, a.pg_ranks, a.stacks) == (
+            b.rank,
+            b.path,
+            b.entries,
+            b.pg_status,
+            b.pg_ranks,
+            b.stacks,
+        )
+        assert (a.open_index, a.op_units, a.enqueued("0")) == (b.open_index, b.op_units, b.enqueued("0"))
+
+
+def test_a_large_job_is_read_by_workers_and_its_first_broken_dump_is_the_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(inputs, "POOL_FILES", 4)
+    monkeypatch.setattr(inputs, "POOL_BYTES", 0)
+    paths = _job(tmp_path / "job", 12)
+    assert sorted(inputs.load([str(tmp_path / "job")]).dumps) == list(range(12))
+    Path(paths[5]).write_bytes(b"\x80\x04\x95trunc")
+    Path(paths[9]).write_bytes(b"\x80\x04\x95trunc")
+    with pytest.raises(inputs.InputError) as e:
+        inputs.load([str(tmp_path / "job")])
+    assert str(e.value).startswith(paths[5] + ":") and "\n" not in str(e.value)
+
+
+def test_a_broken_dump_found_before_a_broken_error_file_is_the_one_reported(tmp_path):
+    # the dumps are read after the walk: a broken dump met first is still the one line, as when read on sight
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "rank_0").write_bytes(b"\x80\x04\x95trunc")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "error.json").write_text('{"message": {"m')
+    with pytest.raises(inputs.InputError, match="truncated or broken pickle"):
+        inputs.load([str(tmp_path / "a"), str(tmp_path / "b" / "error.json")])
+    with pytest.raises(inputs.InputError, match="a JSON file that is"):
+        inputs.load([str(tmp_path / "b" / "error.json"), str(tmp_path / "a")])
