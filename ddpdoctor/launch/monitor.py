@@ -203,6 +203,13 @@ class Monitor:
                 verdict = job.verdict(merged, now)
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
+                    if self.live and not view:
+                        # where each rank is, as the verdict found them, before the verdict itself: on a busy
+                        # host a short --timeout can come before the first status line was due (once a second)
+                        where = live.status_line(merged, self.cfg, now, job.states(merged, now))
+                        if where and where != last_text:
+                            _say(where)
+                            last_text = where
                     if self.live:
                         say(
                             f"{_VERDICT_WORD.get(verdict[0], 'hang')}: {verdict[1]}; "
