@@ -9,7 +9,8 @@ most tests first, which are unit files of a second each; the e2e files of a few 
 the tail.
 
 The weights are the CPU seconds per test of each e2e file, as measured on this project's 2-core host
-(benchmarks/suite/speed-after-cpu.txt, ``benchmarks/suite_cpu.py``); the SLURM tests, whose ranks run under
+(benchmarks/suite/e2e-cpu-by-file-stop46.txt, ``benchmarks/suite_cpu.py``; test_attach_fr.py's with the three
+property tests added after that measurement, about 25 s each); the SLURM tests, whose ranks run under
 slurmd where that plugin cannot count them, by their wall time. A file not listed gets the median: the order
 only has to be roughly right.
 """
@@ -20,41 +21,43 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-# file (below tests/) -> (CPU seconds of the file, tests in it) from benchmarks/suite/speed-after-cpu.txt
+# file (below tests/) -> (CPU seconds of the file, tests in it) from benchmarks/suite/e2e-cpu-by-file-stop46.txt
 _MEASURED: dict[str, tuple[float, int]] = {
-    "e2e/test_memleak.py": (83.2, 12),
-    "e2e/test_memleak_loaded.py": (81.5, 3),
-    "e2e/test_multinode_store.py": (75.7, 5),
-    "e2e/test_culprits.py": (71.5, 9),
-    "e2e/test_check_probes.py": (67.4, 10),
-    "e2e/test_corpus.py": (62.8, 9),
-    "e2e/test_hang_probes.py": (62.6, 12),
-    "e2e/test_realistic_hangs.py": (53.0, 7),
-    "e2e/test_profile.py": (47.6, 12),
-    "e2e/test_memleak_workers.py": (45.2, 3),
-    "e2e/test_check_realistic.py": (43.4, 5),
-    "e2e/test_ncclsim.py": (34.0, 8),
-    "e2e/test_html.py": (33.6, 14),
-    "e2e/test_probe_failures.py": (33.3, 4),
-    "e2e/test_memleak_holders.py": (28.3, 5),
-    "e2e/test_postmortem_jobs.py": (24.7, 7),
-    "e2e/test_scale.py": (21.0, 5),
-    "e2e/test_live_view.py": (20.2, 4),
-    "e2e/test_transparency.py": (16.2, 2),
-    "e2e/test_doctor_health.py": (16.2, 2),
-    "e2e/test_bad_input.py": (15.8, 12),
-    "e2e/test_plugin.py": (14.7, 2),
-    "e2e/test_attach_fr.py": (13.4, 8),
-    "e2e/test_doctor_and_docs.py": (12.0, 1),
-    "e2e/test_teardown.py": (11.9, 2),
-    "e2e/test_postmortem_behind.py": (11.2, 2),
-    "e2e/test_frameworks.py": (9.2, 17),
-    "e2e/test_attach.py": (8.6, 3),
-    "e2e/test_script_positional.py": (7.4, 2),
-    "e2e/test_doctor_frsettings.py": (6.2, 1),
-    "e2e/test_postmortem_busy_rank.py": (6.0, 1),
-    "e2e/test_lifecycle.py": (5.6, 3),
-    "e2e/test_cli_light.py": (4.8, 3),
+    "e2e/test_memleak.py": (84.4, 12),
+    "e2e/test_multinode_store.py": (83.0, 5),
+    "e2e/test_culprits.py": (77.1, 9),
+    "e2e/test_hang_probes.py": (73.4, 12),
+    "e2e/test_check_probes.py": (70.3, 10),
+    "e2e/test_corpus.py": (60.9, 9),
+    "e2e/test_realistic_hangs.py": (56.7, 7),
+    "e2e/test_memleak_loaded.py": (53.8, 3),
+    "e2e/test_check_realistic.py": (46.8, 5),
+    "e2e/test_html.py": (46.0, 14),
+    "e2e/test_profile.py": (43.5, 12),
+    "e2e/test_memleak_workers.py": (38.2, 3),
+    "e2e/test_ncclsim.py": (35.6, 8),
+    "e2e/test_memleak_holders.py": (32.2, 5),
+    "e2e/test_postmortem_jobs.py": (29.9, 7),
+    "e2e/test_probe_failures.py": (29.8, 4),
+    "e2e/test_scale.py": (25.8, 5),
+    "e2e/test_live_view.py": (24.0, 4),
+    "e2e/test_bad_input.py": (16.4, 12),
+    "e2e/test_transparency.py": (15.5, 2),
+    "e2e/test_plugin.py": (15.2, 2),
+    "e2e/test_doctor_health.py": (14.6, 2),
+    "e2e/test_teardown.py": (13.8, 2),
+    "e2e/test_attach_fr.py": (88.0, 11),
+    "e2e/test_postmortem_behind.py": (13.1, 2),
+    "e2e/test_doctor_and_docs.py": (11.5, 1),
+    "e2e/test_compare.py": (9.3, 1),
+    "e2e/test_attach.py": (9.1, 3),
+    "e2e/test_frameworks.py": (7.4, 17),
+    "e2e/test_script_positional.py": (7.3, 2),
+    "e2e/test_doctor_frsettings.py": (7.0, 1),
+    "e2e/test_postmortem_busy_rank.py": (5.7, 1),
+    "e2e/test_lifecycle.py": (5.4, 3),
+    "e2e/test_cli_light.py": (4.4, 3),
+    "e2e/test_packaging.py": (1.4, 1),
     # a cluster of two or three nodes started per test, then a 2-4 node job: ~25 s of wall time each
     "e2e/slurm/test_slurm.py": (200.0, 8),
 }

@@ -35,7 +35,7 @@ class Item:
 
 def test_the_unit_tier_weighs_nothing_and_a_known_e2e_file_its_cpu_per_test() -> None:
     assert weight("unit/analysis/test_catalog.py") == 0.0
-    assert weight("e2e/test_memleak_loaded.py") == pytest.approx(81.5 / 3)
+    assert weight("e2e/test_memleak_loaded.py") == pytest.approx(53.8 / 3)  # its CPU over its tests
     assert weight("e2e/test_not_measured_yet.py") > 0
 
 
