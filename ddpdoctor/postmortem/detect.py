@@ -20,7 +20,7 @@ from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, r
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, take
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, indices_of, take
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
@@ -839,18 +839,6 @@ CLOCK_SLACK_MS = 5_000  # clocks of two nodes may differ by this much; one host'
 UNKNOWN_TIMEOUT_MS = 30 * 60_000  # a collective's timeout where none is recorded: gloo's default, the longest
 
 
-def _nones(values: list) -> list[int]:
-    """The positions of None in ``values`` (list.index: a C scan; there are few or none)."""
-    out: list[int] = []
-    j = -1
-    while True:
-        try:
-            j = values.index(None, j + 1)
-        except ValueError:
-            return out
-        out.append(j)
-
-
 def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
     """One rank's dump and nothing that names the job's other ranks: a distributed job has others, and they
     left no dump. Not OK: gloo marks a collective that failed because its peer died retired and counts it
@@ -940,7 +928,7 @@ def _mixed(inp: Inputs) -> list[Finding]:
                 seqs, times, kinds = [seqs[j] for j in keep], [times[j] for j in keep], [kinds[j] for j in keep]
             ft, fr, fto = first_t.setdefault(g, {}), first_r.setdefault(g, {}), first_to.setdefault(g, {})
             t0s = list(map(ft.get, seqs))
-            new = _nones(t0s)
+            new = indices_of(t0s, None)
             if floor is not None and times:
                 cmp = t0s
                 if new:

@@ -220,14 +220,7 @@ class Dump:
         if not seqs:
             return []
         idx = self.group_index[group]
-        out: list[int] = []
-        j = -1
-        while True:
-            try:
-                j = seqs.index(seq, j + 1)
-            except ValueError:
-                return out
-            out.append(idx[j])
+        return [idx[j] for j in indices_of(seqs, seq)]
 
     @cached_property
     def _asked(self) -> list[int]:
@@ -403,6 +396,19 @@ class Dump:
 
 # the cached maps that prepare() builds, and that name_groups carries over (none depends on pg_names)
 _PREPARED = ("_groups", "group_index", "_gseq", "_ops", "op_units", "open_index", "done_index", "used")
+
+
+def indices_of(values: list, value: Any) -> list[int]:
+    """Every position of ``value`` in ``values`` (``list.index`` from the last hit: a C scan, where there are
+    few or none)."""
+    out: list[int] = []
+    j = -1
+    while True:
+        try:
+            j = values.index(value, j + 1)
+        except ValueError:
+            return out
+        out.append(j)
 
 
 def take(col: list[int], idx: Sequence[int]) -> list[int]:

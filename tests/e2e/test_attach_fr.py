@@ -56,6 +56,15 @@ def _torchrun_job(
     return job
 
 
+def _dumps_alone(tmp: Path, run_dir: Path) -> dict:
+    """``analyze`` of the dumps attach took, as a job's owner keeps them after the job (no stacks, no torch):
+    its JSON report, the run said HANG."""
+    dpath = tmp / "dumps.json"
+    res = ddpdoctor(["analyze", str(run_dir / "fr"), "--json", str(dpath)], tmp, json_report=False)
+    assert res.code == 3, res.err
+    return json.loads(dpath.read_text())
+
+
 def _notes(rep: dict, start: str) -> list[str]:
     return [n for n in rep["notes"] if n.startswith(start)]
 
@@ -96,11 +105,7 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         )
         assert code == 3, err
         assert not (quiet / "fr").exists() and not [n for n in stacks["notes"] if "flight recorder" in n]
-        # the dumps alone, as a job's owner keeps them after the job (no stacks, no torch)
-        dpath = tmp_path / "dumps.json"
-        res = ddpdoctor(["analyze", str(run_dir / "fr"), "--json", str(dpath)], tmp_path, json_report=False)
-        assert res.code == 3, res.err
-        dumps = json.loads(dpath.read_text())
+        dumps = _dumps_alone(tmp_path, run_dir)
     finally:
         job.end()
     # issue 34's property: the ledger (the same script under ddpdoctor hang), the dumps and the stacks of this
@@ -154,10 +159,7 @@ def test_one_verdict_from_the_ledger_the_dumps_and_the_stacks(
             tmp_path, "--pid", str(job.proc.pid), "--no-native", "--no-fr", "--run-dir", str(tmp_path / "quiet")
         )
         assert code == 3, err
-        dpath = tmp_path / "dumps.json"
-        res = ddpdoctor(["analyze", str(run_dir / "fr"), "--json", str(dpath)], tmp_path, json_report=False)
-        assert res.code == 3, res.err
-        dumps = json.loads(dpath.read_text())
+        dumps = _dumps_alone(tmp_path, run_dir)
     finally:
         job.end()
     led = ddpdoctor(["hang", "--nproc-per-node", "2", "--timeout", "8", str(script), *args], tmp_path, timeout=120)
