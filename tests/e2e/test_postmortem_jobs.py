@@ -27,6 +27,10 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         return d
 
     cases = (("extra", None, {0, 1}), ("kill", 8, {0}), ("raise", 8, {0}), ("healthy", None, {0, 1}))
+    # the worker's base folder made here, before the threads: pytest makes it on first use, and four threads
+    # that all find it missing race to make it ("File exists: .../popen-gw1", or "kill-0 is not a normalized
+    # and relative path" from the one that lost), where this module is the first of its worker to ask
+    tmp_path_factory.getbasetemp()
     # side by side: two of them wait out torchrun's 8 s monitor interval, which costs no CPU
     with ThreadPoolExecutor(len(cases)) as pool:
         futures = {case: pool.submit(one, case, monitor, want) for case, monitor, want in cases}
