@@ -35,6 +35,7 @@ def _rank_cost(rec: Any) -> dict[str, Any] | None:
         "exact_us": float(c.get("exact_us") or 0),
         "calls": int(c.get("calls") or 0),
         "timed": int(c.get("timed") or 0),
+        "gc_skipped": int(c.get("gc_skipped") or 0),  # timed calls a collection ran in, left out (rank/cost.py)
     }
     if steps > 0:
         out["train_us_per_step"] = out["train_us"] / steps

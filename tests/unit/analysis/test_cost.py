@@ -32,7 +32,7 @@ def _run(root: Path) -> RunBuilder:
             ncoll=1000,
             seq={"0": 1000},
             exception=False,
-            cost={"train_us": train_us, "bg_us": 20_000, "exact_us": 0, "calls": 4000, "timed": 307},
+            cost={"train_us": train_us, "bg_us": 20_000, "exact_us": 0, "calls": 4000, "timed": 307, "gc_skipped": r},
         )
     b.add(None, "monitor.jsonl", "exit", 2.5, returncode=0, cpu_s=0.05)
     return b
@@ -43,6 +43,7 @@ def test_the_cost_per_step_is_the_median_ranks_with_its_share_of_the_step(tmp_pa
     c = cost.compute(load_run(str(tmp_path)))
     assert c["ranks"]["0"]["train_us_per_step"] == 3.0 and c["ranks"]["1"]["train_us_per_step"] == 5.0
     assert c["train_us_per_step"] == 4.0 and abs(c["step_ms"] - 2.0) < 1e-9
+    assert [c["ranks"][r]["gc_skipped"] for r in ("0", "1")] == [0, 1]
     assert abs(c["train_pct"] - 0.2) < 1e-9 and c["background_us_per_step"] == 20.0
     assert abs(c["monitor_us_per_step"] - 50.0) < 1e-9 and abs(c["monitor_pct"] - 2.5) < 1e-9
     assert cost.line(c) == (
