@@ -717,8 +717,9 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
         # call may be new while the other's continues what every rank did, but that names nobody: a rank that
         # left the loop early and a rank that made an extra call before (the sequence shifted, its extra call
         # met another's regular one) leave the same dumps; only lines or history tell them apart
-        left = () if judge.rarest(shapes) else _new_call(inp, pend, shapes)
-        odd = judge.rarest(shapes) or tuple(sorted(shapes))
+        rare = judge.rarest(shapes)
+        left = () if rare else _new_call(inp, pend, shapes)
+        odd = rare or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
         fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
         parts = "; ".join(
@@ -726,10 +727,11 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
             for r, e in sorted(pend.items())
         )
         if left:
-            other = ranks_phrase(tuple(r for r in sorted(pend) if r not in left))
+            stay = [r for r in sorted(pend) if r not in left]
+            other = ranks_phrase(tuple(stay))
             parts += (
                 f"; {ranks_phrase(left)} went on to a call no rank made before while {other} continue"
-                f"{'s' if len(pend) - len(left) == 1 else ''} the calls all made ({_calls(shapes[_first_not(pend, left)])}): "
+                f"{'s' if len(stay) == 1 else ''} the calls all made ({_calls(shapes[stay[0]])}): "
                 f"either {ranks_phrase(left)} left the loop early, or {other} made an extra call earlier that met "
                 "a regular one and shifted every call after it; the dumps cannot tell which"
                 + (
@@ -765,10 +767,6 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
         ev,
         culprits=(),
     )
-
-
-def _first_not(pend: dict[int, Entry], ranks: tuple[int, ...]) -> int:
-    return next(r for r in sorted(pend) if r not in ranks)
 
 
 def _new_call(inp: Inputs, pend: dict[int, Entry], shapes: dict[int, tuple]) -> tuple[int, ...]:
