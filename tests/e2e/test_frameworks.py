@@ -124,9 +124,10 @@ def test_lightning_without_distributed_sampler_overlaps(tmp_path):
     assert f["evidence"]["overlap"] == 1.0 and "use_distributed_sampler" in f["hint"], f
 
 
-def test_plain_script_without_sampler_still_overlaps(tmp_path):
+def test_plain_script_without_sampler_still_overlaps(shared_job):
+    # the control for the frameworks' overlap cases above: the same job as test_check_probes.py's, run once
     script = PROBES / "check_no_sampler.py"
-    r = _run(tmp_path, "check", script)
+    r = shared_job.run(script_argv("check", str(script)))
     assert r.code == 1, r.out + r.err[-3000:]
     f = finding(r.report, "data.shard-overlap")
     assert tuple(f["culprits"]) == (0, 1)

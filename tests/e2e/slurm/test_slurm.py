@@ -129,7 +129,9 @@ class Job:
         return out
 
     def run_dirs(self) -> list[str]:
-        return sorted(p.name for p in (self.cluster.scratch / "ddpdoctor-runs").iterdir() if self.job_id() in p.name)
+        # <command>-<job id>.<step>-<node>-<host>-<time>: the job's id as a whole field (job 2 is not in "hang-12.0-...")
+        rx = re.compile(rf"^[a-z]+-{self.job_id()}\.\d+-")
+        return sorted(p.name for p in (self.cluster.scratch / "ddpdoctor-runs").iterdir() if rx.match(p.name))
 
     def job_id(self) -> str:
         m = re.search(r"--rdzv-id (\d+)\.", self.text())
@@ -144,25 +146,6 @@ class Job:
 
 def _ids(rep: dict) -> list[str]:
     return [f["id"] for f in rep["findings"]]
-
-
-@pytest.mark.nodes(2)
-def test_healthy_job_needs_no_options_and_is_ok_on_every_node(slurm: SlurmCluster) -> None:
-    job = Job(slurm, ["-N2", "--ntasks-per-node=1"], "healthy", "--nproc-per-node", "1")
-    assert job.wait() == 0, job.text()[-4000:]
-    reps = job.reports()
-    assert sorted(reps) == ["n0-0", "n1-0"]
-    for rep in reps.values():
-        assert rep["verdict"] == "ok", rep["findings"]
-        assert "multinode.partial-view" not in _ids(rep)
-        assert [r["rank"] for r in rep["ranks"]] == [0, 1]
-    # the report is printed once, by the judge; node 1 points at it in one line
-    assert "no findings" in job.text(0) and "no findings" not in job.text(1)
-    assert re.search(r"OK \(exit code 0\): the job's report is printed by node 0 \(n0\), its records in ", job.text(1))
-    jid = job.job_id()
-    # the step's id and ports: no --rdzv-endpoint, --rdzv-id given; run directories name step, node and host
-    assert re.search(rf"--rdzv-endpoint n0:2\d{{4}} --rdzv-id {jid}\.0\b", job.text())
-    assert [d.rsplit("-", 2)[0] for d in job.run_dirs()] == [f"hang-{jid}.0-n0-n0", f"hang-{jid}.0-n1-n1"]
 
 
 @pytest.mark.nodes(2)
@@ -214,6 +197,8 @@ def test_scancel_mid_run_ends_everything_and_keeps_the_records(slurm: SlurmClust
 
 @pytest.mark.nodes(2)
 def test_two_jobs_on_the_same_nodes_are_each_judged_on_their_own(slurm: SlurmCluster) -> None:
+    """A hanging job and a healthy one on the same nodes at once; the healthy one also carries the checks of a
+    healthy job run with no options (one job fewer in the suite)."""
     hang = Job(slurm, ["-N2", "--ntasks-per-node=1"], "conditional", "--nproc-per-node", "2", pause=0.4)
     ok = Job(slurm, ["-N2", "--ntasks-per-node=1"], "healthy", "--nproc-per-node", "2", pause=0.4)
     rc_hang, rc_ok = hang.wait(), ok.wait()
@@ -224,9 +209,19 @@ def test_two_jobs_on_the_same_nodes_are_each_judged_on_their_own(slurm: SlurmClu
     for rep in hang.reports().values():
         f = finding(rep, "hang.rank-conditional-collective")
         assert f["culprits"] == [2] and "rank 2 on node 1 (host n1)" in f["message"]
-    for rep in ok.reports().values():
+    oks = ok.reports()
+    assert sorted(oks) == ["n0-0", "n1-0"]
+    for rep in oks.values():
         assert rep["verdict"] == "ok" and "multinode.partial-view" not in _ids(rep), rep["findings"]
         assert [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3]
+    # the healthy job needed no options: the report is printed once, by the judge, and node 1 points at it in
+    # one line; the step's id and ports come from SLURM (no --rdzv-endpoint given, --rdzv-id the step's), and
+    # the run directories name step, node and host
+    assert "no findings" in ok.text(0) and "no findings" not in ok.text(1)
+    assert re.search(r"OK \(exit code 0\): the job's report is printed by node 0 \(n0\), its records in ", ok.text(1))
+    jid = ok.job_id()
+    assert re.search(rf"--rdzv-endpoint n0:2\d{{4}} --rdzv-id {jid}\.0\b", ok.text())
+    assert [d.rsplit("-", 2)[0] for d in ok.run_dirs()] == [f"hang-{jid}.0-n0-n0", f"hang-{jid}.0-n1-n1"]
     # each job served its own store: nobody joined the other's
     assert f"job '{hang.job_id()}.0'" in hang.text() and f"job '{hang.job_id()}.0'" not in ok.text()
     hang.timings(hang.fault(), {0: "n0", 1: "n1"})
