@@ -242,10 +242,10 @@ SchedulerType=sched/builtin
             start_new_session=True,
         )
 
-    def jobs(self) -> list[str]:
-        """The job ids SLURM still holds as pending or running."""
+    def jobs(self) -> dict[str, str]:
+        """The jobs SLURM still holds (pending, running, completing): job id -> squeue's state."""
         out = self.run_on("n0", "squeue", "-h", "-o", "%i %t", timeout=15).stdout
-        return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[1] not in ("CD", "F")]
+        return {f[0]: f[1] for f in map(str.split, out.splitlines()) if len(f) > 1 and f[1] not in ("CD", "F")}
 
     def node_pids(self, node: str) -> list[int]:
         """Every process in ``node``'s network namespace."""
@@ -279,17 +279,25 @@ SchedulerType=sched/builtin
         try:
             if "slurmctld" in self.daemons and self.daemons["slurmctld"].poll() is None:
                 self.run_on("n0", "scancel", "--full", "--user=root", timeout=15)
+                # until the jobs are gone or only completing: a job whose node was killed stays completing until
+                # slurmctld gives the node up (tens of seconds, idle); its processes are killed by pid below
                 deadline = time.time() + 30
-                while time.time() < deadline and self.jobs():
+                while time.time() < deadline and any(st != "CG" for st in self.jobs().values()):
                     time.sleep(0.5)
         except (subprocess.SubprocessError, OSError):
             pass
-        for name in sorted(self.daemons, key=lambda k: k == "munged"):  # munged last: the others need it
-            p = self.daemons[name]
-            if p.poll() is None:
+        # SIGTERM to slurmctld and every slurmd at once, then SIGKILL to those still there after 5 s (a slurmd
+        # whose job is still completing waits for its slurmstepd: 15 s each, one after the other, before);
+        # munged last: the others need it
+        order = sorted(self.daemons, key=lambda k: k == "munged")
+        for batch in ([n for n in order if n != "munged"], [n for n in order if n == "munged"]):
+            live = [self.daemons[n] for n in batch if self.daemons[n].poll() is None]
+            for p in live:
                 p.terminate()
+            deadline = time.time() + 5
+            for p in live:
                 try:
-                    p.wait(timeout=15)
+                    p.wait(timeout=max(0.1, deadline - time.time()))
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(timeout=5)
