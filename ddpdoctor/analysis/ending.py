@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ddpdoctor.analysis.findings import Finding, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.ids import CRASH_ABNORMAL_EXIT, MULTINODE_PARTIAL_VIEW
 from ddpdoctor.analysis.state import TEARDOWN_ABORT, is_transport_error, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -95,7 +96,7 @@ def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
         return []  # one node: the ranks are not elsewhere, their records are gone (rundir.records-missing)
     return [
         Finding(
-            "multinode.partial-view",
+            MULTINODE_PARTIAL_VIEW,
             "warning",
             f"this run saw {ranks_phrase(record.ranks)} of {world}; {unseen_phrase(unseen)}",
             "A verdict here covers this node's ranks only. Run ddpdoctor analyze with every node's run "
@@ -157,6 +158,6 @@ def unexplained(record: RunRecord, findings: list[Finding]) -> list[Finding]:
         ev["unseen_ranks"] = unseen
     return [
         Finding(
-            "crash.abnormal-exit", "error", msg, hint, tuple(sorted(ended)), tuple(locs), ev, culprits=tuple(culprits)
+            CRASH_ABNORMAL_EXIT, "error", msg, hint, tuple(sorted(ended)), tuple(locs), ev, culprits=tuple(culprits)
         )
     ]

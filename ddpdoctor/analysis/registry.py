@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from ddpdoctor.analysis import check, cost, ending, figures, hang, memleak, profile, selfcheck
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
 from ddpdoctor.analysis.hang import multinode
+from ddpdoctor.analysis.ids import DATA_UNEVEN_BATCHES, HANG_UNEVEN_BATCHES
 from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
 from ddpdoctor.errors import ExitCode
 from ddpdoctor.record import schema
@@ -41,23 +43,48 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     findings += ending.partial_view(record, findings)
     findings = multinode.adjust(record, findings)  # a lost node's victims; each culprit's node
     ids = {f.id for f in findings}
-    if "hang.uneven-batches" in ids:
-        findings = [f for f in findings if f.id != "data.uneven-batches"]
-    findings.sort(key=lambda f: severity_rank(f.severity))
-    findings, notes = pick(findings, config)
-    notes = incomplete(record) + notes
-    verdict, code = verdict_of(findings, config.fail_on)
-    return Report(
+    if HANG_UNEVEN_BATCHES in ids:
+        findings = [f for f in findings if f.id != DATA_UNEVEN_BATCHES]
+    return conclude(
+        findings,
+        config,
         command=command or str(record.manifest.get("command", "analyze")),
-        verdict=verdict,
-        exit_code=code,
         run_dir=record.run_dir,
-        findings=tuple(findings),
-        ranks=tuple(rank_lines(record, config)),
-        summary=_summary(verdict, findings),
-        notes=notes,
+        ranks=rank_lines(record, config),
+        notes=incomplete(record),
         figures=figures.compute(record),
         cost=cost.compute(record),
+    )
+
+
+def conclude(
+    findings: list[Finding],
+    config: Config,
+    *,
+    command: str,
+    run_dir: str,
+    ranks: Sequence[RankLine] = (),
+    notes: Sequence[str] = (),
+    figures: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
+) -> Report:
+    """The one way from findings to a Report, for a run directory (``diagnose``) and a post-mortem of torch's
+    own records alike: the most severe first, ``--select``/``--ignore`` (and the note that says what they left
+    out), the verdict and exit code by the catalog (``verdict_of``)."""
+    found = sorted(findings, key=lambda f: severity_rank(f.severity))
+    found, left = pick(found, config)
+    verdict, code = verdict_of(found, config.fail_on)
+    return Report(
+        command=command,
+        verdict=verdict,
+        exit_code=code,
+        run_dir=run_dir,
+        findings=tuple(found),
+        ranks=tuple(ranks),
+        summary=_summary(verdict, found),
+        notes=(*notes, *left),
+        figures=figures or {},
+        cost=cost or {},
     )
 
 
@@ -95,11 +122,16 @@ def verdict_of(findings: list[Finding], fail_on: str = "error") -> tuple[Verdict
     ranks first (could not run, hang, crash, findings) and, among those, the lowest exit code (a script that
     is not distributed at all is bad input, 2, before could not run, 4). No error: OK, exit 0, or 1 where a
     finding is at least as severe as ``fail_on``."""
-    errors = [entry(f.id) for f in findings if f.severity == "error"]
+    errors = []
+    for f in findings:
+        if f.severity == "error":
+            e = entry(f.id)
+            # the one fact of the evidence an id's verdict depends on: ranks that wait for its culprits
+            errors.append(e.waited if e.waited and f.evidence.get("waiting") else (e.verdict, e.exit_code))
     if errors:
-        top = min(VERDICT_RANK[e.verdict] for e in errors)
-        first = [e for e in errors if VERDICT_RANK[e.verdict] == top]
-        return first[0].verdict, min(e.exit_code for e in first)
+        top = min(VERDICT_RANK[v] for v, _c in errors)
+        first = [(v, c) for v, c in errors if VERDICT_RANK[v] == top]
+        return first[0][0], min(c for _v, c in first)
     failing = fail_on != "error" and any(severity_rank(f.severity) <= severity_rank(fail_on) for f in findings)
     return "ok", ExitCode.FINDINGS if failing else ExitCode.OK
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import PROBE_INTERNAL_ERROR
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -24,7 +25,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     for (where, err, missing), ranks in sorted(errs.items()):
         out.append(
             Finding(
-                "probe.internal-error",
+                PROBE_INTERNAL_ERROR,
                 "note",
                 f"ddpdoctor's {where} failed on {ranks_phrase(ranks)} ({err}): {missing}",
                 "This is a ddpdoctor bug, not your script's: please report it with this message. The verdict "

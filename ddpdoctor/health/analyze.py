@@ -10,6 +10,22 @@ import re
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import (
+    DOCTOR_CLOCK_SKEW,
+    DOCTOR_COLLECTIVE_FAILED,
+    DOCTOR_COLLECTIVE_WRONG,
+    DOCTOR_HANG,
+    DOCTOR_INIT_FAILED,
+    DOCTOR_LAUNCH_FAILED,
+    DOCTOR_LOW_BUSBW,
+    DOCTOR_MASTER_ADDR,
+    DOCTOR_MASTER_UNREACHABLE,
+    DOCTOR_PORT_IN_USE,
+    DOCTOR_RANK_ERROR,
+    DOCTOR_RANK_MISSING,
+    DOCTOR_SOCKET_IFNAME,
+    DOCTOR_WORLD_SIZE_MISMATCH,
+)
 
 BUS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -125,13 +141,13 @@ def merge_bandwidth(ranks: dict[int, dict[str, Any]], world: int) -> list[dict[s
 _LAUNCH_PATTERNS = [
     (
         re.compile(r"Unable to find address for:? *(\S+)"),
-        "doctor.socket-ifname",
+        DOCTOR_SOCKET_IFNAME,
         "the socket interface {0} does not exist on a node",
         "Set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to an interface every node has (`ip -br addr`), or unset it.",
     ),
     (
         re.compile(r"[Aa]ddress already in use|EADDRINUSE"),
-        "doctor.port-in-use",
+        DOCTOR_PORT_IN_USE,
         "the rendezvous port is already in use",
         "Choose a free --master-port, or end the job that holds it (`ss -ltnp`).",
     ),
@@ -140,7 +156,7 @@ _LAUNCH_PATTERNS = [
             r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
             r"getaddrinfo"
         ),
-        "doctor.master-addr",
+        DOCTOR_MASTER_ADDR,
         "the master address does not resolve",
         "Use the master node's IP address or a name every node resolves.",
     ),
@@ -150,7 +166,7 @@ _LAUNCH_PATTERNS = [
             r"timed out.*(connect|store|rendezvous)|failed to connect|RendezvousTimeoutError|"
             r"(Socket|Client) Timeout"
         ),
-        "doctor.master-unreachable",
+        DOCTOR_MASTER_UNREACHABLE,
         "the ranks could not reach the rendezvous (MASTER_ADDR:MASTER_PORT)",
         "Check that the master node runs the same command, that MASTER_ADDR is its address on the network the "
         "nodes share, and that no firewall blocks MASTER_PORT (`nc -zv MASTER_ADDR MASTER_PORT` from each node).",
@@ -195,7 +211,7 @@ def findings(
                 c[:3]
                 if c
                 else (
-                    "doctor.init-failed",
+                    DOCTOR_INIT_FAILED,
                     "init_process_group failed",
                     "Read the message; `ddpdoctor doctor --json -` shows the environment.",
                 )
@@ -222,7 +238,7 @@ def findings(
             why = f"within {timed_out:.0f} s" if timed_out else "before it ended"
             out.append(
                 Finding(
-                    "doctor.launch-failed",
+                    DOCTOR_LAUNCH_FAILED,
                     "error",
                     f"torchrun started no rank {why}" + (f" ({tail})" if tail else ""),
                     "Check the torchrun options (--nnodes, --rdzv-endpoint, --master-addr/--master-port): "
@@ -235,7 +251,7 @@ def findings(
     if expected_world and world and world != expected_world:
         out.append(
             Finding(
-                "doctor.world-size-mismatch",
+                DOCTOR_WORLD_SIZE_MISMATCH,
                 "error",
                 f"the process group has {world} ranks, {expected_world} expected from --nnodes x --nproc-per-node",
                 "Give every node the same --nnodes and --nproc-per-node; check "
@@ -247,7 +263,7 @@ def findings(
         absent = sorted(set(range(expected_world)) - set(ranks))
         out.append(
             Finding(
-                "doctor.rank-missing",
+                DOCTOR_RANK_MISSING,
                 "error",
                 f"{ranks_phrase(absent)} never started within {timed_out:.0f} s",
                 "See torchrun.log in the run directory.",
@@ -259,7 +275,7 @@ def findings(
     if stuck and timed_out:
         out.append(
             Finding(
-                "doctor.hang",
+                DOCTOR_HANG,
                 "error",
                 f"{ranks_phrase(stuck)} did not finish within {timed_out:.0f} s (stage: "
                 f"{', '.join(sorted(set(map(str, stuck.values()))))})",
@@ -274,7 +290,7 @@ def findings(
         r0 = min(late)
         out.append(
             Finding(
-                "doctor.rank-error",
+                DOCTOR_RANK_ERROR,
                 "error",
                 f"{ranks_phrase(late)} failed during {late[r0]['stage']}: {late[r0]['type']}: {late[r0]['message']}",
                 "A collective timed out or the process group broke: see the collectives above for "
@@ -291,7 +307,7 @@ def findings(
         rs = sorted({r for c in rows for r in c["wrong_ranks"]})
         out.append(
             Finding(
-                "doctor.collective-wrong",
+                DOCTOR_COLLECTIVE_WRONG,
                 "error",
                 f"{op} returns a wrong result ({', '.join(c['dtype'] for c in rows)}) on "
                 f"{ranks_phrase(rs)}: {rows[0]['detail']}",
@@ -301,14 +317,14 @@ def findings(
                 evidence={"checks": rows},
             )
         )
-    rank_level = any(f.id in ("doctor.hang", "doctor.rank-error") or f.id in env_ids for f in out) or init_err
+    rank_level = any(f.id in (DOCTOR_HANG, DOCTOR_RANK_ERROR) or f.id in env_ids for f in out) or init_err
     failed = [c for c in collectives if c["failed_ranks"] or (c["missing_ranks"] and not rank_level)]
     if failed:
         rs = sorted({r for c in failed for r in c["failed_ranks"] + c["missing_ranks"]})
         names = sorted({f"{c['op']} {c['dtype']}" for c in failed})
         out.append(
             Finding(
-                "doctor.collective-failed",
+                DOCTOR_COLLECTIVE_FAILED,
                 "error",
                 f"{len(failed)} collective check(s) raised on {ranks_phrase(rs)} ({', '.join(names[:6])}"
                 f"{' ...' if len(names) > 6 else ''}): {failed[0]['detail']}",
@@ -327,7 +343,7 @@ def findings(
             far = max(clocks, key=lambda r: abs(clocks[r] - sorted(clocks.values())[len(clocks) // 2]))
             out.append(
                 Finding(
-                    "doctor.clock-skew",
+                    DOCTOR_CLOCK_SKEW,
                     "warning",
                     f"the nodes' clocks differ by {skew:.1f} s (rank {far} is furthest off)",
                     "Run NTP/chrony on every node: timestamps in logs and traces do not line up across "
@@ -342,7 +358,7 @@ def findings(
         if not ar:
             out.append(
                 Finding(
-                    "doctor.low-busbw",
+                    DOCTOR_LOW_BUSBW,
                     "error",
                     f"--min-busbw {min_busbw:g}: no all_reduce bandwidth was measured",
                     "See the findings above.",
@@ -353,7 +369,7 @@ def findings(
             if top["busbw_gbps"] < min_busbw:
                 out.append(
                     Finding(
-                        "doctor.low-busbw",
+                        DOCTOR_LOW_BUSBW,
                         "error",
                         f"all_reduce bus bandwidth at {_size(top['bytes'])} is {top['busbw_gbps']:.3g} GB/s, "
                         f"below --min-busbw {min_busbw:g} (slowest rank {top['slowest_rank']})",

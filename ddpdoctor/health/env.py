@@ -12,6 +12,15 @@ import threading
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.analysis.ids import (
+    DOCTOR_GPU_ECC,
+    DOCTOR_MASTER_ADDR,
+    DOCTOR_NO_TORCH,
+    DOCTOR_OPEN_FILES,
+    DOCTOR_PORT_IN_USE,
+    DOCTOR_SHM_SMALL,
+    DOCTOR_SOCKET_IFNAME,
+)
 from ddpdoctor.health import frsettings
 
 SHM_MIN = 1 << 30  # Docker's default /dev/shm is 64 MiB: DataLoader workers die with a bus error
@@ -208,7 +217,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
         if missing:
             out.append(
                 Finding(
-                    "doctor.socket-ifname",
+                    DOCTOR_SOCKET_IFNAME,
                     "error" if used else "warning",
                     f"{var}={value} names {'an interface' if len(missing) == 1 else 'interfaces'} "
                     f"this host does not have: {', '.join(missing)}"
@@ -222,7 +231,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
             if down:
                 out.append(
                     Finding(
-                        "doctor.socket-ifname",
+                        DOCTOR_SOCKET_IFNAME,
                         "error" if used else "warning",
                         f"{var}={value}: interface {down[0]} is down",
                         f"Bring it up or name another interface (up here: {ok_names}).",
@@ -233,7 +242,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
     if shm and shm["total_bytes"] < SHM_MIN:
         out.append(
             Finding(
-                "doctor.shm-small",
+                DOCTOR_SHM_SMALL,
                 "warning",
                 f"/dev/shm is {shm['total_bytes'] / 2**20:.0f} MiB (Docker's default is 64 MiB): DataLoader "
                 "workers pass batches through it and die with a bus error when it is full",
@@ -246,7 +255,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
     if nofile and 0 <= nofile.get("soft", NOFILE_MIN) < NOFILE_MIN:
         out.append(
             Finding(
-                "doctor.open-files",
+                DOCTOR_OPEN_FILES,
                 "warning",
                 f"open-files limit is {nofile['soft']} (hard {nofile['hard']}): DataLoader workers "
                 "share tensors through file descriptors and fail with 'Too many open files'",
@@ -260,7 +269,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
     if m.get("addr") and m.get("error"):
         out.append(
             Finding(
-                "doctor.master-addr",
+                DOCTOR_MASTER_ADDR,
                 "error",
                 f"MASTER_ADDR {m['addr']} does not resolve: {m['error']}",
                 "Use the master node's IP address or a name every node resolves (check /etc/hosts and "
@@ -271,7 +280,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
     if m.get("port_free") is False:
         out.append(
             Finding(
-                "doctor.port-in-use",
+                DOCTOR_PORT_IN_USE,
                 "error",
                 f"port {m['port']} on {m['addr']} is already in use on this host: the rendezvous "
                 "store cannot listen there",
@@ -283,7 +292,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
         if d.get("ecc_uncorrected"):
             out.append(
                 Finding(
-                    "doctor.gpu-ecc",
+                    DOCTOR_GPU_ECC,
                     "warning",
                     f"GPU {d['index']} ({d['name']}) reports {d['ecc_uncorrected']} uncorrected ECC "
                     "errors since the driver loaded",
@@ -296,7 +305,7 @@ def findings(env: dict[str, Any], backend: str) -> list[Finding]:
     if env.get("torch") is None:
         out.append(
             Finding(
-                "doctor.no-torch",
+                DOCTOR_NO_TORCH,
                 "error",
                 str(env.get("error", "torch is not importable")),
                 "Install PyTorch in this environment.",

@@ -15,6 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.analysis.ids import (
+    DOCTOR_DEBUG_DETAIL,
+    DOCTOR_FR_BUFFER_OFF,
+    DOCTOR_FR_DUMP_TMP,
+    DOCTOR_FR_HEARTBEAT_TIMEOUT,
+    DOCTOR_FR_OLD_NAME,
+)
 
 # (new name, old name): torch reads the new one first
 RENAMED = (
@@ -70,7 +77,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
         if new in v and v[new] != v[old]:
             out.append(
                 Finding(
-                    "doctor.fr-old-name",
+                    DOCTOR_FR_OLD_NAME,
                     "warning",
                     f"{old}={v[old]} and {new}={v[new]} are both set: torch reads {new} and ignores {old}",
                     f"Unset {old} and keep one value in {new}.",
@@ -80,7 +87,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
         elif new not in v:
             out.append(
                 Finding(
-                    "doctor.fr-old-name",
+                    DOCTOR_FR_OLD_NAME,
                     "note",
                     f"{old} is the old name of {new}: still read, but {new} wins when both are set "
                     "(a launcher that sets the new one silently overrides yours)",
@@ -100,7 +107,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if dump_wanted and size == 0:
         out.append(
             Finding(
-                "doctor.fr-buffer-off",
+                DOCTOR_FR_BUFFER_OFF,
                 "warning",
                 "dumps are asked for (TORCH_NCCL_DUMP_ON_TIMEOUT / TORCH_FR_DUMP_TEMP_FILE) but the "
                 "flight recorder's buffer size is 0: every dump is empty",
@@ -111,7 +118,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if fr_on and dump_wanted and os.path.abspath(prefix).startswith(NODE_LOCAL):
         out.append(
             Finding(
-                "doctor.fr-dump-tmp",
+                DOCTOR_FR_DUMP_TMP,
                 "warning",
                 f"flight-recorder dumps go to {prefix}<rank>, on node-local storage: a container's or "
                 "a scheduler's teardown (Kubernetes pods, SLURM's private /tmp) removes them with the "
@@ -124,7 +131,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if dump_wanted and settings.get("dump_dir_exists") is False:
         out.append(
             Finding(
-                "doctor.fr-dump-tmp",
+                DOCTOR_FR_DUMP_TMP,
                 "error",
                 f"the folder of TORCH_FR_DUMP_TEMP_FILE ({os.path.dirname(prefix)}) does not exist here: "
                 "torch does not create it, and the dumps are lost",
@@ -136,7 +143,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if v.get("TORCH_NCCL_ENABLE_MONITORING") == "0" and dump_wanted:
         out.append(
             Finding(
-                "doctor.fr-heartbeat-timeout",
+                DOCTOR_FR_HEARTBEAT_TIMEOUT,
                 "warning",
                 "TORCH_NCCL_ENABLE_MONITORING=0 with flight-recorder dumps asked for: the monitor thread "
                 "is what dumps on a watchdog timeout, so a hung job leaves no dump",
@@ -147,7 +154,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if hb is not None and hb < HEARTBEAT_MIN_S:
         out.append(
             Finding(
-                "doctor.fr-heartbeat-timeout",
+                DOCTOR_FR_HEARTBEAT_TIMEOUT,
                 "warning",
                 f"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC={hb}: this is not the collective timeout (that is "
                 "init_process_group(timeout=...), 10 min on NCCL) but how long the watchdog thread itself "
@@ -162,7 +169,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if hb is not None and wait_ms is not None and wait_ms > hb * 1000:
         out.append(
             Finding(
-                "doctor.fr-heartbeat-timeout",
+                DOCTOR_FR_HEARTBEAT_TIMEOUT,
                 "warning",
                 f"TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC={wait_ms} is longer than the heartbeat timeout "
                 f"({hb} s): the monitor aborts the process before the dump it waits for is written",
@@ -173,7 +180,7 @@ def findings(settings: Mapping[str, Any]) -> list[Finding]:
     if v.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
         out.append(
             Finding(
-                "doctor.debug-detail",
+                DOCTOR_DEBUG_DETAIL,
                 "warning",
                 "TORCH_DISTRIBUTED_DEBUG=DETAIL is set: every process group is wrapped in a checking "
                 "wrapper (an extra gloo collective per call to compare shapes across ranks) and DDP logs "

@@ -8,6 +8,29 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ddpdoctor.analysis.findings import Finding, Report, severity_rank
+from ddpdoctor.analysis.ids import (
+    DOCTOR_CLOCK_SKEW,
+    DOCTOR_DEBUG_DETAIL,
+    DOCTOR_FR_BUFFER_OFF,
+    DOCTOR_FR_DUMP_TMP,
+    DOCTOR_FR_HEARTBEAT_TIMEOUT,
+    DOCTOR_FR_OLD_NAME,
+    DOCTOR_GPU_ECC,
+    DOCTOR_HANG,
+    DOCTOR_INIT_FAILED,
+    DOCTOR_LAUNCH_FAILED,
+    DOCTOR_LOW_BUSBW,
+    DOCTOR_MASTER_ADDR,
+    DOCTOR_MASTER_UNREACHABLE,
+    DOCTOR_NO_TORCH,
+    DOCTOR_OPEN_FILES,
+    DOCTOR_PORT_IN_USE,
+    DOCTOR_RANK_ERROR,
+    DOCTOR_RANK_MISSING,
+    DOCTOR_SHM_SMALL,
+    DOCTOR_SOCKET_IFNAME,
+    DOCTOR_WORLD_SIZE_MISMATCH,
+)
 from ddpdoctor.health.analyze import _size
 
 DOCTOR_SCHEMA = "ddpdoctor.doctor"
@@ -212,35 +235,35 @@ def junit(result: dict[str, Any]) -> str:
 
     h = result.get("health")
     if h:
-        env_case("torch", ("doctor.no-torch",))
-        env_case("socket-ifname", ("doctor.socket-ifname",))
-        env_case("master-addr", ("doctor.master-addr", "doctor.port-in-use", "doctor.master-unreachable"))
-        env_case("shm", ("doctor.shm-small",))
-        env_case("open-files", ("doctor.open-files",))
-        env_case("gpus", ("doctor.gpu-ecc",))
+        env_case("torch", (DOCTOR_NO_TORCH,))
+        env_case("socket-ifname", (DOCTOR_SOCKET_IFNAME,))
+        env_case("master-addr", (DOCTOR_MASTER_ADDR, DOCTOR_PORT_IN_USE, DOCTOR_MASTER_UNREACHABLE))
+        env_case("shm", (DOCTOR_SHM_SMALL,))
+        env_case("open-files", (DOCTOR_OPEN_FILES,))
+        env_case("gpus", (DOCTOR_GPU_ECC,))
         env_case(
             "flight-recorder",
             (
-                "doctor.fr-old-name",
-                "doctor.fr-buffer-off",
-                "doctor.fr-dump-tmp",
-                "doctor.fr-heartbeat-timeout",
-                "doctor.debug-detail",
+                DOCTOR_FR_OLD_NAME,
+                DOCTOR_FR_BUFFER_OFF,
+                DOCTOR_FR_DUMP_TMP,
+                DOCTOR_FR_HEARTBEAT_TIMEOUT,
+                DOCTOR_DEBUG_DETAIL,
             ),
         )
         env_case(
             "launch",
             (
-                "doctor.launch-failed",
-                "doctor.init-failed",
-                "doctor.world-size-mismatch",
-                "doctor.rank-missing",
-                "doctor.hang",
-                "doctor.rank-error",
+                DOCTOR_LAUNCH_FAILED,
+                DOCTOR_INIT_FAILED,
+                DOCTOR_WORLD_SIZE_MISMATCH,
+                DOCTOR_RANK_MISSING,
+                DOCTOR_HANG,
+                DOCTOR_RANK_ERROR,
             ),
         )
         if h["world_size"] and len({r.get("host") for r in h["environment"].get("ranks") or []}) > 1:
-            env_case("clock-skew", ("doctor.clock-skew",))
+            env_case("clock-skew", (DOCTOR_CLOCK_SKEW,))
         for r in h["collectives"]:
             name = f"{r['op']} {r['dtype']}" if r["dtype"] != "-" else r["op"]
             if r["ok"] is None:
@@ -252,7 +275,7 @@ def junit(result: dict[str, Any]) -> str:
                     None if r["ok"] else f"{name} ({r['bytes']} B): {r['detail']}",
                     seconds=r["seconds"],
                 )
-        low = {id(f.evidence.get("row")) for f in by_id.get("doctor.low-busbw", [])}
+        low = {id(f.evidence.get("row")) for f in by_id.get(DOCTOR_LOW_BUSBW, [])}
         for b in h["bandwidth"]:
             name = f"{b['op']} {_size(b['bytes'])}"
             if b.get("algbw_gbps") is None:
@@ -265,7 +288,7 @@ def junit(result: dict[str, Any]) -> str:
             else:
                 fail = (
                     next(
-                        (f.message for f in by_id.get("doctor.low-busbw", []) if id(f.evidence.get("row")) == id(b)),
+                        (f.message for f in by_id.get(DOCTOR_LOW_BUSBW, []) if id(f.evidence.get("row")) == id(b)),
                         None,
                     )
                     if low

@@ -12,11 +12,18 @@ from typing import Any
 
 import psutil
 
+from ddpdoctor.analysis.ids import (
+    DOCTOR_MASTER_ADDR,
+    DOCTOR_MASTER_UNREACHABLE,
+    DOCTOR_NO_TORCH,
+    DOCTOR_PORT_IN_USE,
+    DOCTOR_SOCKET_IFNAME,
+)
 from ddpdoctor.health import analyze
 from ddpdoctor.health import env as env_mod
 
 SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
-_BLOCKING = {"doctor.socket-ifname", "doctor.master-addr", "doctor.port-in-use", "doctor.no-torch"}
+_BLOCKING = {DOCTOR_SOCKET_IFNAME, DOCTOR_MASTER_ADDR, DOCTOR_PORT_IN_USE, DOCTOR_NO_TORCH}
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -70,7 +77,7 @@ def _unreachable(log_path: str) -> bool:
             c = analyze.classify(f.read()[-20000:])
     except OSError:
         return False
-    return bool(c and c[0] == "doctor.master-unreachable")
+    return bool(c and c[0] == DOCTOR_MASTER_UNREACHABLE)
 
 
 def launch(

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from ddpdoctor.analysis.findings import severity_rank
+from ddpdoctor.analysis.ids import CRASH_ABNORMAL_EXIT, DOCTOR_PROBE_FAILED
 from ddpdoctor.errors import ExitCode
 
 _EXPECT = re.compile(r"^Expected findings?: (none|[a-z]+\.[a-z0-9-]+)", re.M)  # ids may hold digits (hang.p2p-...)
@@ -184,7 +185,7 @@ def never_began(report: Any) -> str | None:
     if any(rec.event(schema.K_INIT) for rec in record.ranks.values()):
         return None
     for f in report.findings:
-        if f.id == "crash.abnormal-exit" and "ended without finishing" in f.message:
+        if f.id == CRASH_ABNORMAL_EXIT and "ended without finishing" in f.message:
             return f.message
     return None
 
@@ -249,7 +250,7 @@ def run_doctor(
 
                 result["findings"].append(
                     Finding(
-                        "doctor.probe-failed",
+                        DOCTOR_PROBE_FAILED,
                         "error",
                         f"probe {r['probe']} expected {r['expected']}, got {', '.join(r['got']) or 'no findings'}",
                         f"A ddpdoctor detector does not work on this machine: see {r['run_dir']} (`ddpdoctor analyze` "

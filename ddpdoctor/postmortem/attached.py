@@ -14,6 +14,7 @@ import json
 import os
 
 from ddpdoctor.analysis.findings import Finding, Report, severity_rank
+from ddpdoctor.analysis.ids import HANG_DIVERGENT_COLLECTIVE, HANG_EARLY_EXIT, HANG_RANK_CONDITIONAL_COLLECTIVE
 from ddpdoctor.errors import DdpdoctorError
 from ddpdoctor.record import schema
 
@@ -64,9 +65,9 @@ def with_flight_recorder(
     return dataclasses.replace(out, notes=out.notes + tuple(notes))
 
 
-DIVERGENT = "hang.divergent-collective"
+DIVERGENT = HANG_DIVERGENT_COLLECTIVE
 # what the stacks can tell a divergence is, where the dumps see only that the ranks' calls differ
-KINDS = ("hang.early-exit", "hang.rank-conditional-collective")
+KINDS = (HANG_EARLY_EXIT, HANG_RANK_CONDITIONAL_COLLECTIVE)
 
 
 def combine(stacks: Report, fr: Report) -> Report:

@@ -19,6 +19,18 @@ from typing import Any
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
+from ddpdoctor.analysis.ids import (
+    COLLECTIVE_SHAPE_MISMATCH,
+    CRASH_ABNORMAL_EXIT,
+    CRASH_EXCEPTION,
+    HANG_DIVERGENT_COLLECTIVE,
+    HANG_RANK_CONDITIONAL_COLLECTIVE,
+    HANG_SHAPE_MISMATCH,
+    HANG_TIMEOUT,
+    HANG_TRANSPORT_STALL,
+    POSTMORTEM_MIXED_DUMPS,
+    POSTMORTEM_NO_DUMP,
+)
 from ddpdoctor.postmortem.errorfiles import RankError
 from ddpdoctor.postmortem.flight import Dump, Entry, Kind, indices_of, take
 from ddpdoctor.postmortem.inputs import Inputs
@@ -263,7 +275,7 @@ def _crash(
             msg += "; the ranks passed different sizes to one collective (gloo aborts the rank with the smaller one)"
         return [
             Finding(
-                "crash.abnormal-exit",
+                CRASH_ABNORMAL_EXIT,
                 "error",
                 msg,
                 KILLED_HINT,
@@ -282,7 +294,7 @@ def _crash(
         )
         return [
             Finding(
-                "crash.abnormal-exit",
+                CRASH_ABNORMAL_EXIT,
                 "error",
                 msg,
                 KILLED_HINT,
@@ -300,7 +312,7 @@ def _crash(
     )
     return [
         Finding(
-            "crash.exception",
+            CRASH_EXCEPTION,
             "error",
             msg,
             hint,
@@ -480,10 +492,10 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
             locs = _loc(w, user_frame(extra), "diverged") + _loc(w, user_frame(p), "waiting")
             locs += _loc(b, user_frame(met), "its call the extra one met")
             return Finding(
-                "hang.rank-conditional-collective",
+                HANG_RANK_CONDITIONAL_COLLECTIVE,
                 "error",
                 f"a collective is called on some ranks only: {msg}",
-                HINTS["hang.rank-conditional-collective"],
+                HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
                 tuple(sorted({w, b})),
                 tuple(locs),
                 {"source": "flight recorder", "inserted": {"rank": w, "group": extra.group, "seq": extra.seq}},
@@ -589,7 +601,7 @@ def _behind(
         "waits_for": {str(r): sorted(u) for r, u in sorted(unmet.items()) if u},
         "missing": missing,
     }
-    fid = "hang.timeout" if idle else "hang.transport-stall"
+    fid = HANG_TIMEOUT if idle else HANG_TRANSPORT_STALL
     return Finding(
         fid,
         "error",
@@ -662,10 +674,10 @@ def _divergence(
         msg += f"; diverged: {ranks_phrase(extra)}"
         ev["fr_trace_would_blame"] = sorted(unmet.get(extra[0], ()))
         return Finding(
-            "hang.rank-conditional-collective",
+            HANG_RANK_CONDITIONAL_COLLECTIVE,
             "error",
             msg,
-            HINTS["hang.rank-conditional-collective"],
+            HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
             tuple(sorted(stuck)),
             tuple(locs),
             ev,
@@ -683,10 +695,10 @@ def _divergence(
         if s.pending
     )
     return Finding(
-        "hang.divergent-collective",
+        HANG_DIVERGENT_COLLECTIVE,
         "error",
         f"ranks wait in different collectives: {parts}",
-        HINTS["hang.divergent-collective"],
+        HINTS[HANG_DIVERGENT_COLLECTIVE],
         tuple(sorted(stuck)),
         tuple(locs),
         ev,
@@ -721,7 +733,7 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
         left = () if rare else _new_call(inp, pend, shapes)
         odd = rare or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
-        fid = "hang.shape-mismatch" if same_op else "hang.divergent-collective"
+        fid = HANG_SHAPE_MISMATCH if same_op else HANG_DIVERGENT_COLLECTIVE
         parts = "; ".join(
             f"rank {r}: {_calls(shapes[r])} {'/'.join(dict.fromkeys(t for x in shapes[r] for t in x[2]))}{_at(user_frame(e))}"
             for r, e in sorted(pend.items())
@@ -757,11 +769,11 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
         )
     locs = [loc for r, e in sorted(pend.items()) for loc in _loc(r, user_frame(e), "waiting")]
     return Finding(
-        "hang.transport-stall",
+        HANG_TRANSPORT_STALL,
         "error",
         f"every rank issued {e0.call()} (#{e0.seq} of group {e0.group}){_at(user_frame(e0))} and "
         "none completed it: the code paths agree, the transport does not deliver",
-        HINTS["hang.transport-stall"],
+        HINTS[HANG_TRANSPORT_STALL],
         tuple(sorted(pend)),
         tuple(locs),
         ev,
@@ -822,7 +834,7 @@ def _no_dump(
         msg += ": a rank that crashed or was killed writes none; the others show no collective pending"
     ev = {"source": "flight recorder", "missing": missing, "dumped": sorted(inp.dumps), "waiting": bool(waiting)}
     return Finding(
-        "postmortem.no-dump",
+        POSTMORTEM_NO_DUMP,
         severity,
         msg,
         NO_DUMP_HINT,
@@ -864,7 +876,7 @@ def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
         )
     locs = _loc(r, user_frame(last), "waiting" if pending is not None else "last collective")
     return Finding(
-        "postmortem.no-dump",
+        POSTMORTEM_NO_DUMP,
         "error",
         msg,
         NO_DUMP_HINT + " Give torchrun's log folder or the job's log with the dump: they name every rank.",
@@ -886,7 +898,7 @@ def _empty_dumps(inp: Inputs) -> list[Finding]:
     most = max(d.n_entries for d in full)
     return [
         Finding(
-            "postmortem.no-dump",
+            POSTMORTEM_NO_DUMP,
             "error",  # never OK for want of evidence
             f"{ranks_phrase(empty)} left an empty flight-recorder dump (0 entries) while the others recorded up to "
             f"{most} collectives and none is pending: what {'it' if len(empty) == 1 else 'they'} did is unknown "
@@ -956,7 +968,7 @@ def _mixed(inp: Inputs) -> list[Finding]:
     ranks = sorted({x for p in pairs for x in p})
     return [
         Finding(
-            "postmortem.mixed-dumps",
+            POSTMORTEM_MIXED_DUMPS,
             "warning",
             f"the dumps of {ranks_phrase(ranks)} come from different attempts or jobs: the same "
             f"collectives completed although they were created further apart than their timeout (e.g. ranks "
@@ -1049,7 +1061,7 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
         locs = [loc for r in sorted(per) for loc in _loc(r, user_frame(per[r][1]), "mismatched" if r in odd else "")]
         return [
             Finding(
-                "collective.shape-mismatch",
+                COLLECTIVE_SHAPE_MISMATCH,
                 "error",
                 f"ranks passed different shapes or dtypes to {per[min(per)][1].op} #{key[1]} of group {key[0]} "
                 f"and it completed: {parts}; the result is wrong",

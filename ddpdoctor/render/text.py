@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis import cost
 from ddpdoctor.analysis.findings import Report, ranks_phrase
+from ddpdoctor.analysis.ids import MULTINODE_PARTIAL_VIEW
 
 # the commands that run the script under the probes: their reports always have a cost line (another report
 # has one where its record holds the ranks' accounts: `analyze` of a saved run, not a post-mortem)
@@ -20,7 +21,7 @@ _MARK = {"error": "ERROR", "warning": "WARN", "note": "note"}
 
 def render(report: Report) -> str:
     verdict = report.verdict.upper()
-    if report.verdict == "ok" and any(f.id == "multinode.partial-view" for f in report.findings):
+    if report.verdict == "ok" and any(f.id == MULTINODE_PARTIAL_VIEW for f in report.findings):
         verdict = "OK ON THIS NODE"  # never an OK for ranks it could not see
     out = [f"ddpdoctor {report.command}: {verdict} (exit code {report.exit_code})"]
     for f in report.findings:

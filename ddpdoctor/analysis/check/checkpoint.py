@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import CHECKPOINT_MULTIPLE_WRITERS
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -26,7 +27,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         locs = tuple(l for r, e in sorted(by_rank.items()) if (l := loc(r, e.get("site"), "stores")))
         out.append(
             Finding(
-                "checkpoint.multiple-writers",
+                CHECKPOINT_MULTIPLE_WRITERS,
                 "error",
                 f"{ranks_phrase(ranks)} all write {path}: concurrent writes can leave a torn or mixed file",
                 "Save from one rank only (`if dist.get_rank() == 0: torch.save(...)`), then "

@@ -31,6 +31,7 @@ from ddpdoctor.analysis.check.records import (
 from ddpdoctor.analysis.check.shards import _shards
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.ids import DATA_MISSING_SET_EPOCH, DATA_SAMPLER_SEED_MISMATCH, DATA_UNEVEN_BATCHES
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -148,10 +149,10 @@ def _missing_set_epoch(data: dict[int, RankData], record: RunRecord | None = Non
             if (l := loc(r, site, role)) and l not in locs:
                 locs.append(l)
     if record is not None:
-        hint += _framework_hint(record, "data.missing-set-epoch", {})
+        hint += _framework_hint(record, DATA_MISSING_SET_EPOCH, {})
     return [
         Finding(
-            "data.missing-set-epoch",
+            DATA_MISSING_SET_EPOCH,
             "error",
             msg,
             hint,
@@ -198,7 +199,7 @@ def _sampler_seeds(data: dict[int, RankData]) -> list[Finding]:
     shown = "; ".join(f"seed {s} on {ranks_phrase(rs)}" for s, rs in sorted(groups.items(), key=lambda kv: min(kv[1])))
     return [
         Finding(
-            "data.sampler-seed-mismatch",
+            DATA_SAMPLER_SEED_MISMATCH,
             "error",
             f"DistributedSampler seeds differ across ranks ({shown}): each rank shuffles differently, so "
             "shards overlap and leave gaps",
@@ -259,7 +260,7 @@ def _uneven(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
     locs = tuple(l for r in culprits if r in firsts and (l := loc(r, firsts[r].get("site"), "DataLoader")))
     return [
         Finding(
-            "data.uneven-batches",
+            DATA_UNEVEN_BATCHES,
             "warning",
             f"ranks have different numbers of batches per epoch ({_grouped(batches)}): {cause}; "
             f"{ranks_phrase(culprits)} run(s) extra DDP steps whose all-reduce the others never join "

@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import DRIFT_BUFFERS, DRIFT_INIT_MISMATCH, DRIFT_PARAMETERS, SEED_IDENTICAL_STREAMS
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -101,7 +102,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
             locs = tuple(l for l in site.values() if l) + tuple(l for l in seeds.values() if l)
             out.append(
                 Finding(
-                    "drift.init-mismatch",
+                    DRIFT_INIT_MISMATCH,
                     "error",
                     f"model initialisation{which} differs across ranks ({why}): {shown}",
                     "Seed every rank the same before building the model, or keep init_sync=True (the "
@@ -115,7 +116,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
         else:
             out.append(
                 Finding(
-                    "drift.parameters",
+                    DRIFT_PARAMETERS,
                     "error",
                     f"parameters{which} diverged across ranks by DDP forward {step} ({ranks_phrase(odd)} "
                     f"differ{'s' if len(odd) == 1 else ''} from the rest): {shown}",
@@ -145,7 +146,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
         culprits = ranks if no_sync else _odd_ranks(fps, names)
         out.append(
             Finding(
-                "drift.buffers",
+                DRIFT_BUFFERS,
                 "error",
                 f"buffers{which} differ across ranks by DDP forward {step} ({cause}): {shown}",
                 "Keep broadcast_buffers / forward_sync_buffers on, or convert BatchNorm with "
@@ -172,7 +173,7 @@ def _detect_model(record: RunRecord, model: int) -> list[Finding]:
     if not pdiff and same and model == 0:
         out.append(
             Finding(
-                "seed.identical-streams",
+                SEED_IDENTICAL_STREAMS,
                 "note",
                 f"every rank has the same {', '.join(same)} RNG state at its first DDP step: dropout and "
                 "random augmentation draw identical streams on all ranks",

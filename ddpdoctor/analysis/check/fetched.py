@@ -7,6 +7,7 @@ from typing import Any
 
 from ddpdoctor.analysis.check.records import RankData, _framework_hint
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.ids import DATA_SHARD_GAPS, DATA_SHARD_OVERLAP
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 
@@ -184,9 +185,9 @@ def _fetched_overlap(
             "or indices[rank::world_size])."
         )
         ev["pairs"] = len(shared)
-    hint += _framework_hint(record, "data.shard-overlap", loaders)
+    hint += _framework_hint(record, DATA_SHARD_OVERLAP, loaders)
     locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
-    return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=culprits)
+    return Finding(DATA_SHARD_OVERLAP, "error", msg, hint, tuple(ranks), locs, ev, culprits=culprits)
 
 
 def _stream_overlap(
@@ -204,10 +205,10 @@ def _stream_overlap(
         "`itertools.islice(stream, rank, None, world_size)`, and by worker with get_worker_info()), or use "
         "a map-style Dataset with DistributedSampler."
     )
-    hint += _framework_hint(record, "data.shard-overlap", loaders)
+    hint += _framework_hint(record, DATA_SHARD_OVERLAP, loaders)
     locs = tuple(l for r in ranks if (l := loc(r, loaders[r].get("site"), "DataLoader")))
     ev = {"pass": k, "first_batch": lps[ranks[0]].get("first_batch"), "iterable": True}
-    return Finding("data.shard-overlap", "error", msg, hint, tuple(ranks), locs, ev, culprits=tuple(ranks))
+    return Finding(DATA_SHARD_OVERLAP, "error", msg, hint, tuple(ranks), locs, ev, culprits=tuple(ranks))
 
 
 def _fetched_gaps(
@@ -237,7 +238,7 @@ def _fetched_gaps(
             "Give the ranks shards that together cover the data set: DistributedSampler(dataset) over the same "
             "data set on every rank, with nothing else sharding it again."
         )
-    hint += _framework_hint(record, "data.shard-gaps", loaders)
+    hint += _framework_hint(record, DATA_SHARD_GAPS, loaders)
     fetched = {r: int(lp.get("n") or 0) for r, lp in lps.items()}
     locs: list[Location] = []
     for r in ranks:
@@ -247,7 +248,7 @@ def _fetched_gaps(
             if (l := loc(r, site, role)) and all((x.rank, x.file, x.line) != (l.rank, l.file, l.line) for x in locs):
                 locs.append(l)
     return Finding(
-        "data.shard-gaps",
+        DATA_SHARD_GAPS,
         "error",
         f"pass {k}: the ranks together fetched {n - gaps} of the {n} samples; {gaps} are never trained "
         f"on in an epoch: {why}",

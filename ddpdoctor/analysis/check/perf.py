@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.analysis.ids import PERF_GRAD_ACCUM_NO_SYNC
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -34,7 +35,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     locs = tuple(l for r in ranks if (l := loc(r, hits[r][1][0].get("site"), "optimizer step")))
     return [
         Finding(
-            "perf.grad-accum-no-sync",
+            PERF_GRAD_ACCUM_NO_SYNC,
             "warning",
             f"gradient accumulation over {micro} micro-steps all-reduces gradients at every micro-step: "
             f"{micro - 1} of {micro} all-reduces per optimizer step are wasted "

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.findings import ranks_phrase
+from ddpdoctor.analysis.ids import DATA_MISSING_SET_EPOCH, DATA_SHARD_GAPS, DATA_SHARD_OVERLAP
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -161,26 +162,26 @@ def _framework_hint(record: RunRecord, fid: str, loaders: dict[int, dict]) -> st
 
 
 DATA_FRAMEWORK_HINTS = {
-    ("data.shard-overlap", "lightning"): (
+    (DATA_SHARD_OVERLAP, "lightning"): (
         " Lightning: leave Trainer(use_distributed_sampler=True) (the default), which replaces the sampler of the "
         "loaders you return with a DistributedSampler; with use_distributed_sampler=False, shard the data yourself."
     ),
-    ("data.shard-overlap", "accelerate"): (
+    (DATA_SHARD_OVERLAP, "accelerate"): (
         " Accelerate: pass the DataLoader to accelerator.prepare(...) and iterate the loader it returns (it shards "
         "the batches per process); do not iterate the original loader."
     ),
-    ("data.shard-gaps", "accelerate"): (
+    (DATA_SHARD_GAPS, "accelerate"): (
         " Accelerate: give accelerator.prepare(...) a DataLoader with a plain sampler (shuffle=True, no "
         "DistributedSampler): it shards the batches itself."
     ),
-    ("data.shard-gaps", "lightning"): (
+    (DATA_SHARD_GAPS, "lightning"): (
         " Lightning: return a plain DataLoader and let Lightning add the DistributedSampler "
         "(use_distributed_sampler=True)."
     ),
-    ("data.missing-set-epoch", "lightning"): (
+    (DATA_MISSING_SET_EPOCH, "lightning"): (
         " Lightning calls set_epoch on the samplers of the loaders it runs; a loop you run yourself must call it."
     ),
-    ("data.missing-set-epoch", "accelerate"): (
+    (DATA_MISSING_SET_EPOCH, "accelerate"): (
         " Accelerate: a DataLoader built with shuffle=True (no DistributedSampler) and passed through "
         "accelerator.prepare(...) is sharded and gets its epoch set on every pass; a loader you iterate without "
         "prepare needs sampler.set_epoch(epoch)."

@@ -8,6 +8,7 @@ from typing import Any
 from ddpdoctor.analysis.check.fetched import _fetched_shards
 from ddpdoctor.analysis.check.records import Pass, RankData, _grouped, _minority, _trained_loaders
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import DATA_PADDING_DUPLICATES, DATA_SHARD_OVERLAP
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record.reader import RunRecord
 
@@ -43,7 +44,7 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
                 a, b, n = max(shared, key=lambda t: t[2])
                 out.append(
                     Finding(
-                        "data.shard-overlap",
+                        DATA_SHARD_OVERLAP,
                         "error",
                         f"hand-made shards overlap: ranks {a} and {b} share {n} samples of their Subsets "
                         f"({len(shared)} overlapping pair(s) among {ranks_phrase(culprits)})",
@@ -65,7 +66,7 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
             size = firsts[ranks[0]].get("dataset_len")
             out.append(
                 Finding(
-                    "data.shard-overlap",
+                    DATA_SHARD_OVERLAP,
                     "error",
                     f"DataLoader without DistributedSampler ({firsts[ranks[0]].get('sampler')}): every rank "
                     f"iterates the same data set of {size} samples, so each sample is seen {len(ranks)}x per "
@@ -84,7 +85,7 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
         for o, seq in data[r].passes.items():
             for p in seq:
                 by_pass[(o, p.k)][r] = p
-    reported_overlap = any(f.id == "data.shard-overlap" for f in out)
+    reported_overlap = any(f.id == DATA_SHARD_OVERLAP for f in out)
     padded = False
     for (o, k), ps in sorted(by_pass.items()):
         if len(ps) < len(ranks) or any(p.e.get("indices") is None for p in ps.values()):
@@ -106,7 +107,7 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
             padded = True
             out.append(
                 Finding(
-                    "data.padding-duplicates",
+                    DATA_PADDING_DUPLICATES,
                     "note",
                     f"DistributedSampler pads {padding} duplicate sample(s) per epoch so that {n} samples "
                     f"divide over {len(ranks)} ranks (drop_last=False)",
@@ -119,7 +120,7 @@ def _shards(record: RunRecord, data: dict[int, RankData]) -> list[Finding]:
             )
     # 3. what the DataLoader iterators fetched, pass by pass, whoever built or wrapped the loader
     if fetched:
-        out += _fetched_shards(record, data, ranks, skip_overlap=any(f.id == "data.shard-overlap" for f in out))
+        out += _fetched_shards(record, data, ranks, skip_overlap=any(f.id == DATA_SHARD_OVERLAP for f in out))
     return out
 
 
@@ -180,7 +181,7 @@ def _overlap_finding(
         if (l := loc(r, (data[r].inits.get(ps[r].ordinal) or {}).get("site") or ps[r].e.get("site"), "sampler built"))
     )
     return Finding(
-        "data.shard-overlap",
+        DATA_SHARD_OVERLAP,
         "error",
         f"pass {k} of the DistributedSampler: the ranks' shards overlap by {overlap} samples and miss {gaps} "
         f"of {n}: {why}",

@@ -21,6 +21,14 @@ from ddpdoctor.analysis.findings import Finding, Location, Severity, group_value
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
+from ddpdoctor.analysis.ids import (
+    ATTACH_RUNNING,
+    HANG_DIVERGENT_COLLECTIVE,
+    HANG_EARLY_EXIT,
+    HANG_RANK_CONDITIONAL_COLLECTIVE,
+    HANG_TIMEOUT,
+    HANG_TRANSPORT_STALL,
+)
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -265,10 +273,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             )
             return [
                 _finding(
-                    "hang.rank-conditional-collective",
+                    HANG_RANK_CONDITIONAL_COLLECTIVE,
                     "error",
                     msg,
-                    hint_for(record, "hang.rank-conditional-collective"),
+                    hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
                     vs,
                     locs,
                     div,
@@ -288,12 +296,12 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             f"{ranks_phrase(gone)} exited while the others still wait: {group_values({r: desc[r] for r in waiting})}"
             + (f" (the loop is left at {left})" if exits else "")
         )
-        return [_finding("hang.early-exit", "error", msg, hint_for(record, "hang.early-exit"), vs, locs, gone, ev)]
+        return [_finding(HANG_EARLY_EXIT, "error", msg, hint_for(record, HANG_EARLY_EXIT), vs, locs, gone, ev)]
 
     if not stuck:
         return [
             Finding(
-                "attach.running",
+                ATTACH_RUNNING,
                 "note",
                 f"every rank moved between the two stack dumps {ev['interval']} s apart: no hang seen "
                 f"({group_values(desc)})",
@@ -313,13 +321,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             + ("" if sev == "error" else " (a running rank may yet arrive)")
         )
         locs = [_loc(v, "elsewhere") for v in elsewhere.values()] + [_loc(v, "waiting") for v in waiting.values()]
-        return [_finding("hang.timeout", sev, msg, HINTS["hang.timeout"], vs, locs, list(elsewhere), ev)]
+        return [_finding(HANG_TIMEOUT, sev, msg, HINTS[HANG_TIMEOUT], vs, locs, list(elsewhere), ev)]
 
     if not waiting:
         idle = all(v.idle for v in vs.values())
         msg = f"no rank is inside a collective and none moved: {group_values(desc)}"
         locs = [_loc(v, "blocked") for v in vs.values()]
-        return [_finding("hang.timeout", "error" if idle else "warning", msg, BLOCKED_HINT, vs, locs, list(vs), ev)]
+        return [_finding(HANG_TIMEOUT, "error" if idle else "warning", msg, BLOCKED_HINT, vs, locs, list(vs), ev)]
 
     groups: dict[tuple, list[int]] = {}
     for r, v in sorted(waiting.items()):
@@ -333,9 +341,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                 "merge the run directories with `ddpdoctor analyze DIR1 DIR2 ...`."
             )
             return [
-                _finding(
-                    "hang.timeout", "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev
-                )
+                _finding(HANG_TIMEOUT, "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev)
             ]
         idle = all(w.idle for w in waiting.values())
         msg = (
@@ -344,10 +350,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         )
         return [
             _finding(
-                "hang.transport-stall",
+                HANG_TRANSPORT_STALL,
                 "error" if idle else "warning",
                 msg,
-                HINTS["hang.transport-stall"],
+                HINTS[HANG_TRANSPORT_STALL],
                 vs,
                 [_loc(w, "waiting") for w in waiting.values()],
                 [],
@@ -385,10 +391,10 @@ def _divergence(
                 f"{group_values(desc, first=extra)}"
             )
             return _finding(
-                "hang.rank-conditional-collective",
+                HANG_RANK_CONDITIONAL_COLLECTIVE,
                 "error",
                 msg,
-                hint_for(record, "hang.rank-conditional-collective"),
+                hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
                 vs,
                 locs,
                 extra,
@@ -409,10 +415,10 @@ def _divergence(
             f"{vs[leavers[0]].text()}; {group_values({r: desc[r] for r in stay})}"
         )
         return _finding(
-            "hang.early-exit",
+            HANG_EARLY_EXIT,
             "error",
             msg,
-            hint_for(record, "hang.early-exit"),
+            hint_for(record, HANG_EARLY_EXIT),
             vs,
             locs,
             leavers,
@@ -421,6 +427,4 @@ def _divergence(
     culprits = list(judge.rarest({r: key for key, g in groups.items() for r in g})) or sorted(vs)
     locs = [_loc(vs[r], "diverged" if r in culprits and len(culprits) < len(vs) else "waiting") for r in sorted(vs)]
     msg = f"ranks wait in different collectives: {group_values(desc, first=culprits)}"
-    return _finding(
-        "hang.divergent-collective", "error", msg, HINTS["hang.divergent-collective"], vs, locs, culprits, ev
-    )
+    return _finding(HANG_DIVERGENT_COLLECTIVE, "error", msg, HINTS[HANG_DIVERGENT_COLLECTIVE], vs, locs, culprits, ev)

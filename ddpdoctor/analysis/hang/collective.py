@@ -10,6 +10,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values
+from ddpdoctor.analysis.ids import COLLECTIVE_SHAPE_MISMATCH
 from ddpdoctor.analysis.state import describe_op, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -59,7 +60,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         locs: list[Location] = [l for r, e in entries.items() if (l := loc(r, e.get("site"), "mismatched"))]
         return [
             Finding(
-                "collective.shape-mismatch",
+                COLLECTIVE_SHAPE_MISMATCH,
                 "error",
                 f"ranks passed different shapes to {op} #{key[1]} of group {key[0]} and the run went on: "
                 f"{text}; the result is wrong (NCCL does not check)",

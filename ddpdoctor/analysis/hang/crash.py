@@ -10,6 +10,7 @@ import re
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.ids import CRASH_EXCEPTION
 from ddpdoctor.analysis.state import is_transport_error, loc, user_frame_in
 from ddpdoctor.record.reader import RunRecord
 
@@ -77,7 +78,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         hint = "The exception was raised in a DataLoader worker (Dataset.__getitem__ or collate_fn): " + hint
     return [
         Finding(
-            "crash.exception",
+            CRASH_EXCEPTION,
             "error",
             headline,
             hint,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import RUNDIR_RECORDS_MISSING
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RankRecord, RunRecord
 
@@ -144,7 +145,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     culprits = tuple(sorted(set(missing) | set(no_init) | set(no_finish)))
     return [
         Finding(
-            "rundir.records-missing",
+            RUNDIR_RECORDS_MISSING,
             "error",
             "the run directory is damaged: " + "; ".join(parts),
             HINT,

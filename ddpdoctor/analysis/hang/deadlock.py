@@ -44,6 +44,13 @@ from ddpdoctor.analysis.hang.waits import (
     state_text,
     timeout_finding,
 )
+from ddpdoctor.analysis.ids import (
+    HANG_DIVERGENT_COLLECTIVE,
+    HANG_EARLY_EXIT,
+    HANG_RANK_CONDITIONAL_COLLECTIVE,
+    HANG_SHAPE_MISMATCH,
+    HANG_UNEVEN_BATCHES,
+)
 from ddpdoctor.analysis.state import SIZE_MISMATCH, RankState, all_states, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -81,7 +88,7 @@ def _uneven_finding(
         f"{ranks_phrase(fewer)} ran {min(fwd.values())}{batch}"
     )
     return Finding(
-        "hang.uneven-batches",
+        HANG_UNEVEN_BATCHES,
         "error",
         msg,
         uneven_hint(record),
@@ -122,7 +129,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             return [
                 _from_div(
                     record,
-                    "hang.rank-conditional-collective",
+                    HANG_RANK_CONDITIONAL_COLLECTIVE,
                     flipped,
                     states,
                     ev,
@@ -147,7 +154,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             explain(
                 _from_div(
                     record,
-                    "hang.rank-conditional-collective",
+                    HANG_RANK_CONDITIONAL_COLLECTIVE,
                     div,
                     states,
                     ev,
@@ -159,14 +166,14 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if div is not None and div.exclusive:
         return [
             _from_div(
-                record, "hang.rank-conditional-collective", div, states, ev, "a collective is called on some ranks only"
+                record, HANG_RANK_CONDITIONAL_COLLECTIVE, div, states, ev, "a collective is called on some ranks only"
             )
         ]
     if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
         return [
             _from_div(
                 record,
-                "hang.shape-mismatch",
+                HANG_SHAPE_MISMATCH,
                 div,
                 states,
                 ev,
@@ -176,11 +183,11 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     if lens_differ:
         return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
     if div is not None and div.kind == "exited":
-        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others waited")]
+        return [_from_div(record, HANG_EARLY_EXIT, div, states, ev, "rank(s) exited while others waited")]
     if div is not None:
         return [
             as_suspects(
-                _from_div(record, "hang.divergent-collective", div, states, ev, "ranks issued different collectives")
+                _from_div(record, HANG_DIVERGENT_COLLECTIVE, div, states, ev, "ranks issued different collectives")
             )
         ]
     if uneven and not uneven[1]:
@@ -193,10 +200,10 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         gone = [s.rank for s in ended]
         return [
             Finding(
-                "hang.early-exit",
+                HANG_EARLY_EXIT,
                 "error",
                 f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} still needed them",
-                HINTS["hang.early-exit"],
+                HINTS[HANG_EARLY_EXIT],
                 tuple(sorted(states)),
                 tuple(locs),
                 ev,
@@ -322,10 +329,10 @@ def _early_exit(
         departure={"how": dep.how, "file": dep.file, "line": dep.line},
     )
     return Finding(
-        "hang.early-exit",
+        HANG_EARLY_EXIT,
         "error",
         msg,
-        hint_for(record, "hang.early-exit"),
+        hint_for(record, HANG_EARLY_EXIT),
         tuple(sorted(div.slots)),
         tuple(locs),
         ev,
@@ -348,7 +355,7 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
         return [_uneven_finding(record, states, *uneven, ev)]
     div = first_divergence(record, states)
     if div is not None and div.kind == "exited":
-        return [_from_div(record, "hang.early-exit", div, states, ev, "rank(s) exited while others went on")]
+        return [_from_div(record, HANG_EARLY_EXIT, div, states, ev, "rank(s) exited while others went on")]
     fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
     if fewer:
         locs = [l for s in fewer if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
@@ -356,11 +363,11 @@ def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg:
         steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
         return [
             Finding(
-                "hang.early-exit",
+                HANG_EARLY_EXIT,
                 "error",
                 f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
                 f"({steps}) while the others went on",
-                HINTS["hang.early-exit"],
+                HINTS[HANG_EARLY_EXIT],
                 tuple(sorted(states)),
                 tuple(locs),
                 ev,
@@ -386,7 +393,7 @@ def _from_div(
     record: RunRecord, fid: str, div: Divergence, states: dict[int, RankState], ev: dict, what: str
 ) -> Finding:
     locs = []
-    culprit_role = {"hang.early-exit": "exited", "hang.shape-mismatch": "diverged (shape)"}.get(fid, "diverged")
+    culprit_role = {HANG_EARLY_EXIT: "exited", HANG_SHAPE_MISMATCH: "diverged (shape)"}.get(fid, "diverged")
     for r in sorted(div.slots):
         role = culprit_role if r in div.diverged else "waiting"
         l = slot_loc(record, r, div.slots[r], states, role)

@@ -2,37 +2,46 @@
 
 from __future__ import annotations
 
+from ddpdoctor.analysis.ids import (
+    HANG_DIVERGENT_COLLECTIVE,
+    HANG_EARLY_EXIT,
+    HANG_RANK_CONDITIONAL_COLLECTIVE,
+    HANG_SHAPE_MISMATCH,
+    HANG_TIMEOUT,
+    HANG_TRANSPORT_STALL,
+    HANG_UNEVEN_BATCHES,
+)
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 HINTS = {
-    "hang.rank-conditional-collective": (
+    HANG_RANK_CONDITIONAL_COLLECTIVE: (
         "Every rank must make the same collectives in the same order: move the collective out of the "
         "`if rank == ...:` block (guard only the side effect, e.g. printing or saving)."
     ),
-    "hang.early-exit": (
+    HANG_EARLY_EXIT: (
         "A rank left the loop (early stopping, break, return, sys.exit) while the others went on: decide "
         "to stop together, e.g. all_reduce a stop flag (MAX) and break on every rank."
     ),
-    "hang.uneven-batches": (
+    HANG_UNEVEN_BATCHES: (
         "Ranks ran different numbers of DDP steps: use DistributedSampler (drop_last=True for the "
         "DataLoader if the data set does not divide evenly), or wrap the loop in "
         "`with model.join():` (torch.distributed.algorithms.Join)."
     ),
-    "hang.shape-mismatch": (
+    HANG_SHAPE_MISMATCH: (
         "The ranks passed tensors of different shape or dtype to the same collective: make the sizes "
         "agree (pad, or all_gather the sizes first)."
     ),
-    "hang.divergent-collective": (
+    HANG_DIVERGENT_COLLECTIVE: (
         "The ranks issued different collectives at the same position: make the code path that reaches "
         "collectives identical on every rank."
     ),
-    "hang.timeout": (
+    HANG_TIMEOUT: (
         "One rank waited in a collective while another was still busy for longer than --timeout: if the "
         "busy rank is doing rank-only work (evaluation, checkpointing), give the others the same work or "
         "raise the backend timeout; if it never arrives, see where it is."
     ),
-    "hang.transport-stall": (
+    HANG_TRANSPORT_STALL: (
         "Every rank is inside the same collective and nothing moves: a backend or network stall, not a "
         "code divergence. Check interfaces (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), firewalls, and "
         "NCCL_DEBUG=INFO."
@@ -54,20 +63,20 @@ BLOCKED_HINT = (
 )
 
 FRAMEWORK_HINTS = {
-    ("hang.rank-conditional-collective", "lightning"): (
+    (HANG_RANK_CONDITIONAL_COLLECTIVE, "lightning"): (
         " Lightning: hooks run on every rank; `self.all_gather`, `self.log(..., sync_dist=True)` and "
         "`trainer.strategy.barrier()` must be reached by every rank; keep `if self.trainer.is_global_zero:` "
         "around the side effect only (or use `@rank_zero_only` on a function without collectives)."
     ),
-    ("hang.rank-conditional-collective", "accelerate"): (
+    (HANG_RANK_CONDITIONAL_COLLECTIVE, "accelerate"): (
         " Accelerate: `accelerator.gather_for_metrics`, `gather`, `reduce` and `wait_for_everyone()` must run "
         "on every process; keep `if accelerator.is_main_process:` around the printing or saving only."
     ),
-    ("hang.early-exit", "lightning"): (
+    (HANG_EARLY_EXIT, "lightning"): (
         " Lightning: stop every rank together with `self.trainer.should_stop = True` (Lightning syncs it) or "
         "the EarlyStopping callback, never a per-rank return."
     ),
-    ("hang.early-exit", "accelerate"): (
+    (HANG_EARLY_EXIT, "accelerate"): (
         " Accelerate: decide to stop with `accelerator.set_trigger()` and `accelerator.check_trigger()`, which "
         "agree across processes, then break on every rank."
     ),
@@ -104,4 +113,4 @@ def uneven_hint(record: RunRecord) -> str:
             "differ: pass drop_last=True to the DataLoader, or wrap the loop in `with model.join():` "
             "(torch.distributed.algorithms.Join) for inputs that are uneven by design."
         )
-    return HINTS["hang.uneven-batches"]
+    return HINTS[HANG_UNEVEN_BATCHES]

@@ -14,13 +14,14 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, group_values, ranks_phrase
+from ddpdoctor.analysis.ids import MULTINODE_LOST_NODE, MULTINODE_PARTIAL_VIEW
 from ddpdoctor.analysis.state import all_states, describe_op, is_transport_error, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 K_NODE_LOST = "node_lost"  # launch/jobstore.py writes it (monitor.jsonl)
 K_JOB_NOTE = "job_note"
-LOST_ID = "multinode.lost-node"
+LOST_ID = MULTINODE_LOST_NODE
 # what the lost ranks look like to the other detectors (an exit, fewer steps, a timeout, an unexplained end):
 # a finding of these families that blames only the lost ranks and the ranks that lost them is the loss itself
 _EXPLAINED_BY_LOSS = ("hang.", "crash.")
@@ -129,7 +130,7 @@ def adjust(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     note = unreachable_note(record)
     if note:  # say which node could not be seen, and why
         findings = [
-            dataclasses.replace(f, message=f"{f.message}; {note}") if f.id == "multinode.partial-view" else f
+            dataclasses.replace(f, message=f"{f.message}; {note}") if f.id == MULTINODE_PARTIAL_VIEW else f
             for f in findings
         ]
     lost = {r for f in findings if f.id == LOST_ID for r in f.culprits}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.analysis.ids import RUN_FAILED_BEFORE_INIT, RUN_NO_DISTRIBUTED, RUN_NOT_STARTED
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -39,7 +40,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         tail = _torchrun_tail(record)
         return [
             Finding(
-                "run.not-started",
+                RUN_NOT_STARTED,
                 "error",
                 f"no rank started (torchrun exit code {code})" + (f": {tail}" if tail else ""),
                 "Check the torchrun options (see torchrun.log in the run "
@@ -59,7 +60,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             first = (str(err.get("message", "")).strip().splitlines() or [""])[0][:200]
             return [
                 Finding(
-                    "run.failed-before-init",
+                    RUN_FAILED_BEFORE_INIT,
                     "error",
                     f"the script raised {err.get('type')}{at} before init_process_group: {first}",
                     "Fix the error above; ddpdoctor diagnoses the job once the ranks initialise.",
@@ -72,7 +73,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         if fin and fin.get("code") not in (0, None):
             return [
                 Finding(
-                    "run.failed-before-init",
+                    RUN_FAILED_BEFORE_INIT,
                     "error",
                     f"the script exited with code {fin.get('code')} before init_process_group",
                     "Fix what made it exit; ddpdoctor diagnoses the job once the ranks initialise.",
@@ -84,7 +85,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             ]
     return [
         Finding(
-            "run.no-distributed",
+            RUN_NO_DISTRIBUTED,
             "error",
             "the script finished without calling torch.distributed.init_process_group: nothing distributed to diagnose",
             "Run a DDP script (or `--probe healthy` for the built-in healthy job).",

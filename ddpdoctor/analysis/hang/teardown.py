@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, ranks_phrase
+from ddpdoctor.analysis.ids import TEARDOWN_GLOO_ABORT
 from ddpdoctor.analysis.state import TEARDOWN_ABORT
 from ddpdoctor.record.reader import RunRecord
 
@@ -23,7 +24,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         return []
     return [
         Finding(
-            "teardown.gloo-abort",
+            TEARDOWN_GLOO_ABORT,
             "warning",
             f"{ranks_phrase(hit)} finished their work, then aborted at interpreter exit "
             f"('{TEARDOWN_ABORT}'): a known torch/gloo teardown race, not your training code",

@@ -9,6 +9,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
+from ddpdoctor.analysis.ids import HANG_P2P_DEADLOCK, HANG_TIMEOUT, HANG_TRANSPORT_STALL
 from ddpdoctor.analysis.live import op_key
 from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
 from ddpdoctor.record.reader import RunRecord
@@ -66,7 +67,7 @@ def receive_cycle(states: dict[int, RankState]) -> Finding | None:
         if s.where:
             locs.append(Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting"))
     return Finding(
-        "hang.p2p-deadlock",
+        HANG_P2P_DEADLOCK,
         "error",
         f"every rank waits to receive and none sends: {group_values(parts)}",
         P2P_HINT,
@@ -141,10 +142,10 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     if same:
         p = waiting[0].pending or {}
         return Finding(
-            "hang.transport-stall",
+            HANG_TRANSPORT_STALL,
             "error",
             f"all ranks inside the same {p.get('op')} (#{p.get('seq')}) for over {cfg.timeout:g} s",
-            HINTS["hang.transport-stall"],
+            HINTS[HANG_TRANSPORT_STALL],
             tuple(sorted(states)),
             tuple(locs),
             ev,
@@ -154,7 +155,7 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
         text = group_values({s.rank: f"blocked at {at(s.where)}{code(s.where)}" for s in busy})
         locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "blocked") for s in busy if s.where]
         return Finding(
-            "hang.timeout",
+            HANG_TIMEOUT,
             "error",
             f"no rank made progress for {cfg.timeout:g} s: {text}",
             BLOCKED_HINT,
@@ -172,7 +173,7 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     # the run may have waited a second, and "for 60 s" would be untrue
     span = "(the ranks wait on each other)" if ev.get("live") == "deadlock" else f"for {cfg.timeout:g} s"
     msg = f"no progress {span}: {text}"
-    hint = HINTS["hang.timeout"]
+    hint = HINTS[HANG_TIMEOUT]
     if unseen:
         # another node's ranks: this monitor cannot see them, so it cannot tell a stall from a divergence
         from ddpdoctor.analysis.hang.damage import one_node
@@ -184,7 +185,7 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
         )
         ev = dict(ev, unseen_ranks=unseen)
     return Finding(
-        "hang.timeout",
+        HANG_TIMEOUT,
         "error",
         msg,
         hint,

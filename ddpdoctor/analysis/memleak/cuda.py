@@ -14,6 +14,7 @@ from statistics import median
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding
+from ddpdoctor.analysis.ids import MEMLEAK_CUDA, MEMLEAK_CUDA_OUTSIDE_ALLOCATOR, MEMLEAK_CUDA_RESERVED
 from ddpdoctor.analysis.memleak import growth as g
 from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
@@ -82,7 +83,7 @@ def detect(
         files = _files(record, hr[0])
         out.append(
             Finding(
-                "memleak.cuda",
+                MEMLEAK_CUDA,
                 "error",
                 f"CUDA allocated memory grows by {g._mb(per)} per step {g._who(hr, ranks, unknown)} (reserved "
                 f"{'+' + g._mb(reserved) if reserved > 0 else 'flat'} per step): tensors kept on the GPU, a leak, "
@@ -107,7 +108,7 @@ def detect(
         files = _files(record, hr[0])
         out.append(
             Finding(
-                "memleak.cuda-reserved",
+                MEMLEAK_CUDA_RESERVED,
                 "warning",
                 f"the CUDA caching allocator's reserved memory grows by {g._mb(per)} per step "
                 f"{g._who(hr, ranks, unknown)} while allocated memory stays flat: blocks the cache holds and "
@@ -128,7 +129,7 @@ def detect(
         per = median(x["late_slope"] for x in outside.values())
         out.append(
             Finding(
-                "memleak.cuda-outside-allocator",
+                MEMLEAK_CUDA_OUTSIDE_ALLOCATOR,
                 "error",
                 f"this process's GPU memory (NVML) grows by {g._mb(per)} per step {g._who(hr, ranks, unknown)} "
                 "while the caching allocator's reserved memory stays flat: memory outside PyTorch's allocator "

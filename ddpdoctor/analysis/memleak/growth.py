@@ -12,6 +12,13 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list
+from ddpdoctor.analysis.ids import (
+    MEMLEAK_AUTOGRAD_GRAPH,
+    MEMLEAK_DATALOADER_WORKERS,
+    MEMLEAK_PYTHON_OBJECTS,
+    MEMLEAK_RSS,
+    MEMLEAK_TENSORS,
+)
 from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -281,7 +288,7 @@ def _graphs(
     )
     return [
         Finding(
-            "memleak.autograd-graph",
+            MEMLEAK_AUTOGRAD_GRAPH,
             "error",
             msg,
             hint,
@@ -357,7 +364,7 @@ def _tensor_groups(
                 best = (k, g)
         if best:
             hits[r] = best
-    if not hits or "memleak.autograd-graph" in seen and all(h[0][3] for h in hits.values()):
+    if not hits or MEMLEAK_AUTOGRAD_GRAPH in seen and all(h[0][3] for h in hits.values()):
         return []
     k, g = hits[min(hits)]
 
@@ -396,7 +403,7 @@ def _tensor_groups(
     gap, gaps = _skipped_note("holder search", record, [r for r in hr if r not in holders])
     return [
         Finding(
-            "memleak.tensors",
+            MEMLEAK_TENSORS,
             "error",
             f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
             f"{_who(hr, ranks, unknown)}{held}{gap}",
@@ -427,18 +434,18 @@ def _layers(
         return out  # the cause is already named; the layers would repeat it
     specs = [
         (
-            "memleak.dataloader-workers",
+            MEMLEAK_DATALOADER_WORKERS,
             "DataLoader worker processes (RSS)",
             lambda r: [(c["step"], float(sum((c.get("workers") or {}).values()))) for c in census.get(r, [])],
             "host",
         ),
         (
-            "memleak.python-objects",
+            MEMLEAK_PYTHON_OBJECTS,
             "Python objects (count)",
             lambda r: [(c["step"], float(c.get("objects", 0))) for c in census.get(r, [])],
             "objects",
         ),
-        ("memleak.rss", "process RSS", lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
+        (MEMLEAK_RSS, "process RSS", lambda r: [(s["step"], float(s.get("rss", 0))) for s in steps[r]], "host"),
     ]
     for fid, layer, series, unit in specs:
         hits: dict[int, dict[str, float]] = {}
@@ -459,7 +466,7 @@ def _layers(
         msg = f"{layer} grows by {amount} per step {_who(hr, ranks, unknown)}{proj}"
         hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
         ev: dict[str, Any] = {"per_step": per}
-        if fid == "memleak.rss":
+        if fid == MEMLEAK_RSS:
             msg, hint, ev = _rss_cause(msg, census, hits, ev, record)
         out.append(Finding(fid, "error", msg, hint, tuple(hr), (), ev, culprits=tuple(hr)))
         break  # the first (most specific) layer that grows

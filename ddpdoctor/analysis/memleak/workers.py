@@ -17,11 +17,12 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list
+from ddpdoctor.analysis.ids import MEMLEAK_DATALOADER_WORKERS
 from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-ID = "memleak.dataloader-workers"
+ID = MEMLEAK_DATALOADER_WORKERS
 MIN_SAMPLES = 3  # samples of a worker before its growth is judged (the end level is the median of the last 3)
 MIN_RISE = 16 * 2**20  # USS growth of one worker that counts (a worker reading numpy arrays moves by 1-2 MiB)
 MIN_REL = 0.5  # ... and at least this share of the USS the worker started with

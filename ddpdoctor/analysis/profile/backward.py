@@ -15,6 +15,7 @@ from statistics import median, median_low
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, rank_list, ranks_phrase
+from ddpdoctor.analysis.ids import PROFILE_STRAGGLER
 from ddpdoctor.analysis.profile.steps import Hot, Samples, _short, samples_of, typical
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -121,7 +122,7 @@ def detect(record: RunRecord) -> list[Finding]:
     }
     return [
         Finding(
-            "profile.straggler",
+            PROFILE_STRAGGLER,
             "warning",
             msg,
             HINT,
@@ -135,6 +136,6 @@ def detect(record: RunRecord) -> list[Finding]:
 
 def add(findings: list[Finding], record: RunRecord) -> list[Finding]:
     """The profile findings, with a backward straggler when no other straggler was named."""
-    if not findings or any(f.id == "profile.straggler" for f in findings):
+    if not findings or any(f.id == PROFILE_STRAGGLER for f in findings):
         return findings
     return detect(record) + findings

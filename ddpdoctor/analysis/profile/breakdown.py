@@ -14,6 +14,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list, ranks_phrase
+from ddpdoctor.analysis.ids import PROFILE_DATALOADER_BOUND, PROFILE_LOW_GPU_UTIL, PROFILE_STRAGGLER, PROFILE_SUMMARY
 from ddpdoctor.analysis.profile.steps import (
     PHASES,
     Hot,
@@ -195,7 +196,7 @@ def _straggler(record: RunRecord, med: dict[int, dict[str, float]], samples: dic
     locs += wlocs
     return [
         Finding(
-            "profile.straggler",
+            PROFILE_STRAGGLER,
             "warning",
             head + tail,
             "Look at what only the slow rank does at that line (rank-only logging, evaluation or "
@@ -281,7 +282,7 @@ def _data_bound(record: RunRecord, med: dict[int, dict[str, float]], samples: di
             wait_ms = {}
     return [
         Finding(
-            "profile.dataloader-bound",
+            PROFILE_DATALOADER_BOUND,
             "warning",
             msg,
             "Raise num_workers (and use persistent_workers=True, pin_memory=True on GPU), make "
@@ -314,7 +315,7 @@ def _gpu(record: RunRecord) -> list[Finding]:
         groups[int(round(u / 10) * 10)].append(r)
     return [
         Finding(
-            "profile.low-gpu-util",
+            PROFILE_LOW_GPU_UTIL,
             "warning",
             f"GPU utilisation below {GPU_UTIL_MIN}% (NVML): "
             + ", ".join(f"{ranks_phrase(rs)} ~{u}%" for u, rs in sorted(groups.items())),
@@ -367,7 +368,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         )
     return [
         Finding(
-            "profile.summary",
+            PROFILE_SUMMARY,
             "note",
             # a note has nothing to fix: what the figures are goes in the message
             "typical steady step (the middle half of the steps after the first 20%; the parts add up to it): "

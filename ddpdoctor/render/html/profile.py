@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.analysis.ids import PROFILE_STRAGGLER, PROFILE_SUMMARY
 from ddpdoctor.record import schema
 from ddpdoctor.render.html.parts import Sources, e, ranks_label
 
@@ -241,13 +242,13 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
 
 
 def section(report: Report, record: Any, src: Sources) -> str:
-    summary = next((f for f in report.findings if f.id == "profile.summary"), None)
+    summary = next((f for f in report.findings if f.id == PROFILE_SUMMARY), None)
     medians = (summary.evidence or {}).get("typical_ms") if summary else None
     trace = os.path.join(record.run_dir, schema.TRACE_JSON)
     has_trace = os.path.exists(trace) or any(r.timeline for r in record.ranks.values())
     if not medians and not has_trace:
         return ""
-    slow = {r for f in report.findings if f.id == "profile.straggler" for r in f.culprits}
+    slow = {r for f in report.findings if f.id == PROFILE_STRAGGLER for r in f.culprits}
     out = ['<section id="profile"><h2>Where the step time goes</h2>']
     if medians:
         per = {int(r): m for r, m in medians.items() if isinstance(m, dict)}
