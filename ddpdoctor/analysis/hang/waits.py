@@ -7,11 +7,12 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
 from ddpdoctor.analysis.ids import HANG_P2P_DEADLOCK, HANG_TIMEOUT, HANG_TRANSPORT_STALL
 from ddpdoctor.analysis.live import op_key
-from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
+from ddpdoctor.analysis.state import P2P, RECVS, RankState, describe_op, loc
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -122,6 +123,38 @@ def state_text(s: RankState) -> str:
     return f"{s.state} at {at(s.where)}" if s.where else s.state
 
 
+def waits_for(states: dict[int, RankState]) -> tuple[dict[int, set[int]], set[int]]:
+    """Who each rank waiting in a collective waits for, from the ranks' own counts: the members of the
+    collective's group that have not issued its position yet (a rank that ended counts what it issued). The
+    flight recorder's judgement asks the same of the dumps (postmortem/detect.py ``waits_for``), and both hand
+    the answer to ``judge.chain_ends``: one rule for the first suspects, whichever records hold the counts.
+    A group's members are the ranks that count positions on it. Returns (waits, unknown): ``unknown`` holds
+    the waiting ranks whose wait the records cannot resolve (a p2p op, DDP's own all-reduce, no position)."""
+    waits: dict[int, set[int]] = {}
+    unknown: set[int] = set()
+    for r, s in states.items():
+        if s.state not in ("waiting", "ddp-wait"):
+            continue
+        p = s.pending or {}
+        g, pos = p.get("group"), p.get("seq")
+        if s.state != "waiting" or g is None or pos is None or p.get("op") in P2P:
+            unknown.add(r)
+            continue
+        waits[r] = {
+            q for q, t in states.items() if q != r and str(g) in (t.seq or {}) and _issued(t, str(g)) < int(pos)
+        }
+    return waits, unknown
+
+
+def _issued(s: RankState, group: str) -> int:
+    """How many positions of ``group`` the rank issued: its count, or its pending call's position if later."""
+    n = int((s.seq or {}).get(group, 0))
+    p = s.pending or {}
+    if str(p.get("group")) == group and p.get("seq") is not None:
+        n = max(n, int(p["seq"]))
+    return n
+
+
 def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config, ev: dict) -> Finding:
     """No divergence to explain a stop on --timeout: a transport stall, ranks blocked outside any
     collective, or the waiting and busy ranks (and the ranks this node cannot see)."""
@@ -164,7 +197,16 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
             ev,
             culprits=tuple(sorted(s.rank for s in busy)),
         )
-    text = group_values({s.rank: state_text(s) for s in waiting + busy}, first=[s.rank for s in busy])
+    # the busy ranks a waiting rank waits for, directly or through ranks that wait in turn: the first suspects
+    # by the rule the flight recorder's judgement uses; a busy rank nobody waits for (another pipeline stage
+    # in its own compute, a rank whose async call was issued) is not one. Where the counts name none of them
+    # (positions unknown), every busy rank is
+    unmet, unknown = waits_for(states)
+    ends = set(judge.chain_ends(unmet, unknown))
+    suspects = [s for s in busy if s.rank in ends] or busy
+    if suspects != busy:
+        ev = dict(ev, waits_for={str(r): sorted(u) for r, u in sorted(unmet.items()) if u})
+    text = group_values({s.rank: state_text(s) for s in waiting + busy}, first=[s.rank for s in suspects])
     if not waiting and not busy:
         text = f"{ranks_phrase(states)} on this node ended" + (
             f" ({group_values({s.rank: s.state for s in states.values()}, bare=True)})" if states else ""
@@ -192,5 +234,5 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
         tuple(sorted(states)),
         tuple(locs),
         ev,
-        culprits=tuple(sorted(s.rank for s in busy)),
+        culprits=tuple(sorted(s.rank for s in suspects)),
     )

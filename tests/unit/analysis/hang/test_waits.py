@@ -110,6 +110,30 @@ def test_timeout_with_a_busy_rank_names_it_the_culprit(tmp_path):
     assert f.message == "no progress for 10 s: rank 1: busy at t.py:31; rank 0: waiting in all_reduce at train.py:20"
 
 
+def test_the_busy_rank_a_waiting_rank_waits_for_is_the_culprit_not_every_busy_rank(tmp_path):
+    """Two pipeline stages, each with its own group: rank 0 waits in stage A's all-reduce #5 for rank 1, which
+    issued only 4 and computes; ranks 2 and 3 (stage B) compute too, and nobody waits for them. The rule of the
+    flight recorder's judgement (judge.chain_ends over who waits for whom) names rank 1 alone; before, every
+    busy rank was a culprit."""
+    record = _record(tmp_path, ranks=(0, 1, 2, 3))
+
+    def busy(r: int, seq: dict) -> RankState:
+        return RankState(r, "busy", where=Location(r, "/w/t.py", 40 + r, "f", ""), seq=seq)
+
+    w = _waiting(0, "all_reduce", 5, 20)
+    w = RankState(0, "waiting", since=2.0, pending={**(w.pending or {}), "group": "A"}, where=w.where, seq={"A": 5})
+    states = {0: w, 1: busy(1, {"A": 4}), 2: busy(2, {"B": 9}), 3: busy(3, {"B": 9})}
+    assert waits.waits_for(states) == ({0: {1}}, set())
+    f = waits.timeout_finding(record, states, 15.0, CFG, {"reason": "x"})
+    assert f.id == "hang.timeout" and f.culprits == (1,)
+    assert f.message.startswith("no progress for 10 s: rank 1: busy at t.py:41;"), f.message
+    assert f.evidence["waits_for"] == {"0": [1]}
+    # rank 1 issued #5 already (an async call): the counts name no busy rank, so every busy rank is named
+    states[1] = busy(1, {"A": 5})
+    assert waits.waits_for(states) == ({0: set()}, set())
+    assert waits.timeout_finding(record, states, 15.0, CFG, {"reason": "x"}).culprits == (1, 2, 3)
+
+
 def test_ranks_blocked_outside_a_collective_are_a_timeout_at_their_lines(tmp_path):
     record = _record(tmp_path)
     states = {r: RankState(r, "busy", where=Location(r, "/w/t.py", 50 + r, "f", "")) for r in (0, 1)}
