@@ -4,12 +4,10 @@ fast (no ranks)."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
 import sys
-import tokenize
 
 import pytest
 from helpers import ROOT
@@ -53,26 +51,6 @@ def test_every_id_the_code_names_is_in_the_catalog():
     ids = code_ids()
     assert len(ids) >= 50
     assert sorted(ids - set(CATALOG)) == []
-
-
-def test_the_ids_module_is_the_catalog_and_the_one_place_an_id_is_spelt():
-    """Every id is a typed constant of ddpdoctor/analysis/ids.py, the same set as the catalog's; elsewhere in
-    the package an id appears only through those names (a string literal that is an id, whole, is a defect:
-    a misspelt one would be a finding nobody can select)."""
-    from ddpdoctor.analysis import ids
-
-    consts = {k: v for k, v in vars(ids).items() if k.isupper()}
-    assert set(consts.values()) == set(CATALOG)
-    assert all(k == re.sub(r"[.-]", "_", v).upper() for k, v in consts.items())
-    spelt = []
-    for path in sorted((ROOT / "ddpdoctor").rglob("*.py")):
-        if path.name == "ids.py" and path.parent.name == "analysis":
-            continue
-        for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-            if t.type == tokenize.STRING and t.string[:1] in "\"'" and t.string[1:2] not in "\"'":
-                if t.string[1:-1] in CATALOG:
-                    spelt.append(f"{path.relative_to(ROOT)}:{t.start[0]} {t.string}")
-    assert spelt == []
 
 
 def test_every_catalog_id_has_a_page_and_every_page_an_id():
