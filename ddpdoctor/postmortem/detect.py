@@ -32,7 +32,7 @@ from ddpdoctor.analysis.ids import (
     POSTMORTEM_NO_DUMP,
 )
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, indices_of, take
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes, indices_of, take
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
@@ -450,7 +450,7 @@ def _hang(
 def _key(e: Entry | Kind) -> tuple:
     """What two ranks' calls at one position share when they are the same call: op, shapes, user line."""
     f = user_frame(e)
-    return (e.op, e.input_sizes, f[:2] if f else None)
+    return (e.op, compared_sizes(e.op, e.input_sizes), f[:2] if f else None)
 
 
 def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding | None:
@@ -712,7 +712,7 @@ def signature(d: Dump, e: Entry) -> tuple:
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
         return ((e.op, e.input_sizes, e.dtypes),)
-    return d.signature_at(e.group, e.seq) or ((e.op, e.input_sizes, e.dtypes),)
+    return d.signature_at(e.group, e.seq) or ((e.op, compared_sizes(e.op, e.input_sizes), e.dtypes),)
 
 
 def _calls(sig: tuple) -> str:

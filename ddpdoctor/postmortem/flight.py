@@ -38,6 +38,28 @@ class Frame:
     func: str
 
 
+# ops whose input sizes differ across ranks by design: an all-to-all with split sizes (MoE token routing), a
+# scatter (only the source passes the list), the v-variants. Their sizes are never compared across ranks (torch's
+# own analyzer leaves all_to_all undecided and skips scatter's inputs); the op and dtypes still are
+SIZES_DIFFER = frozenset(
+    {
+        "all_to_all",
+        "all_to_all_single",
+        "all_to_all_v_single",
+        "alltoall",
+        "alltoall_base",
+        "scatter",
+        "all_gather_v",
+        "reduce_scatter_v",
+    }
+)
+
+
+def compared_sizes(op: str, sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The input sizes that must agree across ranks for ``op``: none for the ops of ``SIZES_DIFFER``."""
+    return () if op in SIZES_DIFFER else sizes
+
+
 class Entry(NamedTuple):
     """One recorded collective or p2p op of one rank (one ``entries`` item), built from a Dump's columns
     where it is asked for (``Dump.entry``). A NamedTuple, not a frozen dataclass: a frozen dataclass's
@@ -265,7 +287,7 @@ class Dump:
         for i in self.positions(group, seq):
             k = self.kinds[self.kind[i]]
             if not k.op.endswith("coalesced"):
-                out.append((k.op, k.input_sizes, k.dtypes))
+                out.append((k.op, compared_sizes(k.op, k.input_sizes), k.dtypes))
         return tuple(out)
 
     @cached_property

@@ -76,7 +76,7 @@ def _js(value: Any) -> str:
 
 
 # collectives that take async_op (NCCL runs them as async + wait so the Work is kept)
-ASYNCABLE = SHAPED | {"gather", "scatter", "all_to_all"}
+ASYNCABLE = SHAPED | {"gather", "scatter", "all_to_all", "all_to_all_single"}
 _nccl: dict[int, bool] = {}
 
 

@@ -166,6 +166,24 @@ def test_two_ranks_whose_calls_differ_are_two_sides_and_the_dumps_say_why(tmp_pa
     assert (f.id, f.culprits) == ("hang.divergent-collective", ()) and "either" not in f.message
 
 
+def test_an_all_to_all_with_sizes_of_each_rank_is_no_mismatch(tmp_path):
+    # both ranks wait in the same all_to_all (#3), each with its own split of the tokens: the sizes differ by
+    # design (torch's analyzer leaves all_to_all undecided), so the code paths agree and the transport stalls;
+    # before, this read as a shape mismatch that named both ranks
+    for r in (0, 1):
+        ents = [dict(_entry(i, "0", i + 1), frames=[]) for i in range(2)]
+        ents.append(dict(_entry(2, "0", 3, op="all_to_all", sizes=((3 + 2 * r, 4),)), frames=[]))
+        _write(tmp_path, r, ents, {"0": (3, 2)}, fmt="json")
+    f = _report(tmp_path).findings[0]
+    assert (f.id, f.culprits) == ("hang.transport-stall", ()), f.message
+    # an all_reduce with other sizes on each rank stays a mismatch
+    for r in (0, 1):
+        ents = [dict(_entry(i, "0", i + 1), frames=[]) for i in range(2)]
+        ents.append(dict(_entry(2, "0", 3, op="all_reduce", sizes=((3 + 2 * r, 4),)), frames=[]))
+        _write(tmp_path, r, ents, {"0": (3, 2)}, fmt="json")
+    assert _report(tmp_path).findings[0].id == "hang.shape-mismatch"
+
+
 def test_ring_too_small_and_different_jobs_are_said(tmp_path):
     _write(tmp_path, 0, [_entry(500, "0", 501), _entry(501, "0", 502)], {"0": (502, 502)})
     _write(tmp_path, 1, [_entry(500, "0", 501, t=10**15), _entry(501, "0", 502, t=10**15 + 1)], {"0": (502, 502)})

@@ -51,6 +51,17 @@ def test_different_ops_at_the_same_position_are_an_op_mismatch_at_that_position(
     assert div.diverged == (1,)  # its barrier's line is one rank 0 never reaches, rank 0's line 20 is shared
 
 
+def test_an_uneven_all_to_all_single_is_no_divergence(tmp_path):
+    # MoE token routing: all_to_all_single with split sizes, each rank's input and output of its own size. A hang
+    # after it must not be blamed on it (it was, as a shape mismatch, on a real 2-rank gloo job)
+    b = _both(RunBuilder(tmp_path / "run").start(0).start(1), range(1, 3))
+    b.coll(0, 3, 25, "all_to_all_single", ((3, 4), (5, 4))).coll(1, 3, 25, "all_to_all_single", ((5, 4), (3, 4)))
+    p = pending("barrier", 4, 30, 2.0, ())
+    b.hb(0, 2.1, 4, p).hb(1, 2.1, 4, p)
+    _, _, div = _judge(b)
+    assert div is None
+
+
 def test_the_same_op_with_other_shapes_is_a_shape_mismatch(tmp_path):
     b = _both(RunBuilder(tmp_path / "run").start(0).start(1), range(1, 3))
     b.hb(0, 2.1, 3, pending("all_reduce", 3, 20, 2.0, ((3,),))).hb(1, 2.1, 3, pending("all_reduce", 3, 20, 2.0))
