@@ -17,6 +17,9 @@ dist.init_process_group("gloo")
 # one write() per line: two ranks share plain torchrun's stdout
 sys.stdout.write("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
                  "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\\n")
+# a barrier before the teardown: with no collective at all, one rank can tear down while the other is still
+# in gloo's connection setup ("Connection closed by peer" once under plain torchrun, on a loaded host)
+dist.barrier()
 dist.destroy_process_group()
 """
 
