@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import re
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
+from ddpdoctor.analysis.hang.sources.flight import (
+    Stand,
+    completed_anywhere,
+    members,
+    stand,
+    used_groups,
+    user_frame,
+    user_frames,
+)
+from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
 from ddpdoctor.analysis.ids import (
     COLLECTIVE_SHAPE_MISMATCH,
     CRASH_ABNORMAL_EXIT,
@@ -34,7 +42,6 @@ from ddpdoctor.analysis.ids import (
 from ddpdoctor.postmortem.errorfiles import RankError
 from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes, indices_of, take
 from ddpdoctor.postmortem.inputs import Inputs
-from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
 NO_DUMP_HINT = (
     "A rank that crashed or was killed (SIGKILL, the OOM killer, a node lost) writes no dump: read its own "
@@ -62,28 +69,6 @@ MIXED_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class Stand:
-    """Where one rank that left a dump stands: its oldest collective not completed, and its last one."""
-
-    rank: int
-    pending: Entry | None
-    last: Entry | None
-
-
-def user_frame(e: Entry | Kind | None) -> tuple[str, int, str] | None:
-    """The innermost frame of the user's code in an entry's stack (torch records innermost first)."""
-    for f in e.frames if e else ():
-        if is_user_path(f.file, lib_markers=LIB_MARKERS):
-            return f.file, f.line, f.func
-    return None
-
-
-def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
-    """Every frame of the user's code in an entry's stack, innermost first."""
-    return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
-
-
 def _loc(rank: int, frame: tuple[str, int, str] | None, role: str) -> list[Location]:
     return [Location(rank, frame[0], frame[1], frame[2], role)] if frame else []
 
@@ -94,50 +79,14 @@ def _at(frame: tuple[str, int, str] | None) -> str:
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
-def completed_anywhere(dumps: list[Dump]) -> dict[str, int]:
-    """Per group, the highest sequence id any rank completed."""
-    done: dict[str, int] = {}
-    for d in dumps:
-        for pg_id, st in d.pg_status.items():
-            g = d.group_of(pg_id)
-            done[g] = max(done.get(g, -1), d.status_seq(g, st.last_completed))
-    return done
-
-
-def stand(d: Dump, done: dict[str, int] | None = None) -> Stand:
-    """The rank's oldest pending collective (the one it blocks in) and its newest entry; ``done`` (per
-    group, the highest sequence id any rank completed) clears collectives other ranks saw complete."""
-    # only an entry the rank's own records leave open can be pending; the ring is oldest first, so the first
-    # one ``done`` does not clear is the oldest
-    kinds, kind, seq = d.kinds, d.kind, d.seq
-    for i in d.open_index:
-        k = kinds[kind[i]]
-        if done and not k.is_p2p and seq[i] <= done.get(k.group, -1):
-            # another rank completed it: a collective completes on one rank only once every rank joined, so
-            # this rank's own bookkeeping merely lagged (gloo marks the work done after wait() has returned)
-            continue
-        return Stand(d.rank, d.entry(i), d.last())
-    return Stand(d.rank, None, d.last())
-
-
-def enqueued(d: Dump, group: str) -> int:
-    """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
-    return d.enqueued(group)
-
-
-def used_groups(d: Dump) -> set[str]:
-    """Groups the rank issued a collective on (in its ring or its pg_status)."""
-    return set(d.used) | {d.group_of(p) for p, st in d.pg_status.items() if st.last_enqueued > 0}
-
-
 def expected_ranks(inp: Inputs) -> tuple[set[int], bool]:
     """Every rank the records name, and whether the world size is known from something other than the
     dumps themselves (pg_config, torchrun's summary or log folder, error files)."""
     ranks = set(inp.dumps) | set(inp.blank)
     known = bool(inp.blank)  # an empty file named like the dumps names its rank
     for d in inp.dumps.values():
-        for members in d.pg_ranks.values():
-            ranks |= set(members)
+        for names in d.pg_ranks.values():
+            ranks |= set(names)
             known = True
     for e in inp.summaries + inp.errors:
         if e.rank is not None:
@@ -147,19 +96,6 @@ def expected_ranks(inp: Inputs) -> tuple[set[int], bool]:
         ranks |= inp.local_ranks[max(inp.local_ranks)]
         known = True
     return ranks, known
-
-
-def members(inp: Inputs, group: str, world: set[int]) -> set[int]:
-    """The ranks of ``group``: pg_config where the dumps name them (NCCL), else the ranks whose dumps
-    use it, and every rank for the default group ("0")."""
-    for d in inp.dumps.values():
-        if group in d.pg_ranks:
-            return set(d.pg_ranks[group])
-    if group == "0":
-        return set(world)
-    return {r for r, d in inp.dumps.items() if group in used_groups(d)} | {
-        r for r, d in inp.dumps.items() if any(d.group_of(p) == group for p in d.pg_status)
-    }
 
 
 def _failures(inp: Inputs) -> dict[int, list[RankError]]:
@@ -343,87 +279,18 @@ def _last_seen(inp: Inputs, rank: int) -> str:
     return f"; it took part in group {best[1]}'s collectives up to #{best[0]} (the others completed them)"
 
 
-_P2P = re.compile(r"^(send|recv) (\d+)(?:->|<-)(\d+)$")  # NCCL's "send 0->3" / "recv 3<-0": group-local ranks
-
-
-def _peer(inp: Inputs, r: int, e: Entry) -> tuple[str, int] | None:
-    """(send|recv, the peer's global rank) of a p2p entry, from its op name and the group's ranks in
-    pg_config (in group order); None where either is unknown."""
-    m = _P2P.match(e.op)
-    if not m:
-        return None
-    ranks = next(
-        (d.pg_ranks[e.group] for d in (inp.dumps.get(r), *inp.dumps.values()) if d and e.group in d.pg_ranks), ()
-    )
-    peer = int(m.group(3))  # "send me->peer", "recv me<-peer": the peer is the second
-    return (m.group(1), ranks[peer]) if peer < len(ranks) else None
-
-
-def _first_pending_p2p(d: Dump, done: dict[str, int]) -> dict[str, Entry]:
-    out: dict[str, Entry] = {}
-    for i in d.open_index:  # a p2p op is completed where its own rank says so (``done`` counts collectives)
-        k = d.kinds[d.kind[i]]
-        if k.is_p2p and k.group not in out:
-            out[k.group] = d.entry(i)
-    return out
-
-
-def waits_for(
-    inp: Inputs,
-    r: int,
-    e: Entry,
-    world: set[int],
-    missing: list[int],
-    p2p: dict[int, dict[str, Entry]],
-    cache: dict | None = None,
-) -> set[int] | None:
-    """The ranks rank ``r``'s pending ``e`` waits for. A collective: the members whose count of its group
-    stops below its sequence id (or that left no dump). A p2p op: the peer, unless the peer's oldest pending
-    p2p op on the group is the matching one (a recv from ``r`` for a send to it): p2p sequence ids count
-    every peer of the group, so they are not compared across ranks. None: the records cannot tell.
-    ``cache`` (one dict per judgement) keeps the answers that do not depend on ``r``: a thousand ranks
-    waiting in one collective asked the same question of every other rank's dump."""
-    if e.is_p2p:
-        peer = _peer(inp, r, e)
-        if peer is None:
-            return None
-        kind, q = peer
-        if q in missing:
-            return {q}
-        if q not in inp.dumps or q == r:
-            return None
-        theirs = p2p.get(q, {}).get(e.group)
-        mine = _peer(inp, q, theirs) if theirs is not None else None
-        return set() if mine == ("recv" if kind == "send" else "send", r) else {q}
-    if cache is None:
-        cache = {}
-    mk = ("members", e.group)
-    if mk not in cache:
-        cache[mk] = members(inp, e.group, world)
-    mem = cache[mk] - {r}
-    if not mem:
-        return None  # nobody else known to be in the group (gloo names no members): who it waits for is unknown
-    bk = ("behind", e.group, e.seq)
-    if bk not in cache:
-        lost = set(missing)
-        cache[bk] = {p for p in cache[mk] if p in lost or (p in inp.dumps and enqueued(inp.dumps[p], e.group) < e.seq)}
-    return cache[bk] - {r}
-
-
 def _hang(
     inp: Inputs, stands: dict[int, Stand], stuck: dict[int, Stand], world: set[int], missing: list[int]
 ) -> list[Finding]:
-    done = completed_anywhere(list(inp.dumps.values()))
-    p2p = {r: _first_pending_p2p(d, done) for r, d in inp.dumps.items()}
-    unmet: dict[int, set[int]] = {}
-    unknown: set[int] = set()
-    cache: dict = {}
-    for r, s in stuck.items():
-        assert s.pending is not None
-        got = waits_for(inp, r, s.pending, world, missing, p2p, cache)
-        if got is None:
-            unknown.add(r)
-        unmet[r] = got or set()
+    groups: dict[str, set[int]] = {}
+
+    def group_members(g: str) -> set[int]:
+        if g not in groups:
+            groups[g] = members(inp, g, world)
+        return groups[g]
+
+    waits, unknown = judge.waits_graph(flight_facts(inp, stands, missing), group_members)
+    unmet = {r: waits.get(r, set()) for r in stuck}
     if missing and all(u <= set(missing) for u in unmet.values()):
         return [_no_dump(inp, stands, missing, stuck, "error")]
     # Ranks wait for ranks that wait for others in turn (pipeline, tensor and expert groups): follow who
@@ -575,7 +442,7 @@ def _behind(
             if w.is_p2p:
                 parts.append(f"rank {r} has nothing pending on group {w.group}")
             else:
-                parts.append(f"rank {r} issued group {w.group}'s collectives up to #{enqueued(d, w.group)}")
+                parts.append(f"rank {r} issued group {w.group}'s collectives up to #{d.enqueued(w.group)}")
     waits = "; ".join(_pending_phrase(r, p) for r in direct[:4] if (p := stuck[r].pending) is not None)
     if len(direct) > 4:
         waits += f"; and {len(direct) - 4} more"

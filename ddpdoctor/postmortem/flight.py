@@ -388,7 +388,8 @@ class Dump:
         return seqs[i - 1] if i else seqs[0] - 1
 
     @cached_property
-    def _enqueued(self) -> dict[str, int]:
+    def issued(self) -> dict[str, int]:
+        """Per group, the last sequence id the rank enqueued (pg_status, else its entries)."""
         out = {g: seqs[-1] for g, seqs in self._gseq.items()}
         for pg_id, st in self.pg_status.items():
             g = self.group_of(pg_id)
@@ -397,7 +398,7 @@ class Dump:
 
     def enqueued(self, group: str) -> int:
         """The last sequence id the rank enqueued on ``group`` (pg_status, else its entries); 0 for none."""
-        return self._enqueued.get(group, 0)
+        return self.issued.get(group, 0)
 
     def prepare(self) -> Dump:
         """The dump with the maps every judgement reads built now (a reading worker builds them, in parallel,

@@ -20,7 +20,9 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
+from ddpdoctor.analysis.hang.facts import WAITING
 from ddpdoctor.analysis.hang.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
+from ddpdoctor.analysis.hang.sources.stacks import facts as stacks_facts
 from ddpdoctor.analysis.ids import (
     ATTACH_RUNNING,
     HANG_DIVERGENT_COLLECTIVE,
@@ -249,8 +251,9 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         "gone": gone,
         "unseen": unseen,
     }
+    facts = stacks_facts(vs, gone, unseen)
     stuck = {r: v for r, v in vs.items() if not v.moved}
-    waiting = {r: v for r, v in stuck.items() if v.kind != "elsewhere"}
+    waiting = {r: v for r, v in vs.items() if facts[r].state == WAITING}
     desc = {r: v.text() for r, v in vs.items()}
 
     # a wait reached under `if rank == ...:` that the other ranks are not in: the waiting ranks diverged
@@ -332,7 +335,7 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
     groups: dict[tuple, list[int]] = {}
     for r, v in sorted(waiting.items()):
         groups.setdefault(v.key(), []).append(r)
-    if len(groups) == 1:
+    if judge.one_place(facts[r] for r in waiting):
         v = next(iter(waiting.values()))
         if unseen:
             msg = f"every rank here waits in {v.text()}; {unseen_phrase(unseen)}"

@@ -1,13 +1,13 @@
-"""The hang judge's core, shared by every kind of evidence: who waits for whom, and which ranks are at the
-ends of those chains. Pure, stdlib only.
+"""The hang judge's core, shared by every kind of evidence: who waits for whom, which ranks are at the
+ends of those chains, and whether every rank waits in one call. Pure, stdlib only.
 
 It also holds the one copy of the two rules that name the odd ranks where the ranks' calls differ
 (``rarest``, ``extra_callers``), whichever source the calls come from.
 
-The evidence (the flight recorder's counts per group and sequence id today; the ledger's sequences and the
-stacks' waits are to follow) says, for every rank that waits, which ranks it waits for: in a collective,
-the members that have not issued it (or left no record); in a p2p op, its peer unless the peer waits in the
-matching op. A rank that waits for ranks that wait in turn is a victim of whatever stops the last of them.
+Every source (the ledger's rank states, the flight recorder's dumps, the stacks) is first read into the
+same per-rank facts (facts.py, analysis/hang/sources/). From them ``waits_graph`` says, for every rank that
+waits, which ranks it waits for: in a collective, the members that have not issued it (or left no record);
+in a p2p op, its peer unless the peer waits in the matching op. A rank that waits for ranks that wait in turn is a victim of whatever stops the last of them.
 The ranks at the ends of the chains wait for nobody: a rank behind (nothing pending, an empty record), one
 without records, or one stuck inside an op every rank it needs has issued. Those are the first suspects;
 with none (every chain is a cycle), the ranks diverged: an extra call or a mismatch, not a straggler.
@@ -16,7 +16,84 @@ with none (every chain is a cycle), the ranks diverged: an extra call or a misma
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+
+from ddpdoctor.analysis.hang.facts import MISSING, WAITING, Call, RankFacts
+
+
+def waits_graph(
+    facts: Mapping[int, RankFacts], members: Callable[[str], Collection[int]] | None = None
+) -> tuple[dict[int, set[int]], set[int]]:
+    """Who each waiting rank waits for. In a collective: the other members of its group whose last issued
+    position is below the call's, and the members without records (``MISSING``). In a p2p op: its peer,
+    unless the peer's oldest open p2p op on the group is the matching one (p2p positions count every peer of
+    a group, so they are never compared across ranks). ``members`` names a group's ranks (the flight
+    recorder's pg_config); by default they are the ranks that issued on it.
+
+    Returns (waits, unknown): ``unknown`` holds the waiting ranks whose wait the facts cannot resolve (no
+    group or position, a p2p op without its peer, a group with no other member known); they end no chain.
+    A thousand ranks waiting in one collective ask the same question: each (group, position) is answered
+    once."""
+    waits: dict[int, set[int]] = {}
+    unknown: set[int] = set()
+    behind: dict[tuple[str, int], tuple[set[int], set[int]]] = {}
+    for r, f in facts.items():
+        if f.state != WAITING:
+            continue
+        c = f.pending
+        if c is None or c.group is None:
+            unknown.add(r)
+        elif c.p2p:
+            got = _p2p_waits(facts, r, c)
+            if got is None:
+                unknown.add(r)
+            else:
+                waits[r] = got
+        elif c.seq is None:
+            unknown.add(r)
+        else:
+            k = (c.group, c.seq)
+            if k not in behind:
+                mem = set(members(c.group)) if members else {q for q, t in facts.items() if c.group in t.issued}
+                behind[k] = (mem, {q for q in mem if _behind(facts.get(q), c.group, c.seq)})
+            mem, late = behind[k]
+            if not mem - {r}:
+                unknown.add(r)  # nobody else known to be in the group: who it waits for is unknown
+            else:
+                waits[r] = late - {r}
+    return waits, unknown
+
+
+def _behind(f: RankFacts | None, group: str, seq: int) -> bool:
+    if f is None:
+        return False  # outside the records' world: not known to be behind
+    return f.state == MISSING or f.issued.get(group, 0) < seq
+
+
+def _p2p_waits(facts: Mapping[int, RankFacts], r: int, c: Call) -> set[int] | None:
+    if c.peer is None:
+        return None
+    kind, q = c.peer
+    theirs = facts.get(q)
+    if theirs is not None and theirs.state == MISSING:
+        return {q}
+    if theirs is None or q == r:
+        return None
+    match = theirs.open_p2p.get(str(c.group))
+    want = ("recv" if kind == "send" else "send", r)
+    return set() if match is not None and match.peer == want else {q}
+
+
+def one_place(facts: Iterable[RankFacts]) -> bool:
+    """Every one of these ranks waits, and all in the same call (its group and position; for the stacks,
+    its op and line): not a divergence, but a call that does not complete (a slow peer, the network, the
+    backend) or one whose arguments disagree, which the caller tells apart by its source's calls."""
+    places = set()
+    for f in facts:
+        if f.state != WAITING or f.pending is None:
+            return False
+        places.add(f.pending.place())
+    return len(places) == 1
 
 
 def reached(waits: Mapping[int, Iterable[int]]) -> set[int]:

@@ -10,9 +10,9 @@ from ddpdoctor.analysis.findings import Finding, Location, analyze_command, grou
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
+from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.ids import HANG_P2P_DEADLOCK, HANG_TIMEOUT, HANG_TRANSPORT_STALL
-from ddpdoctor.analysis.live import op_key
-from ddpdoctor.analysis.state import P2P, RECVS, RankState, describe_op, loc
+from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -124,35 +124,11 @@ def state_text(s: RankState) -> str:
 
 
 def waits_for(states: dict[int, RankState]) -> tuple[dict[int, set[int]], set[int]]:
-    """Who each rank waiting in a collective waits for, from the ranks' own counts: the members of the
-    collective's group that have not issued its position yet (a rank that ended counts what it issued). The
-    flight recorder's judgement asks the same of the dumps (postmortem/detect.py ``waits_for``), and both hand
-    the answer to ``judge.chain_ends``: one rule for the first suspects, whichever records hold the counts.
-    A group's members are the ranks that count positions on it. Returns (waits, unknown): ``unknown`` holds
-    the waiting ranks whose wait the records cannot resolve (a p2p op, DDP's own all-reduce, no position)."""
-    waits: dict[int, set[int]] = {}
-    unknown: set[int] = set()
-    for r, s in states.items():
-        if s.state not in ("waiting", "ddp-wait"):
-            continue
-        p = s.pending or {}
-        g, pos = p.get("group"), p.get("seq")
-        if s.state != "waiting" or g is None or pos is None or p.get("op") in P2P:
-            unknown.add(r)
-            continue
-        waits[r] = {
-            q for q, t in states.items() if q != r and str(g) in (t.seq or {}) and _issued(t, str(g)) < int(pos)
-        }
-    return waits, unknown
-
-
-def _issued(s: RankState, group: str) -> int:
-    """How many positions of ``group`` the rank issued: its count, or its pending call's position if later."""
-    n = int((s.seq or {}).get(group, 0))
-    p = s.pending or {}
-    if str(p.get("group")) == group and p.get("seq") is not None:
-        n = max(n, int(p["seq"]))
-    return n
+    """Who each rank waiting in a collective waits for, from the ranks' own counts: the ledger's facts
+    (sources/ledger.py) judged by ``judge.waits_graph``, the rule the flight recorder's and the stacks'
+    judgements use. Returns (waits, unknown): ``unknown`` holds the waiting ranks whose wait the records
+    cannot resolve (a p2p op, DDP's own all-reduce, no position)."""
+    return judge.waits_graph(ledger_facts(states))
 
 
 def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config, ev: dict) -> Finding:
@@ -162,13 +138,12 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     busy = [s for s in states.values() if s.state == "busy"]
     world = record.world_size or len(states)
     unseen = [r for r in range(world) if r not in states]
-    keys = {(s.pending or {}).get("seq") for s in waiting} if waiting else set()
+    facts = ledger_facts(states)
+    # every rank in one call, and the calls agree: a stall (a mismatch there is the divergence walk's)
     same = (
-        not busy
-        and not unseen
-        and len(waiting) == len(states)
-        and len(keys) == 1
-        and len({op_key(s.pending or {}) for s in waiting}) == 1
+        not unseen
+        and judge.one_place(facts.values())
+        and len({f.pending.key for f in facts.values() if f.pending is not None}) == 1
     )
     locs = [Location(s.rank, s.where.file, s.where.line, s.where.func, "waiting") for s in waiting if s.where]
     locs += [Location(s.rank, s.where.file, s.where.line, s.where.func, "busy") for s in busy if s.where]
@@ -201,7 +176,7 @@ def timeout_finding(record: RunRecord, states: dict[int, RankState], now: float,
     # by the rule the flight recorder's judgement uses; a busy rank nobody waits for (another pipeline stage
     # in its own compute, a rank whose async call was issued) is not one. Where the counts name none of them
     # (positions unknown), every busy rank is
-    unmet, unknown = waits_for(states)
+    unmet, unknown = judge.waits_graph(facts)
     ends = set(judge.chain_ends(unmet, unknown))
     suspects = [s for s in busy if s.rank in ends] or busy
     if suspects != busy:
