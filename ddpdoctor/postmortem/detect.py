@@ -9,6 +9,7 @@ never used), and the rank that left no dump when the others wait for it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import signal
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ from ddpdoctor.analysis.ids import (
     POSTMORTEM_NO_DUMP,
 )
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes, indices_of, take
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_outputs, compared_sizes, indices_of, take
 from ddpdoctor.postmortem.inputs import Inputs
 
 NO_DUMP_HINT = (
@@ -311,7 +312,7 @@ def _hang(
     keys = {r: (s.pending.group, s.pending.seq) for r, s in stuck.items() if s.pending}
     if len(set(keys.values())) > 1 or any(unmet.values()):
         return [_unseen(_divergence(inp, stuck, keys, unmet), missing)]
-    return [_unseen(_same_collective(inp, stuck), missing)]
+    return [_unseen(_same_collective(inp, stuck, world), missing)]
 
 
 def _key(e: Entry | Kind) -> tuple:
@@ -578,19 +579,77 @@ def signature(d: Dump, e: Entry) -> tuple:
     (group, seq). NCCL records a coalesced group as one entry per op sharing the sequence id, closed by a
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
-        return ((e.op, e.input_sizes, e.dtypes),)
-    return d.signature_at(e.group, e.seq) or ((e.op, compared_sizes(e.op, e.input_sizes), e.dtypes),)
+        return ((e.op, e.input_sizes, e.dtypes, ()),)
+    return d.signature_at(e.group, e.seq) or (
+        (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes, compared_outputs(e.op, e.output_sizes, e.out_dtypes)),
+    )
+
+
+def _sizes(sizes: tuple) -> str:
+    return ",".join("x".join(map(str, s)) or "scalar" for s in sizes)
 
 
 def _calls(sig: tuple) -> str:
-    return " + ".join(f"{op}([{','.join('x'.join(map(str, s)) or 'scalar' for s in sizes)}])" for op, sizes, _ in sig)
+    """The calls of a signature: op([inputs]), and -> [outputs] where those are compared and differ from the
+    inputs (an all-gather's list; an all-reduce whose output was recorded other than its input)."""
+    return " + ".join(
+        f"{op}([{_sizes(ins)}]{f' -> [{_sizes(outs[0])}]' if outs and outs[0] != ins else ''})"
+        for op, ins, _, outs in sig
+    )
 
 
-def _same_collective(inp: Inputs, stuck: dict[int, Stand]) -> Finding:
+# flattened collectives whose one output holds every rank's input (all-gather) or whose one input holds every
+# rank's output (reduce-scatter), by the names torch's recorders write; and the ones whose output is the input
+GATHERS = frozenset(
+    {"_all_gather_base", "_allgather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"}
+)
+SCATTERS = frozenset({"_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
+IN_PLACE = frozenset({"all_reduce", "allreduce_coalesced"})
+
+
+def misfit(e: Entry, size: int) -> str | None:
+    """How a call's recorded output does not fit its own input, or None: an in-place op whose output
+    differs from its input, a flattened all-gather whose output is not ``size`` (the group's size) times its
+    input, a reduce-scatter whose input is not ``size`` times its output. torch's analyzer checks the same of
+    every pair; a call c10d accepted never records such sizes, so the records are the user's or a tool's."""
+    ins, outs = e.input_sizes, e.output_sizes
+    if not ins or not outs:
+        return None
+    if e.op in IN_PLACE and ins != outs:
+        return f"{e.op} returns its input, but its output is recorded as [{_sizes(outs)}] for input [{_sizes(ins)}]"
+    if size > 0 and (e.op in GATHERS or e.op in SCATTERS):
+        n_in, n_out = math.prod(ins[0]), math.prod(outs[0])
+        if e.op in GATHERS and n_out != n_in * size:
+            return f"{e.op} of {n_in} elements on each of {size} ranks gathers {n_in * size}, not {n_out}"
+        if e.op in SCATTERS and n_in != n_out * size:
+            return f"{e.op} of {n_in} elements over {size} ranks leaves {n_in // size} each, not {n_out}"
+    return None
+
+
+def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> Finding:
     pend = {r: s.pending for r, s in stuck.items() if s.pending}
     shapes = {r: signature(inp.dumps[r], e) for r, e in pend.items()}
     e0 = next(iter(pend.values()))
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
+    size = len(members(inp, e0.group, world))
+    bad = {r: why for r, e in pend.items() if (why := misfit(e, size))}
+    if bad and len(set(shapes.values())) == 1:
+        # every rank made the same call, and its sizes do not fit together: the call itself is wrong
+        odd = tuple(sorted(bad))
+        locs = [
+            loc for r, e in sorted(pend.items()) for loc in _loc(r, user_frame(e), "mismatched" if r in odd else "")
+        ]
+        return Finding(
+            HANG_SHAPE_MISMATCH,
+            "error",
+            f"collective #{e0.seq} of group {e0.group} does not fit its own sizes on {ranks_phrase(odd)}: "
+            f"{bad[odd[0]]}{_at(user_frame(pend[odd[0]]))}",
+            HINTS[HANG_SHAPE_MISMATCH],
+            tuple(sorted(pend)),
+            tuple(locs),
+            ev,
+            culprits=odd if len(odd) < len(pend) else (),
+        )
     if len(set(shapes.values())) > 1:
         # where no call is rarer than another (two ranks), each rank's line is a side of the mismatch. One side's
         # call may be new while the other's continues what every rank did, but that names nobody: a rank that
@@ -876,7 +935,10 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
         # per kind: the id of the signature of a position holding that one entry; None: not a must-agree op
         ksig = [
             sig_ids.setdefault(
-                ((k.op, k.input_sizes, k.dtypes),) if not k.op.endswith("coalesced") else (), len(sig_ids)
+                ((k.op, k.input_sizes, k.dtypes, compared_outputs(k.op, k.output_sizes, k.out_dtypes)),)
+                if not k.op.endswith("coalesced")
+                else (),
+                len(sig_ids),
             )
             if k.op in must
             else None
@@ -942,6 +1004,19 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
     return []
 
 
+def _lagged(dumps: list[Dump]) -> list[tuple[int, Entry]]:
+    """Per rank, its oldest collective its own records leave open that another rank completed."""
+    done = completed_anywhere(dumps)
+    out = []
+    for d in dumps:
+        for i in d.open_index:
+            k = d.kinds[d.kind[i]]
+            if not k.is_p2p and d.seq[i] <= done.get(k.group, -1):
+                out.append((d.rank, d.entry(i)))
+                break
+    return sorted(out, key=lambda x: x[0])
+
+
 def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
     notes = list(inp.notes)
     dumps = list(inp.dumps.values())
@@ -970,6 +1045,15 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
         )
     for r, path in sorted(inp.blank.items()):
         notes.append(f"rank {r}: {path} is empty (0 bytes): counted as a rank that left no dump")
+    lag = _lagged(dumps)
+    if lag:
+        r, e = lag[0]
+        more = f" (and {len(lag) - 1} more rank{'s' if len(lag) > 2 else ''})" if len(lag) > 1 else ""
+        notes.append(
+            f"rank {r}'s records leave {e.call()} (#{e.seq} of group {e.group}) not completed{more}, while another "
+            "rank completed it: a collective completes only once every member joined it, so these records lagged "
+            "(torch's analyzer calls this a state mismatch); read as completed"
+        )
     nostack = sorted(d.rank for d in dumps if not d.stacks and d.n_entries)
     if nostack:
         notes.append(

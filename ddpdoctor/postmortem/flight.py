@@ -55,9 +55,19 @@ SIZES_DIFFER = frozenset(
 )
 
 
+# ops whose output sizes differ across ranks by design besides those: a gather's list is the destination's alone
+OUTPUTS_DIFFER = SIZES_DIFFER | {"gather"}
+
+
 def compared_sizes(op: str, sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
     """The input sizes that must agree across ranks for ``op``: none for the ops of ``SIZES_DIFFER``."""
     return () if op in SIZES_DIFFER else sizes
+
+
+def compared_outputs(op: str, sizes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> tuple:
+    """The output sizes and dtypes that must agree across ranks for ``op`` (torch's analyzer compares them
+    too: an all-gather's list, a reduce-scatter's output); () for the ops of ``OUTPUTS_DIFFER``."""
+    return () if op in OUTPUTS_DIFFER else (sizes, dtypes)
 
 
 class Entry(NamedTuple):
@@ -82,6 +92,7 @@ class Entry(NamedTuple):
     time_created_ns: int
     timeout_ms: int
     frames: tuple[Frame, ...]  # innermost first, as torch records them
+    out_dtypes: tuple[str, ...] = ()  # output_dtypes
 
     def call(self) -> str:
         """``all_reduce([8])``: the op and its input shapes, as the report shows it."""
@@ -114,6 +125,7 @@ class Kind(NamedTuple):
     retired: bool
     timeout_ms: int
     frames: tuple[Frame, ...]
+    out_dtypes: tuple[str, ...] = ()
 
 
 def _kind_of(e: Entry) -> Kind:
@@ -131,6 +143,7 @@ def _kind_of(e: Entry) -> Kind:
         e.retired,
         e.timeout_ms,
         e.frames,
+        e.out_dtypes,
     )
 
 
@@ -191,6 +204,7 @@ class Dump:
             self.tns[i],
             k.timeout_ms,
             k.frames,
+            k.out_dtypes,
         )
 
     @cached_property
@@ -281,18 +295,25 @@ class Dump:
         return out
 
     def signature_at(self, group: str, seq: int) -> tuple:
-        """The (op, input sizes, dtypes) of every op at (group, seq), a coalesced group's ``coalesced`` closing
-        entry left out: what must agree across ranks; () where the rank has none."""
+        """The (op, input sizes, dtypes, output sizes) of every op at (group, seq), a coalesced group's
+        ``coalesced`` closing entry left out: what must agree across ranks; () where the rank has none."""
         out = []
         for i in self.positions(group, seq):
             k = self.kinds[self.kind[i]]
             if not k.op.endswith("coalesced"):
-                out.append((k.op, compared_sizes(k.op, k.input_sizes), k.dtypes))
+                out.append(
+                    (
+                        k.op,
+                        compared_sizes(k.op, k.input_sizes),
+                        k.dtypes,
+                        compared_outputs(k.op, k.output_sizes, k.out_dtypes),
+                    )
+                )
         return tuple(out)
 
     @cached_property
     def signatures(self) -> dict[tuple[str, int], tuple]:
-        """Per (group, seq): the (op, input sizes, dtypes) of every op there, a coalesced group's ``coalesced``
+        """Per (group, seq): the (op, input sizes, dtypes, output sizes) of every op there, a coalesced group's ``coalesced``
         closing entry left out; what must agree across ranks."""
         keys = dict.fromkeys((g, q) for g, seqs in self._gseq.items() for q in seqs)
         out = {key: self.signature_at(*key) for key in keys}
@@ -627,6 +648,7 @@ def _entry(path: str, i: int, e: Any) -> Entry:
     backend, _, op = prof.rpartition(":")
     p2p = bool(get("is_p2p"))
     dtypes = get("input_dtypes") or _EMPTY
+    outd = get("output_dtypes") or _EMPTY
     return Entry(
         _int(get("record_id"), i),
         str(get("pg_id", pg[0])),
@@ -645,6 +667,7 @@ def _entry(path: str, i: int, e: Any) -> Entry:
         _int(get("time_created_ns"), 0),
         _int(get("timeout_ms"), 0),
         _frames(get("frames")),
+        tuple(d for d in outd if type(d) is str) if isinstance(outd, (list, tuple)) else (),
     )
 
 
@@ -698,7 +721,9 @@ def _columns(
             look, head, bucket = False, None, None
         else:
             try:
-                head, rest, vary = _HEAD(e), _REST(e), _VARY(e)
+                # output_dtypes joins the kind's fields where it is there (torch writes it since 2.x's first
+                # versions; a dump without it keeps the fast path)
+                head, rest, vary = _HEAD(e), (*_REST(e), e.get("output_dtypes")), _VARY(e)
                 bucket = buckets.get(head)
                 if bucket is _WIDE:
                     head = (head, tuple(map(tuple, rest[2])))
