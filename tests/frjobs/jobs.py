@@ -14,6 +14,7 @@ from helpers import TOKEN_VAR, assert_no_orphans
 
 JOB = Path(__file__).resolve().parent / "frjob.py"
 TORCH_CASES = JOB.parent / "torchcases.py"  # torch's analyzer test cases as real gloo jobs
+MOE_JOB = JOB.parent / "moejob.py"  # mixture-of-experts routing: all-to-alls with split sizes of each rank
 
 
 def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float | None = None, job: Path = JOB) -> Path:

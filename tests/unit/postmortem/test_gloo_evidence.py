@@ -198,3 +198,25 @@ def test_from_the_log_folder_alone_the_rank_that_lost_its_peer_is_a_victim_not_a
     assert (f.id, f.culprits, rep.exit_code) == ("postmortem.no-dump", (1,), 1)
     assert "the first suspect is rank 1" in f.message
     assert _lines(f, 0) == {LINES["REGULAR"]}
+
+
+MOE_LINES = json.loads((DATA / "moe-lines.json").read_text())
+
+
+def test_mixture_of_experts_routing_with_uneven_splits_is_healthy_and_its_busy_rank_the_culprit():
+    """tests/frjobs/moejob.py: every step each rank routes its own number of rows to each rank
+    (all_to_all_single with uneven splits: inputs of 6x4 and 8x4 by design), then all-reduces. Run whole, the
+    job reads OK with no finding: the split sizes are never compared. When rank 1 stalls in its data reader,
+    rank 0 waits in the next all-to-all, and rank 1 is the culprit, not a shape mismatch of the all-to-alls
+    that completed with different sizes (an earlier judgement blamed them)."""
+    ok = _report(DATA / "moe-healthy")
+    assert (ok.verdict, ok.exit_code, ok.findings) == ("ok", 0, ())
+    d = flight.load(str(DATA / "moe-healthy" / "rank_0"))
+    sizes = {e.input_sizes for e in flight.load(str(DATA / "moe-healthy" / "rank_1")).entries if e.op == "all_to_all"}
+    assert sizes and sizes.isdisjoint({e.input_sizes for e in d.entries if e.op == "all_to_all"})  # the premise
+    rep = _report(DATA / "moe-busy")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.timeout", (1,), 3), [g.message for g in rep.findings]
+    assert [g.id for g in rep.findings] == ["hang.timeout"]
+    assert "rank 0 in all_to_all([6x4])" in f.message and "up to #6" in f.message
+    assert _lines(f, 0) == {MOE_LINES["ROUTE"]} and _lines(f, 1) == {MOE_LINES["REGULAR"]}
