@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import os
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.hints import HINTS
+from ddpdoctor.analysis.hang.paths import guard_in
 from ddpdoctor.analysis.hang.sources.flight import (
     Stand,
     completed_anywhere,
@@ -75,8 +77,6 @@ def _loc(rank: int, frame: tuple[str, int, str] | None, role: str) -> list[Locat
 
 
 def _at(frame: tuple[str, int, str] | None) -> str:
-    import os
-
     return f" at {os.path.basename(frame[0])}:{frame[1]}" if frame else ""
 
 
@@ -656,6 +656,9 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         # left the loop early and a rank that made an extra call before (the sequence shifted, its extra call
         # met another's regular one) leave the same dumps; only lines or history tell them apart
         rare = judge.rarest(shapes)
+        guarded = {} if rare else _guarded(pend, len(world))
+        if guarded and len(guarded) < len(pend):
+            return _guarded_finding(pend, shapes, guarded, ev)
         left = () if rare else _new_call(inp, pend, shapes)
         odd = rare or tuple(sorted(shapes))
         same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
@@ -704,6 +707,58 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         tuple(locs),
         ev,
         culprits=(),
+    )
+
+
+def _guarded(pend: dict[int, Entry], world: int) -> dict[int, tuple[tuple[str, int, str], str, int]]:
+    """The ranks whose pending call is reached under a rank test (``if rank == 1:`` around the call, or
+    around a caller on its stack), read from the source files the dumps' stacks name where they are readable
+    (the ledger's and the stacks' judgements use the same reading, analysis/hang/paths.py): each with the frame
+    under the test and the test's file and line. A test that excludes the rank itself (the file changed since
+    the job ran) is not taken."""
+    out = {}
+    for r, e in pend.items():
+        frames = user_frames(e)
+        g = guard_in([f[:2] for f in frames], world)
+        if g is None:
+            continue
+        path, line, test, who = g
+        if who is not None and r not in who:
+            continue
+        out[r] = (next(f for f in frames if f[:2] == (path, line)), path, test)
+    return out
+
+
+def _guarded_finding(
+    pend: dict[int, Entry],
+    shapes: dict[int, tuple],
+    guarded: dict[int, tuple[tuple[str, int, str], str, int]],
+    ev: dict,
+) -> Finding:
+    """Ranks at one position in different calls, where some ranks' call is reached under a rank test and
+    the others' is not: those ranks made a call the others never make (the dumps alone could not say which
+    side; the source can)."""
+    extra = sorted(guarded)
+    rest = [r for r in sorted(pend) if r not in guarded]
+    e, (frame, path, test) = pend[extra[0]], guarded[extra[0]]
+    waits = "; ".join(f"rank {r} waits in {_calls(shapes[r])} (#{pend[r].seq}){_at(user_frame(pend[r]))}" for r in rest)
+    msg = (
+        f"a collective is called on some ranks only: {ranks_phrase(extra)} "
+        f"wait{'s' if len(extra) == 1 else ''} in {_calls(shapes[extra[0]])} (#{e.seq} of group {e.group})"
+        f"{_at(frame)}, reached under the rank test at {os.path.basename(path)}:{test}, which "
+        f"{ranks_phrase(rest)} {'does' if len(rest) == 1 else 'do'} not take; {waits}; diverged: {ranks_phrase(extra)}"
+    )
+    locs = [loc for r in extra for loc in _loc(r, guarded[r][0], "diverged")]
+    locs += [loc for r in rest for loc in _loc(r, user_frame(pend[r]), "waiting")]
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
+        tuple(sorted(pend)),
+        tuple(locs),
+        {**ev, "guard": [path, test]},
+        culprits=tuple(extra),
     )
 
 

@@ -396,3 +396,12 @@ def install(dist: Any) -> None:
         if fn is None or hasattr(fn, "__ddpdoctor_wrapped__"):
             continue
         setattr(dist, op, _wrap(op, fn))
+    # torch checks a P2POp's function by identity against its module's own isend and irecv
+    # (``dist.P2POp(dist.isend, ...)``, then ``op.op is isend`` in batch_isend_irecv): the module's names
+    # must be the very wrappers the script holds, or every batched p2p raises "Invalid op" under the tool.
+    # A nested call (send -> isend) is passed straight through by the wrapper (``depth``).
+    c10d = getattr(dist, "distributed_c10d", None)
+    for op in ("isend", "irecv"):
+        fn = getattr(dist, op, None)
+        if c10d is not None and getattr(c10d, op, None) is getattr(fn, "__wrapped__", None):
+            setattr(c10d, op, fn)

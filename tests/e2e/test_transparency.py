@@ -12,11 +12,19 @@ from helpers import TOKEN_VAR, ddpdoctor
 
 SCRIPT = """
 import json, os, sys
+import torch
 import torch.distributed as dist
 dist.init_process_group("gloo")
+# batched p2p, as pipeline-parallel code makes it: torch checks a P2POp's function by identity with its own
+peer = 1 - dist.get_rank()
+ops = [dist.P2POp(dist.isend, torch.ones(2), peer), dist.P2POp(dist.irecv, torch.empty(2), peer)]
+for w in dist.batch_isend_irecv(ops):
+    w.wait()
+same = [getattr(dist, n) is getattr(dist.distributed_c10d, n) for n in ("isend", "irecv")]
 # one write() per line: two ranks share plain torchrun's stdout
 sys.stdout.write("SEEN " + json.dumps({"argv": sys.argv, "path0": sys.path[0], "name": __name__, "file": __file__,
-                 "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}) + "\\n")
+                 "env": sorted(os.environ), "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"],
+                 "same": same}) + "\\n")
 # a barrier before the teardown: with no collective at all, one rank can tear down while the other is still
 # in gloo's connection setup ("Connection closed by peer" once under plain torchrun, on a loaded host)
 dist.barrier()
@@ -73,6 +81,8 @@ def test_script_sees_what_plain_torchrun_gives_it(tmp_path):
         assert o["file"] == p["file"]
         assert set(o["env"]) - {TOKEN_VAR} == set(p["env"]), set(o["env"]) ^ set(p["env"])
         assert o["world"] == p["world"] == "2"
+        # the names torch compares by identity (isend, irecv) are one object in dist and in its module, as bare
+        assert o["same"] == p["same"] == [True, True], (o["same"], p["same"])
 
 
 MODULE_SCRIPT = """

@@ -14,6 +14,7 @@ from helpers import TOKEN_VAR, assert_no_orphans
 
 JOB = Path(__file__).resolve().parent / "frjob.py"
 TORCH_CASES = JOB.parent / "torchcases.py"  # torch's analyzer test cases as real gloo jobs
+ZOO_JOB = JOB.parent / "zoojob.py"  # every kind of call a training script makes
 MOE_JOB = JOB.parent / "moejob.py"  # mixture-of-experts routing: all-to-alls with split sizes of each rank
 
 

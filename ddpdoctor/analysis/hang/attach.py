@@ -21,7 +21,16 @@ from ddpdoctor.analysis.findings import Finding, Location, Severity, group_value
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.facts import WAITING
-from ddpdoctor.analysis.hang.paths import _guard_at, _loops, _tree, departure, loop_exits, rank_guard, user_stack
+from ddpdoctor.analysis.hang.paths import (
+    _guard_at,
+    _loops,
+    _tree,
+    departure,
+    guard_ranks,
+    loop_exits,
+    rank_guard,
+    user_stack,
+)
 from ddpdoctor.analysis.hang.sources.stacks import facts as stacks_facts
 from ddpdoctor.analysis.ids import (
     ATTACH_RUNNING,
@@ -146,52 +155,6 @@ def views(record: RunRecord) -> dict[int, View]:
 
 def _loc(v: View, role: str) -> Location | None:
     return Location(v.rank, v.site.file, v.site.line, v.site.func, role) if v.site else None
-
-
-def guard_ranks(path: str, line: int, world: int) -> set[int] | None:
-    """The ranks for which the ``if`` at ``line`` can be true, from its rank comparisons
-    (``rank == 0 and batch == 2`` -> {0}); None when the test does not say."""
-    tree = _tree(path)
-    node = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None) if tree else None
-    if node is None or world <= 0:
-        return None
-    every = set(range(world))
-
-    def ev(e: ast.AST) -> set[int] | None:
-        if isinstance(e, ast.BoolOp):
-            parts = [ev(v) for v in e.values]
-            known = [p for p in parts if p is not None]
-            if not known:
-                return None
-            if isinstance(e.op, ast.And):
-                return set.intersection(*known)
-            return None if len(known) < len(parts) else set.union(*known)
-        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-            inner = ev(e.operand)
-            return None if inner is None else every - inner
-        if isinstance(e, ast.Compare) and len(e.ops) == 1 and "rank" in ast.unparse(e.left).lower():
-            c = e.comparators[0]
-            try:
-                val = ast.literal_eval(c)
-            except ValueError:
-                return None
-            op = e.ops[0]
-            if isinstance(val, int):
-                tests = {
-                    ast.Eq: lambda r: r == val,
-                    ast.NotEq: lambda r: r != val,
-                    ast.Lt: lambda r: r < val,
-                    ast.LtE: lambda r: r <= val,
-                    ast.Gt: lambda r: r > val,
-                    ast.GtE: lambda r: r >= val,
-                }
-                fn = tests.get(type(op))
-                return {r for r in every if fn(r)} if fn else None
-            if isinstance(val, (tuple, list, set)) and isinstance(op, (ast.In, ast.NotIn)):
-                return {r for r in every if (r in val) == isinstance(op, ast.In)}
-        return None
-
-    return ev(node.test)
 
 
 def _guarded_calls(path: str, first: int, last: int) -> list[tuple[int, int]]:

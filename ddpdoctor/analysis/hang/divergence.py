@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.hang import judge
-from ddpdoctor.analysis.state import SHAPED, RankState
+from ddpdoctor.analysis.state import P2P, SHAPED, RankState
 from ddpdoctor.record.reader import RunRecord
 
 INTERNAL = "<ddp/internal>"
@@ -140,6 +140,10 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             continue  # a rank that is merely behind
         if absent:
             break
+        if any(sl.op in P2P for sl in slots.values()):
+            # a send pairs with a recv: p2p ops are matched by their peers, never by position (gloo counts
+            # them in the group's sequence on the ranks that take part; NCCL does not count them at all)
+            continue
         if len(set(keys.values())) > 1:
             odd = _odd_ones(slots, sites_of, keys)
             return Divergence(group, s, slots, odd, _mismatch_kind(slots), _exclusive(odd, slots, sites_of))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.state import is_user_path
@@ -176,17 +177,39 @@ _RANK_TEST = re.compile(r"rank|gpu_id|is_main|main_process|master|global_zero|pr
 def _guard_at(path: str, line: int) -> int | None:
     """The line of an ``if`` around ``line`` whose test looks at the rank (``if rank == 0:``,
     ``if self.gpu_id == 0 and ...``, ``if master_process:``, ``if trainer.is_global_zero:``)."""
+    g = _guard_branch(path, line)
+    return g[0] if g else None
+
+
+def _guard_branch(path: str, line: int) -> tuple[int, bool] | None:
+    """(the line of the innermost ``if`` around ``line`` whose test looks at the rank, whether ``line`` is in
+    its ``else``)."""
     tree = _tree(path)
     if tree is None:
         return None
     best = None
     for n in ast.walk(tree):
         if isinstance(n, ast.If) and n.lineno < line <= (n.end_lineno or 0):
-            in_body = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.body + n.orelse)
-            if in_body and _RANK_TEST.search(ast.unparse(n.test)):
-                if best is None or n.lineno > best:
-                    best = n.lineno
+            body = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.body)
+            other = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.orelse)
+            if (body or other) and _RANK_TEST.search(ast.unparse(n.test)):
+                if best is None or n.lineno > best[0]:
+                    best = (n.lineno, other and not body)
     return best
+
+
+def guard_in(frames: Iterable[tuple[str, int]], world: int) -> tuple[str, int, int, set[int] | None] | None:
+    """The innermost of ``frames`` ((file, line), innermost first: a call and its callers) that is reached
+    under a rank test: (file, its line, the test's line, the ranks that take that branch, None where the test
+    does not say). Reads the source files (where they are readable); None when no frame is under one."""
+    for path, line in frames:
+        g = _guard_branch(path, line)
+        if g is not None:
+            who = guard_ranks(path, g[0], world)
+            if who is not None and g[1]:
+                who = set(range(world)) - who
+            return path, line, g[0], who
+    return None
 
 
 def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
@@ -202,3 +225,49 @@ def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple
         if g is not None:
             return path, g
     return None
+
+
+def guard_ranks(path: str, line: int, world: int) -> set[int] | None:
+    """The ranks for which the ``if`` at ``line`` can be true, from its rank comparisons
+    (``rank == 0 and batch == 2`` -> {0}); None when the test does not say."""
+    tree = _tree(path)
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None) if tree else None
+    if node is None or world <= 0:
+        return None
+    every = set(range(world))
+
+    def ev(e: ast.AST) -> set[int] | None:
+        if isinstance(e, ast.BoolOp):
+            parts = [ev(v) for v in e.values]
+            known = [p for p in parts if p is not None]
+            if not known:
+                return None
+            if isinstance(e.op, ast.And):
+                return set.intersection(*known)
+            return None if len(known) < len(parts) else set.union(*known)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            inner = ev(e.operand)
+            return None if inner is None else every - inner
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and "rank" in ast.unparse(e.left).lower():
+            c = e.comparators[0]
+            try:
+                val = ast.literal_eval(c)
+            except ValueError:
+                return None
+            op = e.ops[0]
+            if isinstance(val, int):
+                tests = {
+                    ast.Eq: lambda r: r == val,
+                    ast.NotEq: lambda r: r != val,
+                    ast.Lt: lambda r: r < val,
+                    ast.LtE: lambda r: r <= val,
+                    ast.Gt: lambda r: r > val,
+                    ast.GtE: lambda r: r >= val,
+                }
+                fn = tests.get(type(op))
+                return {r for r in every if fn(r)} if fn else None
+            if isinstance(val, (tuple, list, set)) and isinstance(op, (ast.In, ast.NotIn)):
+                return {r for r in every if (r in val) == isinstance(op, ast.In)}
+        return None
+
+    return ev(node.test)

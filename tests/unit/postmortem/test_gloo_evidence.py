@@ -220,3 +220,45 @@ def test_mixture_of_experts_routing_with_uneven_splits_is_healthy_and_its_busy_r
     assert [g.id for g in rep.findings] == ["hang.timeout"]
     assert "rank 0 in all_to_all([6x4])" in f.message and "up to #6" in f.message
     assert _lines(f, 0) == {MOE_LINES["ROUTE"]} and _lines(f, 1) == {MOE_LINES["REGULAR"]}
+
+
+ZOO_LINES = json.loads((DATA / "zoo-lines.json").read_text())
+ZOO_JOB = Path(__file__).resolve().parents[2] / "frjobs" / "zoojob.py"
+
+
+def _here(case: str, tmp_path: Path, script: Path = ZOO_JOB) -> Path:
+    """The case's dumps with their stacks' zoojob.py frames pointed at ``script``, by default this checkout's
+    copy (the dumps name the path the job ran from): a reading of the source needs the file."""
+    out = tmp_path / f"{case}-{script.parent.name}"
+    out.mkdir()
+    for p in sorted((DATA / case).iterdir()):
+        d = pickle.loads(p.read_bytes())
+        for e in d["entries"]:
+            for f in e.get("frames") or []:
+                if f["filename"].endswith("/zoojob.py"):
+                    f["filename"] = str(script)
+        (out / p.name).write_bytes(pickle.dumps(d))
+    return out
+
+
+def test_every_kind_of_call_a_script_makes_reads_ok(tmp_path):
+    """tests/frjobs/zoojob.py: tensor collectives, object collectives, p2p (blocking, asynchronous, batched), a
+    subgroup, asynchronous work, the coalescing manager and DDP's bucket all-reduces, all completed: no finding
+    at all (a false alarm on a healthy job is a defect too), from the dumps as written and with the source."""
+    for top in (DATA / "zoo-healthy", _here("zoo-healthy", tmp_path)):
+        rep = _report(top)
+        assert (rep.verdict, rep.exit_code, rep.findings) == ("ok", 0, ()), [f.message for f in rep.findings]
+
+
+def test_a_call_under_a_rank_test_at_the_position_where_the_calls_part_is_the_culprits(tmp_path):
+    """The same job, where rank 1 alone broadcasts an object list once more under ``if rank == 1:`` (EXTRA)
+    and rank 0 goes on to its last all-reduce (LAST): both wait at #33 in different calls. The dumps alone
+    cannot tell which side left the common path (a rank that left a loop early looks the same); the source
+    of the frames they name can: rank 1's call is under a rank test that rank 0 does not take."""
+    alone = _report(_here("zoo-extra", tmp_path, tmp_path / "gone" / "zoojob.py"))  # no source to read
+    assert (alone.findings[0].id, alone.findings[0].culprits) == ("hang.divergent-collective", ())
+    rep = _report(_here("zoo-extra", tmp_path))
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (1,), 3), f.message
+    assert _lines(f, 1) == {ZOO_LINES["EXTRA"]} and _lines(f, 0) == {ZOO_LINES["LAST"]}
+    assert f"under the rank test at zoojob.py:{ZOO_LINES['EXTRA'] - 1}, which rank 0 does not take" in f.message

@@ -92,3 +92,16 @@ def test_a_rank_merely_behind_is_no_divergence(tmp_path):
     b.hb(0, 2.1, 4, pending("all_reduce", 4, 20, 2.0)).hb(1, 2.1, 3, where=31)
     _, _, div = _judge(b)
     assert div is None
+
+
+def test_a_send_against_a_recv_at_one_position_is_a_pair_not_a_divergence(tmp_path):
+    """gloo counts a p2p op in the group's sequence on the ranks that take part: rank 0 sends while rank 1
+    receives at #3, then the reverse at #4. A later divergence (rank 1's extra barrier at #6, from a line rank 0
+    never reaches) is the first one, not the send against the recv (zoojob.py's ``extra`` was blamed on it)."""
+    b = _both(RunBuilder(tmp_path / "run").start(0).start(1), range(1, 3))
+    b.coll(0, 3, 40, "send", ((8,),)).coll(1, 3, 41, "recv", ((8,),))
+    b.coll(0, 4, 41, "recv", ((8,),)).coll(1, 4, 40, "send", ((8,),))
+    _both(b, range(5, 6))
+    b.hb(0, 2.1, 6, pending("all_reduce", 6, 20, 2.0)).hb(1, 2.1, 6, pending("barrier", 6, 50, 2.0, ()))
+    _, _, div = _judge(b)
+    assert div is not None and (div.seq, div.kind, div.diverged) == (6, "op-mismatch", (1,)), div
