@@ -601,9 +601,11 @@ def _calls(sig: tuple) -> str:
 # flattened collectives whose one output holds every rank's input (all-gather) or whose one input holds every
 # rank's output (reduce-scatter), by the names torch's recorders write; and the ones whose output is the input
 GATHERS = frozenset(
-    {"_all_gather_base", "_allgather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"}
+    {"all_gather", "_all_gather_base", "_allgather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"}
 )
-SCATTERS = frozenset({"_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
+SCATTERS = frozenset(
+    {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"}
+)
 IN_PLACE = frozenset({"all_reduce", "allreduce_coalesced"})
 
 
@@ -617,7 +619,14 @@ def misfit(e: Entry, size: int) -> str | None:
         return None
     if e.op in IN_PLACE and ins != outs:
         return f"{e.op} returns its input, but its output is recorded as [{_sizes(outs)}] for input [{_sizes(ins)}]"
-    if size > 0 and (e.op in GATHERS or e.op in SCATTERS):
+    if size <= 0:
+        return None
+    # the list forms: one buffer per rank (torch's own hook records them so), or one stacked or flat buffer
+    if e.op == "all_gather" and len(outs) > 1:
+        return None if len(outs) == size else f"all_gather into a list of {len(outs)} buffers on {size} ranks"
+    if e.op == "reduce_scatter" and len(ins) > 1:
+        return None if len(ins) == size else f"reduce_scatter of a list of {len(ins)} buffers on {size} ranks"
+    if e.op in GATHERS or e.op in SCATTERS:
         n_in, n_out = math.prod(ins[0]), math.prod(outs[0])
         if e.op in GATHERS and n_out != n_in * size:
             return f"{e.op} of {n_in} elements on each of {size} ranks gathers {n_in * size}, not {n_out}"

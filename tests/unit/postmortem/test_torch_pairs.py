@@ -21,10 +21,12 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.postmortem import inputs, report
 
 # torch 2.13's answers its own later test cases call wrong (test_all_gather_base_numel_is_checked,
-# test_all_to_all_single_uneven_splits_are_not_a_mismatch)
+# test_all_to_all_single_uneven_splits_are_not_a_mismatch, test_matcher_accepts_hook_shapes)
 TORCH_213_WRONG = {
     "_all_gather_base of the wrong numel": "FULLY_MATCHED",
     "all_to_all_single with uneven splits": "SIZE_OR_SYNTAX_MISMATCH",
+    "hook: all_gather, one buffer per rank": "SIZE_OR_SYNTAX_MISMATCH",
+    "hook: reduce_scatter, one buffer per rank": "SIZE_OR_SYNTAX_MISMATCH",
 }
 MISMATCH_IDS = {"hang.shape-mismatch", "hang.divergent-collective", "collective.shape-mismatch"}
 
@@ -73,6 +75,16 @@ CASES = [
     ("_all_gather_base of the right numel", *[_event("_all_gather_base", [[8]], [[16]])] * 2, "hang.transport-stall"),
     ("_all_gather_base of the wrong numel", *[_event("_all_gather_base", [[8]], [[24]])] * 2, "hang.shape-mismatch"),
     ("all_to_all_single with uneven splits", _event("all_to_all_single", [[8]], [[12]]), _event("all_to_all_single", [[12]], [[8]]), "hang.transport-stall"),
+    # FlightRecorderHookShapeTest: the shapes torch's c10d hook records (one buffer per rank for the list forms),
+    # the same on both ranks: healthy ones, and lists or flat buffers of the wrong size
+    ("hook: reduce", *[_event("reduce", [[8]], [[8]])] * 2, "hang.transport-stall"),
+    ("hook: all_gather, one buffer per rank", *[_event("all_gather", [[8]], [[8], [8]])] * 2, "hang.transport-stall"),
+    ("hook: reduce_scatter, one buffer per rank", *[_event("reduce_scatter", [[8], [8]], [[8]])] * 2, "hang.transport-stall"),
+    ("hook: allreduce_coalesced", *[_event("allreduce_coalesced", [[8], [4]], [[8], [4]])] * 2, "hang.transport-stall"),
+    ("hook: all_gather into a list of 3 on 2 ranks", *[_event("all_gather", [[8]], [[8], [8], [8]])] * 2, "hang.shape-mismatch"),
+    ("hook: reduce_scatter of a list of 3 on 2 ranks", *[_event("reduce_scatter", [[8], [8], [8]], [[8]])] * 2, "hang.shape-mismatch"),
+    ("hook: all_gather 8 -> 17 flat", *[_event("all_gather", [[8]], [[17]])] * 2, "hang.shape-mismatch"),
+    ("hook: reduce_scatter 17 -> 8 flat", *[_event("reduce_scatter", [[17]], [[8]])] * 2, "hang.shape-mismatch"),
 ]  # fmt: skip
 
 
@@ -123,6 +135,7 @@ def test_torchs_own_matcher_agrees_but_on_lagging_records(name: str, a: dict, b:
     theirs = state not in (types.MatchState.FULLY_MATCHED, types.MatchState.UNDECIDED)
     if theirs != ours:
         # torch 2.13's matcher is wrong here by its own later tests (fixed upstream since): it spells the
-        # numel rule's op "all_gather_base", which no recorder writes, so the rule never runs; and it compares
-        # all_to_all_single's split sizes, which differ by design
+        # numel rule's op "all_gather_base", which no recorder writes, so the rule never runs; it compares
+        # all_to_all_single's split sizes, which differ by design; and it takes the list forms' one buffer
+        # per rank for a flat buffer of the wrong size
         assert TORCH_213_WRONG.get(name) == state.name, state
