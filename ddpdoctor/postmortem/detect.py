@@ -347,7 +347,8 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
             if a[: len(t)] == t:
                 continue  # no call of the waiting rank's differs from the idle rank's: none is extra
             i = next(k for k in range(len(t)) if a[k] != t[k])
-            if a[i] in t or a[i + 1 :] != t[i:]:
+            # its call at i is one the idle rank never made, and every call after it is the idle rank's from i
+            if a[i] in t or judge.insertion(a[i:], t[i:]) != len(t) - i:
                 continue
             extra, met = dw.entry(mine[i]), d.entry(theirs[i])
             msg = (

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
 from ddpdoctor.analysis.hang.paths import _guard_at, _tree, rank_guard
 from ddpdoctor.analysis.state import RankState
@@ -76,15 +77,12 @@ def _same(a: Slot, b: Slot) -> bool:
 
 
 def _inserted(extra: list[Slot], other: list[Slot]) -> int | None:
-    """How many of ``extra``'s calls after its first align with ``other``'s from the first: a count > 0
-    when all that overlap agree (evidence of an insertion), 0 when nothing overlaps, None when they
+    """``judge.insertion`` of the ranks' calls from the divergence on (positions a rank has not reached left
+    out): a count > 0 when ``extra``'s first call is an insertion, 0 when nothing overlaps, None when they
     contradict it."""
-    a = [s for s in extra[1:] if s.op != ABSENT]
-    b = [s for s in other if s.op != ABSENT]
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    return n if all(_same(x, y) for x, y in zip(a[:n], b[:n])) else None
+    return judge.insertion(
+        extra[:1] + [s for s in extra[1:] if s.op != ABSENT], [s for s in other if s.op != ABSENT], _same
+    )
 
 
 def guarded_entry(site: tuple | None) -> tuple[tuple[str, int], tuple[str, int]] | None:

@@ -1,8 +1,9 @@
 """The hang judge's core, shared by every kind of evidence: who waits for whom, which ranks are at the
 ends of those chains, and whether every rank waits in one call. Pure, stdlib only.
 
-It also holds the one copy of the two rules that name the odd ranks where the ranks' calls differ
-(``rarest``, ``extra_callers``), whichever source the calls come from.
+It also holds the one copy of the rules that name the odd ranks where the ranks' calls differ (``rarest``,
+``extra_callers``) and of the rule that tells an extra call from the calls that follow it (``insertion``),
+whichever source the calls come from.
 
 Every source (the ledger's rank states, the flight recorder's dumps, the stacks) is first read into the
 same per-rank facts (facts.py, analysis/hang/sources/). From them ``waits_graph`` says, for every rank that
@@ -15,10 +16,14 @@ with none (every chain is a cycle), the ranks diverged: an extra call or a misma
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from ddpdoctor.analysis.hang.facts import MISSING, WAITING, Call, RankFacts
+
+T = TypeVar("T")
 
 
 def waits_graph(
@@ -153,3 +158,16 @@ def extra_callers(
         if own and all(stacks[o] and stacks[o][0] in history[r] for o in others):
             found[r] = own[0]
     return found if len(found) < len(ranks) else {}
+
+
+def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], bool] = operator.eq) -> int | None:
+    """Whether ``extra``'s first call is one call more than ``other``'s: how many of ``extra``'s calls after
+    its first agree (``same``), in order, with ``other``'s from its first. A count > 0 when every call they
+    both hold agrees (an insertion: the others' calls, shifted by one), 0 when nothing overlaps, None when
+    they contradict it. The ledger's attribution (analysis/hang/attribution.py) and the flight recorder's
+    extra call that completed against another rank's next one (postmortem/detect.py) ask it of their calls."""
+    a, b = extra[1:], other
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    return n if all(same(x, y) for x, y in zip(a[:n], b[:n])) else None

@@ -41,3 +41,14 @@ def test_an_extra_call_is_the_site_no_other_rank_reached_while_the_others_wait_a
     assert judge.extra_callers({0: [extra], 1: [("train.py", 40)]}, {0: {extra}, 1: {("train.py", 40)}}) == {}
     # a rank with no site of its own says nothing
     assert judge.extra_callers({0: [], 1: [regular]}, history) == {}
+
+
+def test_an_insertion_is_one_call_more_followed_by_the_others_calls() -> None:
+    # rank A made an extra "x", then the calls rank B makes from the same point on
+    assert judge.insertion(["x", "a", "b"], ["a", "b", "c"]) == 2
+    assert judge.insertion(["x", "a", "b", "c"], ["a", "b", "c"]) == 3
+    # nothing after the extra call to compare: no evidence either way; a contradiction: no insertion
+    assert judge.insertion(["x"], ["a", "b"]) == 0
+    assert judge.insertion(["x", "a", "z"], ["a", "b"]) is None
+    # the comparison is the caller's (the ledger compares op, shapes and line, not the objects)
+    assert judge.insertion(["x", "A"], ["a"], lambda p, q: p.lower() == q.lower()) == 1
