@@ -145,7 +145,7 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
     stands = {r: stand(d, done) for r, d in sorted(inp.dumps.items())}
     missing = sorted(world - set(inp.dumps))
     fails = _failures(inp)
-    notes = _notes(inp, known, missing)
+    notes = _notes(inp, known, missing, done)
     out: list[Finding] = []
     roots = _root_causes(fails)
     if roots:
@@ -1069,9 +1069,9 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
     return []
 
 
-def _lagged(dumps: list[Dump]) -> list[tuple[int, Entry]]:
-    """Per rank, its oldest collective its own records leave open that another rank completed."""
-    done = completed_anywhere(dumps)
+def _lagged(dumps: list[Dump], done: dict[str, int]) -> list[tuple[int, Entry]]:
+    """Per rank, its oldest collective its own records leave open that another rank completed (``done``:
+    per group, the highest sequence id any rank completed)."""
     out = []
     for d in dumps:
         for i in d.open_index:
@@ -1082,7 +1082,7 @@ def _lagged(dumps: list[Dump]) -> list[tuple[int, Entry]]:
     return sorted(out, key=lambda x: x[0])
 
 
-def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
+def _notes(inp: Inputs, known: bool, missing: list[int], done: dict[str, int]) -> list[str]:
     notes = list(inp.notes)
     dumps = list(inp.dumps.values())
     same = sorted(r for r, _keep, _drop, ok in inp.duplicates if ok)
@@ -1110,7 +1110,7 @@ def _notes(inp: Inputs, known: bool, missing: list[int]) -> list[str]:
         )
     for r, path in sorted(inp.blank.items()):
         notes.append(f"rank {r}: {path} is empty (0 bytes): counted as a rank that left no dump")
-    lag = _lagged(dumps)
+    lag = _lagged(dumps, done)
     if lag:
         r, e = lag[0]
         more = f" (and {len(lag) - 1} more rank{'s' if len(lag) > 2 else ''})" if len(lag) > 1 else ""
