@@ -18,6 +18,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
 from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang.facts import ABSENT, Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
 from ddpdoctor.analysis.hang.sources.flight import (
@@ -643,7 +644,11 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
     ev = {"source": "flight recorder", "group": e0.group, "seq": e0.seq}
     size = len(members(inp, e0.group, world))
     bad = {r: why for r, e in pend.items() if (why := misfit(e, size))}
-    if bad and len(set(shapes.values())) == 1:
+    # the walk over the one position they wait at (a position of the ranks' own calls: the walk the ledger
+    # takes over its positions and the completed calls over theirs)
+    slots = {r: Slot("+".join(x[0] for x in shapes[r]), _site(e), agree=shapes[r]) for r, e in pend.items()}
+    part = next(judge.partings(sorted(pend), [(e0.group, e0.seq)], lambda r, _k: slots[r]), None)
+    if bad and part is None:
         # every rank made the same call, and its sizes do not fit together: the call itself is wrong
         odd = tuple(sorted(bad))
         locs = [
@@ -660,19 +665,18 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
             ev,
             culprits=odd if len(odd) < len(pend) else (),
         )
-    if len(set(shapes.values())) > 1:
+    if part is not None:
         # where no call is rarer than another (two ranks), each rank's line is a side of the mismatch. One side's
         # call may be new while the other's continues what every rank did, but that names nobody: a rank that
         # left the loop early and a rank that made an extra call before (the sequence shifted, its extra call
         # met another's regular one) leave the same dumps; only lines or history tell them apart
-        rare = judge.rarest(shapes)
+        rare = part.odd if len(part.odd) < len(pend) else ()
         guarded = {} if rare else _guarded(pend, len(world))
         if guarded and len(guarded) < len(pend):
             return _guarded_finding(pend, shapes, guarded, ev)
         left = () if rare else _new_call(inp, pend, shapes)
-        odd = rare or tuple(sorted(shapes))
-        same_op = len({tuple(x[0] for x in k) for k in shapes.values()}) == 1
-        fid = HANG_SHAPE_MISMATCH if same_op else HANG_DIVERGENT_COLLECTIVE
+        odd = part.odd
+        fid = HANG_SHAPE_MISMATCH if part.kind == "shape-mismatch" else HANG_DIVERGENT_COLLECTIVE
         parts = "; ".join(
             f"rank {r}: {_calls(shapes[r])} {'/'.join(dict.fromkeys(t for x in shapes[r] for t in x[2]))}{_at(user_frame(e))}"
             for r, e in sorted(pend.items())
@@ -718,6 +722,12 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         ev,
         culprits=(),
     )
+
+
+def _site(e: Entry) -> tuple[str, int] | None:
+    """An entry's user line (file, line): its innermost frame in the user's code."""
+    f = user_frame(e)
+    return (f[0], f[1]) if f else None
 
 
 def _guarded(pend: dict[int, Entry], world: int) -> dict[int, tuple[tuple[str, int, str], str, int]]:
@@ -1028,25 +1038,32 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
                 if rg.setdefault(q, v) != v:  # type: ignore[arg-type]
                     odd_keys.add((g, q))
     shut: dict[int, set[int]] = {}
-    # the odd positions in order, each looked at entry by entry only when the ones before it found nothing
-    for key in sorted(odd_keys, key=lambda k: (k[1], k[0])):
-        per: dict[int, tuple[tuple, Entry]] = {}
-        for r, d in inp.dumps.items():
-            if r not in shut:
-                shut[r] = set(d.open_index)
-            # the rank's first entry at the position that it completed with a must-agree op
-            first = next(
-                (i for i in d.positions(*key) if d.kinds[d.kind[i]].op in must and i not in shut[r]),
-                None,
-            )
-            if first is not None:
-                per[r] = (d.signature_at(*key), d.entry(first))
-        sigs = {r: sig for r, (sig, _) in per.items()}
-        if len(per) < 2 or len(set(sigs.values())) == 1:
-            continue
-        if len({tuple(x[0] for x in s) for s in sigs.values()}) != 1:
+    firsts: dict[tuple[int, tuple[str, int]], tuple[tuple, Entry]] = {}
+
+    def slot_at(r: int, key: tuple[str, int]) -> Slot:
+        """The rank's first entry at the position that it completed with a must-agree op, as a slot whose
+        key is the signature of every entry there (a coalesced group's included)."""
+        d = inp.dumps[r]
+        if r not in shut:
+            shut[r] = set(d.open_index)
+        first = next((i for i in d.positions(*key) if d.kinds[d.kind[i]].op in must and i not in shut[r]), None)
+        if first is None:
+            return Slot(ABSENT)
+        e, sig = d.entry(first), d.signature_at(*key)
+        firsts[(r, key)] = (sig, e)
+        f = user_frame(e)
+        return Slot("+".join(x[0] for x in sig), f[:2] if f else None, agree=sig)
+
+    # the odd positions in order, each looked at entry by entry only when the ones before it found nothing;
+    # completed calls are compared among the ranks that recorded them (each member joined them: a rank
+    # without one lost its record, it was not behind), and only a shape question (the same calls) counts
+    odd_positions = sorted(odd_keys, key=lambda k: (k[1], k[0]))
+    for part in judge.partings(sorted(inp.dumps), odd_positions, slot_at, partial=True):
+        if part.kind != "shape-mismatch":
             continue  # different calls: not a shape question
-        odd = judge.rarest(sigs) or tuple(sorted(sigs))  # no rarer side (two ranks): each is one side
+        key, odd = part.pos, part.odd
+        per = {r: firsts[(r, key)] for r in part.slots}
+        sigs = {r: sig for r, (sig, _) in per.items()}
         parts = "; ".join(
             f"rank {r}: {_calls(sigs[r])} {'/'.join(dict.fromkeys(t for x in sigs[r] for t in x[2]))}"
             f"{_at(user_frame(per[r][1]))}"

@@ -20,7 +20,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
-from ddpdoctor.analysis.hang.facts import WAITING
+from ddpdoctor.analysis.hang.facts import WAITING, Slot
 from ddpdoctor.analysis.hang.paths import (
     _guard_at,
     _loops,
@@ -390,7 +390,13 @@ def _divergence(
             leavers,
             dict(ev, departure={"file": dep.file, "line": dep.line}),
         )
-    culprits = list(judge.rarest({r: key for key, g in groups.items() for r in g})) or sorted(vs)
+    # the stacks hold no positions: the walk to the first parting reads the one position they show, the call
+    # each rank waits in now (what must agree there: where it waits)
+    slots = {
+        r: Slot(v.op or v.kind, (v.site.file, v.site.line) if v.site else None, agree=v.key()) for r, v in vs.items()
+    }
+    part = next(judge.partings(sorted(vs), ["now"], lambda r, _now: slots[r]), None)
+    culprits = list(part.odd) if part is not None else sorted(vs)
     locs = [_loc(vs[r], "diverged" if r in culprits and len(culprits) < len(vs) else "waiting") for r in sorted(vs)]
     msg = f"ranks wait in different collectives: {group_values(desc, first=culprits)}"
     return _finding(HANG_DIVERGENT_COLLECTIVE, "error", msg, HINTS[HANG_DIVERGENT_COLLECTIVE], vs, locs, culprits, ev)

@@ -124,7 +124,7 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
         return None
     classes: dict[tuple, list[int]] = {}
     for r, sl in sorted(div.slots.items()):
-        classes.setdefault(sl.key() + (sl.site,), []).append(r)
+        classes.setdefault((sl.key(), sl.site), []).append(r)
     if len(classes) < 2:
         return None
     tail = tails(record, states, div)

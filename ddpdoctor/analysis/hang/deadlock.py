@@ -281,7 +281,7 @@ def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Depa
     when their collective sits under a rank test (``if rank == 0:``): that is a rank-conditional call."""
     groups: dict[tuple, list[int]] = {}
     for r, sl in sorted(div.slots.items()):
-        groups.setdefault(sl.key() + (sl.site,), []).append(r)
+        groups.setdefault((sl.key(), sl.site), []).append(r)
     candidates = [tuple(div.diverged)] if len(div.diverged) < len(div.slots) else [tuple(g) for g in groups.values()]
     found = []
     for leavers in candidates:

@@ -13,25 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.hang import judge
-from ddpdoctor.analysis.state import P2P, SHAPED, RankState
+from ddpdoctor.analysis.hang.facts import ABSENT, AWAY, INTERNAL, Slot
+from ddpdoctor.analysis.state import RankState
 from ddpdoctor.record.reader import RunRecord
 
-INTERNAL = "<ddp/internal>"
-ABSENT = "<never issued>"
-AWAY = "<waits in another group>"  # a live rank with nothing at this position: it waits elsewhere
-
-
-@dataclass(frozen=True)
-class Slot:
-    """What one rank issued at one position of a group's sequence: the op, its line, its shapes."""
-
-    op: str
-    site: tuple | None = None
-    shapes: Any = None
-
-    def key(self) -> tuple:
-        """What must agree across ranks: the op, and the shapes of a shaped collective."""
-        return (self.op, tuple(map(tuple, self.shapes)) if self.op in SHAPED and self.shapes else None)
+__all__ = ["ABSENT", "AWAY", "INTERNAL", "Divergence", "Slot", "first_divergence", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -129,33 +115,17 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             if p.get("site"):
                 sites_of[r].add(tuple(p["site"]))
     top = max(final.values())
-    for s in range(start, top + 1):
-        slots = {r: seqs[r].get(s, Slot(ABSENT)) for r in ranks}
-        keys = {r: sl.key() for r, sl in slots.items()}
-        absent = [r for r, sl in slots.items() if sl.op == ABSENT]
-        if absent and len(absent) < len(ranks):
-            ended = [r for r in absent if states[r].ended]
-            if ended:
-                return Divergence(group, s, slots, tuple(ended), "exited")
-            continue  # a rank that is merely behind
-        if absent:
-            break
-        if any(sl.op in P2P for sl in slots.values()):
-            # a send pairs with a recv: p2p ops are matched by their peers, never by position (gloo counts
-            # them in the group's sequence on the ranks that take part; NCCL does not count them at all)
-            continue
-        if len(set(keys.values())) > 1:
-            odd = _odd_ones(slots, sites_of, keys)
-            return Divergence(group, s, slots, odd, _mismatch_kind(slots), _exclusive(odd, slots, sites_of))
-        sites = {r: sl.site for r, sl in slots.items()}
-        if len(set(sites.values())) > 1:
-            # the same op from different lines: an extra call when one rank's line is its own alone
-            # while the other ranks' line is one it also uses (a shifted sequence); a symmetric
-            # if/else (each rank its own line) is a common, correct pattern.
-            extra = judge.extra_callers({r: [site] if site else [] for r, site in sites.items()}, sites_of)
-            if extra:
-                return Divergence(group, s, slots, tuple(sorted(extra)), "extra-call", True)
-    return None
+    absent = Slot(ABSENT)
+    ended = [r for r in ranks if states[r].ended]
+    part = next(
+        judge.partings(
+            ranks, range(start, top + 1), lambda r, s: seqs[r].get(s, absent), ended=ended, sites_of=sites_of
+        ),
+        None,
+    )
+    if part is None:
+        return None
+    return Divergence(group, part.pos, part.slots, part.odd, part.kind, part.exclusive)
 
 
 def cross_group_divergence(record: RunRecord, states: dict[int, RankState]) -> Divergence | None:
@@ -239,25 +209,3 @@ def _first_difference(entries: dict[int, list[dict[str, Any]]], ranks: list[int]
             here = ref[i - 1]["seq"][1] + 1  # the gap after the last equal entry may differ (internal or not)
         start = here if start is None else min(start, here)
     return 1 if start is None else start
-
-
-def _exclusive(odd: tuple[int, ...], slots: dict[int, Slot], sites_of: dict[int, set]) -> bool:
-    if not odd or len(odd) == len(slots):
-        return False
-    return all(slots[r].site and all(slots[r].site not in sites_of[o] for o in slots if o != r) for r in odd)
-
-
-def _mismatch_kind(slots: dict[int, Slot]) -> str:
-    ops = {sl.op for sl in slots.values()}
-    return "shape-mismatch" if len(ops) == 1 else "op-mismatch"
-
-
-def _odd_ones(slots: dict[int, Slot], sites_of: dict[int, set], keys: dict[int, tuple]) -> tuple[int, ...]:
-    odd = judge.rarest(keys)
-    if odd:
-        return odd
-    # two ranks (or no rarest call): the rank whose line here no other rank ever reaches
-    own = [r for r, sl in slots.items() if sl.site and all(sl.site not in sites_of[o] for o in slots if o != r)]
-    if own and len(own) < len(slots):
-        return tuple(own)
-    return tuple(sorted(slots))

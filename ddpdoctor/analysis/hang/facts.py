@@ -9,13 +9,18 @@ is empty, and the judge treats it as unknown rather than as agreement.
 
 A rank with no records at all is a ``MISSING`` fact, never an absent key: the judge may find that others
 wait for it, and a report must name it either way.
+
+The sources that know positions (the ledger, the dumps) also give, per rank, the ``Slot`` it holds at each
+position of a group's sequence: the one form the judge's walk to the first parting (judge.partings) reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
+
+from ddpdoctor.record.schema import P2P, SHAPED
 
 # Where a rank stands.
 WAITING: Final = "waiting"  # inside a call (a collective, a p2p op, DDP's all-reduce) that has not returned
@@ -56,3 +61,33 @@ class RankFacts:
     pending: Call | None = None
     issued: Mapping[str, int] = field(default_factory=dict)
     open_p2p: Mapping[str, Call] = field(default_factory=dict)
+
+
+# What a rank holds at a position where it holds no call of its own.
+INTERNAL: Final = "<ddp/internal>"  # a position its counter passed with no Python call: DDP's C++ collective
+ABSENT: Final = "<never issued>"  # nothing at this position: the rank never got there, or its record is gone
+AWAY: Final = "<waits in another group>"  # a live rank with nothing at this position: it waits elsewhere
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one rank issued at one position of a group's sequence: the op, its line, its shapes, and what
+    must agree across ranks where the source computes it (``agree``: the dumps' signature of every entry at
+    the position, a coalesced group's included). Without ``agree``, what must agree is the op, and the shapes
+    of a shaped collective (the ledger's rule)."""
+
+    op: str
+    site: tuple[Any, ...] | None = None  # the user's line: (file, line[, function])
+    shapes: Any = None
+    agree: Hashable = None
+
+    def key(self) -> Hashable:
+        """What must agree across ranks at this position."""
+        if self.agree is not None:
+            return self.agree
+        return (self.op, tuple(map(tuple, self.shapes)) if self.op in SHAPED and self.shapes else None)
+
+    @property
+    def p2p(self) -> bool:
+        """A point-to-point op: matched by its peer, never by position."""
+        return self.op in P2P

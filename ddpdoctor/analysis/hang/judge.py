@@ -1,9 +1,9 @@
 """The hang judge's core, shared by every kind of evidence: who waits for whom, which ranks are at the
 ends of those chains, and whether every rank waits in one call. Pure, stdlib only.
 
-It also holds the one copy of the rules that name the odd ranks where the ranks' calls differ (``rarest``,
-``extra_callers``) and of the rule that tells an extra call from the calls that follow it (``insertion``),
-whichever source the calls come from.
+It also holds the one copy of the walk to the first position where the ranks' calls part (``partings``),
+of the rules that name the odd ranks where they differ (``rarest``, ``extra_callers``) and of the rule that
+tells an extra call from the calls that follow it (``insertion``), whichever source the calls come from.
 
 Every source (the ledger's rank states, the flight recorder's dumps, the stacks) is first read into the
 same per-rank facts (facts.py, analysis/hang/sources/). From them ``waits_graph`` says, for every rank that
@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from ddpdoctor.analysis.hang.facts import MISSING, WAITING, Call, RankFacts
+from ddpdoctor.analysis.hang.facts import ABSENT, MISSING, WAITING, Call, RankFacts, Slot
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Hashable)  # a position: a sequence id, (group, sequence id), ...
 
 
 def waits_graph(
@@ -171,3 +173,100 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
     if n == 0:
         return 0
     return n if all(same(x, y) for x, y in zip(a[:n], b[:n])) else None
+
+
+@dataclass(frozen=True)
+class Parting(Generic[P]):
+    """A position where the ranks' calls part: what each rank holds there, the ranks that left the common
+    path (``odd``; every rank where the evidence names no side) and how they part. ``kind`` is ``exited`` (a
+    rank that ended never issued it), ``op-mismatch``, ``shape-mismatch`` or ``extra-call`` (the same op from a
+    line that is one rank's own). ``exclusive``: the odd ranks' line here is one no other rank ever reaches."""
+
+    pos: P
+    slots: dict[int, Slot]
+    odd: tuple[int, ...]
+    kind: str
+    exclusive: bool = False
+
+
+def partings(
+    ranks: Sequence[int],
+    positions: Iterable[P],
+    slot_at: Callable[[int, P], Slot],
+    *,
+    ended: Collection[int] = (),
+    sites_of: Mapping[int, Collection[Hashable]] | None = None,
+    partial: bool = False,
+) -> Iterator[Parting[P]]:
+    """The positions, in the order given, where the ranks' calls part: the one walk over a sequence of calls,
+    whichever source gave it (the ledger's positions of a group, the dumps' completed positions, the one
+    position the stacks show). ``slot_at`` gives a rank's ``Slot`` at a position (op ``ABSENT`` for none).
+
+    At each position:
+    - a rank with nothing there that ``ended`` parts there (``exited``);
+    - a rank with nothing there that lives is behind: the position is passed over, unless ``partial``, where
+      the ranks that hold it are compared (completed calls, which every member joined: a rank without one
+      lost its record of it, it was not behind). The walk stops where no rank holds anything (``partial``:
+      passes it over);
+    - p2p ops are passed over: a send pairs with a recv, matched by peers, never by position;
+    - different keys (``Slot.key``) part: the odd ranks are the rarest key's, else (two sides) the ranks
+      whose line there no other rank ever reaches (``sites_of``: each rank's lines), else every rank;
+    - one key from different lines parts where one rank's line is its own alone and the others' line is one
+      it used too (``extra_callers``, a shifted sequence); a symmetric if/else names nobody and does not part.
+      Needs ``sites_of``; without it, lines are not compared."""
+    gone = set(ended)
+    for pos in positions:
+        slots = {r: slot_at(r, pos) for r in ranks}
+        absent = [r for r, sl in slots.items() if sl.op == ABSENT]
+        if absent:
+            if len(absent) == len(slots):
+                if partial:
+                    continue  # sparse positions (completed calls): a later one may still be held
+                return  # past every rank's calls
+            left = [r for r in absent if r in gone]
+            if left:
+                yield Parting(pos, slots, tuple(left), "exited")
+                continue
+            if not partial:
+                continue
+            slots = {r: sl for r, sl in slots.items() if sl.op != ABSENT}
+            if len(slots) < 2:
+                continue
+        if any(sl.p2p for sl in slots.values()):
+            continue
+        keys = {r: sl.key() for r, sl in slots.items()}
+        if len(set(keys.values())) > 1:
+            odd = _odd_ones(slots, sites_of or {}, keys)
+            kind = "shape-mismatch" if len({sl.op for sl in slots.values()}) == 1 else "op-mismatch"
+            yield Parting(pos, slots, odd, kind, _exclusive(odd, slots, sites_of or {}))
+            continue
+        if sites_of is None or len({sl.site for sl in slots.values()}) < 2:
+            continue
+        extra = extra_callers({r: [sl.site] if sl.site else [] for r, sl in slots.items()}, sites_of)
+        if extra:
+            yield Parting(pos, slots, tuple(sorted(extra)), "extra-call", True)
+
+
+def _own_line(r: int, slots: Mapping[int, Slot], sites_of: Mapping[int, Collection[Hashable]]) -> bool:
+    """Rank ``r``'s line at this position is one no other rank ever reaches."""
+    site = slots[r].site
+    return bool(site) and all(site not in sites_of.get(o, ()) for o in slots if o != r)
+
+
+def _exclusive(odd: tuple[int, ...], slots: Mapping[int, Slot], sites_of: Mapping[int, Collection[Hashable]]) -> bool:
+    if not odd or len(odd) == len(slots):
+        return False
+    return all(_own_line(r, slots, sites_of) for r in odd)
+
+
+def _odd_ones(
+    slots: Mapping[int, Slot], sites_of: Mapping[int, Collection[Hashable]], keys: Mapping[int, Hashable]
+) -> tuple[int, ...]:
+    odd = rarest(keys)
+    if odd:
+        return odd
+    # two sides (or no rarest call): the ranks whose line here no other rank ever reaches
+    own = [r for r in slots if _own_line(r, slots, sites_of)]
+    if own and len(own) < len(slots):
+        return tuple(sorted(own))
+    return tuple(sorted(slots))
