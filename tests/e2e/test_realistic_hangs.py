@@ -165,3 +165,16 @@ def test_async_collective_only_rank0_issues_waited_in_a_helper(tmp_path):
     assert r.code == 3, r.err[-2000:]
     f = finding(r.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0] and marker_line(probe, "EXTRA") in lines_of(f, 0)
+
+
+def test_pipeline_stages_p2p_does_not_shift_the_first_divergence(tmp_path):
+    """gloo counts a send and a recv in the group's sequence on the two ranks that take part only: ranks 0 and 1
+    run ahead of rank 2 by one position a step. Rank 2's extra all_reduce is named at its line, not a
+    divergence between the stages' all_reduce and rank 2's barrier at the shifted position (it was)."""
+    script = SCRIPTS / "pipeline_stages.py"
+    r = ddpdoctor(["hang", "--nproc-per-node", "3", "--timeout", "8", str(script), "extra"], tmp_path, timeout=180)
+    assert r.code == 3, r.err[-2000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [2]
+    assert marker_line(script, "EXTRA") in lines_of(f, 2)
+    assert marker_line(script, "STEP") in lines_of(f, 0) and marker_line(script, "STEP") in lines_of(f, 1)

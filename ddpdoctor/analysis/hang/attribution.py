@@ -52,6 +52,7 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
     out: dict[int, list[Slot]] = {}
     for r in div.slots:
         ledger = record.ranks[r].ledger
+        at = div.position(r)
         final = max(
             [int((states[r].seq or {}).get(div.group, 0))]
             + [int(e["seq"][1]) for e in ledger[-8:] if e.get("group") == div.group and e.get("seq")]
@@ -59,12 +60,14 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
         p = states[r].pending
         if p and p.get("group") == div.group and p.get("seq"):
             final = max(final, int(p["seq"]))
-        final = min(final, div.seq + _MAX_TAIL - 1)
-        seq = sequence(record, r, div.group, final, div.seq) if final >= div.seq else {}
-        if p and p.get("group") == div.group and p.get("seq") and div.seq <= int(p["seq"]) <= final:
+        final = min(final, at + _MAX_TAIL - 1)
+        seq = sequence(record, r, div.group, final, at) if final >= at else {}
+        if p and p.get("group") == div.group and p.get("seq") and at <= int(p["seq"]) <= final:
             seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
-        # at least the divergence's own slot: a rank that waits in another group has issued nothing here
-        out[r] = [div.slots[r]] + [seq.get(s, Slot(ABSENT)) for s in range(div.seq + 1, final + 1)]
+        # at least the divergence's own slot: a rank that waits in another group has issued nothing here. p2p
+        # ops are left out, as the walk leaves them out (they shift positions on gloo)
+        rest = (seq.get(s, Slot(ABSENT)) for s in range(at + 1, final + 1))
+        out[r] = [div.slots[r]] + [sl for sl in rest if not sl.p2p]
     return out
 
 

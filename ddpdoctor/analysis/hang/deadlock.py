@@ -272,7 +272,7 @@ def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
         gone_sites = {e.get("site") and tuple(e["site"]) for d in div.diverged for e in record.ranks[d].ledger}
         if not site or tuple(site) in gone_sites or rank_guard(record, r, site) is None:
             return None
-    return Divergence(div.group, div.seq, div.slots, tuple(sorted(waiters)), "extra-call", True)
+    return dataclasses.replace(div, diverged=tuple(sorted(waiters)), kind="extra-call", exclusive=True)
 
 
 def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:

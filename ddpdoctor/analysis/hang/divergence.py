@@ -9,7 +9,7 @@ all-reduce or buffer broadcast).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.hang import judge
@@ -30,6 +30,13 @@ class Divergence:
     diverged: tuple[int, ...]  # ranks that left the common path here
     kind: str  # extra-call | op-mismatch | shape-mismatch | exited
     exclusive: bool = False  # the diverged ranks' line here is one no other rank ever reaches
+    # each rank's own position of its slot, where it is not ``seq`` (gloo counts a p2p op in the group's
+    # sequence on the ranks that take part only: pipeline stages' positions run ahead of the others')
+    at: dict[int, int] = field(default_factory=dict)
+
+    def position(self, rank: int) -> int:
+        """Rank ``rank``'s own position of its slot here."""
+        return self.at.get(rank, self.seq)
 
 
 def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int = 1) -> dict[int, Slot]:
@@ -114,18 +121,38 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
             )
             if p.get("site"):
                 sites_of[r].add(tuple(p["site"]))
-    top = max(final.values())
+    # The walk's positions are each rank's calls in order with its p2p ops left out, as NCCL counts them: gloo
+    # counts a p2p op in the group's sequence on the ranks that take part only, so after a send from stage 0
+    # to stage 1 their positions run one ahead of the other stages'. Everything before `start` agrees, so the
+    # k-th call from `start` is the same call on every rank; a position a rank's records leave open within
+    # its own range stays open (ABSENT), as before.
+    order = {
+        r: [s for s in range(start, max(seqs[r], default=start - 1) + 1) if not (s in seqs[r] and seqs[r][s].p2p)]
+        for r in ranks
+    }
     absent = Slot(ABSENT)
+
+    def slot_at(r: int, i: int) -> Slot:
+        o = order[r]
+        return seqs[r].get(o[i], absent) if i < len(o) else absent
+
     ended = [r for r in ranks if states[r].ended]
-    part = next(
-        judge.partings(
-            ranks, range(start, top + 1), lambda r, s: seqs[r].get(s, absent), ended=ended, sites_of=sites_of
-        ),
-        None,
-    )
+    n = max(len(o) for o in order.values())
+    part = next(judge.partings(ranks, range(n), slot_at, ended=ended, sites_of=sites_of), None)
     if part is None:
         return None
-    return Divergence(group, part.pos, part.slots, part.odd, part.kind, part.exclusive)
+    at = {r: order[r][part.pos] for r in ranks if part.pos < len(order[r])}
+    # the position named is the diverged rank's own (the first that holds a call there)
+    named = next((at[r] for r in (*part.odd, *ranks) if r in at), start)
+    return Divergence(
+        group,
+        named,
+        part.slots,
+        part.odd,
+        part.kind,
+        part.exclusive,
+        {r: s for r, s in at.items() if s != named},
+    )
 
 
 def cross_group_divergence(record: RunRecord, states: dict[int, RankState]) -> Divergence | None:

@@ -105,3 +105,23 @@ def test_a_send_against_a_recv_at_one_position_is_a_pair_not_a_divergence(tmp_pa
     b.hb(0, 2.1, 6, pending("all_reduce", 6, 20, 2.0)).hb(1, 2.1, 6, pending("barrier", 6, 50, 2.0, ()))
     _, _, div = _judge(b)
     assert div is not None and (div.seq, div.kind, div.diverged) == (6, "op-mismatch", (1,)), div
+
+
+def test_p2p_between_some_ranks_shifts_no_position_of_the_walk(tmp_path):
+    """Pipeline stages on gloo (tests/scripts/pipeline_stages.py): rank 0 sends to rank 1 every step and rank 2
+    takes no part, so ranks 0 and 1 count one position a step more than rank 2. The walk compares each rank's
+    calls in order without its p2p ops: rank 2's extra all_reduce (#7, its own position) meets the stages'
+    step all_reduce (their #11), not the stages' all_reduce against rank 2's barrier at a shifted #2."""
+    b = RunBuilder(tmp_path / "run").start(0).start(1).start(2)
+    for k in range(3):
+        b.coll(0, 3 * k + 1, 40, "send").coll(1, 3 * k + 1, 41, "recv")
+        for r in (0, 1):
+            b.coll(r, 3 * k + 2, 21).coll(r, 3 * k + 3, 23, "barrier", ())
+        b.coll(2, 2 * k + 1, 21).coll(2, 2 * k + 2, 23, "barrier", ())
+    b.coll(0, 10, 40, "send").coll(1, 10, 41, "recv")
+    b.hb(0, 2.1, 11, pending("all_reduce", 11, 21, 2.0)).hb(1, 2.1, 11, pending("all_reduce", 11, 21, 2.0))
+    b.hb(2, 2.1, 7, pending("all_reduce", 7, 17, 2.0, ((2,),)))
+    _, _, div = _judge(b)
+    assert div is not None and (div.seq, div.kind, div.diverged) == (7, "shape-mismatch", (2,)), div
+    assert (div.position(0), div.position(1), div.position(2)) == (11, 11, 7)
+    assert div.slots[2].site[1] == 17 and div.slots[0].site[1] == 21
