@@ -302,7 +302,7 @@ def _hang(
     # too that does not complete (a GPU or NCCL fault there). Those are the first suspects.
     roots = judge.chain_ends(unmet, unknown)
     # a waiting rank whose calls are the idle rank's with one more in between: not the idle rank behind,
-    # but an extra call that completed against another one (same bytes) and shifted every call after it
+    # but an extra call that completed against another one and shifted every call after it
     inserted = _inserted(inp, stuck, [r for r in roots if r not in stuck])
     if inserted is not None:
         return [_unseen(inserted, missing)]
@@ -328,8 +328,9 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
     (its op, shapes and line appear nowhere in the idle rank's records), and from there the waiting rank's
     calls are the idle rank's shifted by one, its pending call last. gloo lets an extra call complete against
     another rank's next call of the same size (torch's own analyzer test, case 6, made real:
-    tests/frjobs/torchcases.py extra-coalesced); the idle rank then ended or went on, and only the waiting
-    rank is left in a call nobody else will make. The idle rank is not behind: the waiting rank made the extra
+    tests/frjobs/torchcases.py extra-coalesced), and an extra all-reduce of fewer elements finish on its own side
+    while the others wait on (tests/frjobs/pipejob.py extra, three ranks: the extra call's rank completed it, the
+    others never did). Either way the waiting rank is left in a call nobody else will make. The idle rank is not behind: the waiting rank made the extra
     call. Needs at least one shifted call to agree after the extra one; None otherwise."""
     keys = _KeySeqs()
     for w in sorted(stuck):
@@ -352,10 +353,17 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
             if a[i] in t or judge.insertion(a[i:], t[i:]) != len(t) - i:
                 continue
             extra, met = dw.entry(mine[i]), d.entry(theirs[i])
+            mine_b, theirs_b = _nbytes(extra), _nbytes(met)
+            if mine_b is None or theirs_b is None:
+                size = ""
+            elif mine_b == theirs_b:
+                size = " (the same number of bytes)"
+            else:
+                size = f" ({mine_b} bytes against {theirs_b}: it finished on rank {w}'s side only)"
             msg = (
                 f"rank {w} made an extra {extra.call()} (#{extra.seq} of group {extra.group}){_at(user_frame(extra))} "
-                f"that rank {b} never made: it completed against rank {b}'s {met.call()}{_at(user_frame(met))} "
-                f"(the same number of bytes), and every call after it is shifted by one: rank {w} now waits in "
+                f"that rank {b} never made: it completed against rank {b}'s {met.call()}{_at(user_frame(met))}{size}, "
+                f"and every call after it is shifted by one: rank {w} now waits in "
                 f"{p.call()} (#{p.seq}){_at(user_frame(p))}, which rank {b} made already as #{met.seq}; diverged: "
                 f"rank {w}"
             )
@@ -372,6 +380,36 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
                 culprits=(w,),
             )
     return None
+
+
+# bytes per element of the dtypes the flight recorder names (c10 ScalarType names)
+_ITEMSIZE = {
+    "Bool": 1,
+    "Byte": 1,
+    "Char": 1,
+    "Short": 2,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "Float": 4,
+    "Long": 8,
+    "Double": 8,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+}
+
+
+def _nbytes(e: Entry) -> int | None:
+    """The bytes of an entry's inputs, or None where a dtype is not known or the counts do not pair up."""
+    if len(e.dtypes) != len(e.input_sizes):
+        return None
+    total = 0
+    for shape, dt in zip(e.input_sizes, e.dtypes):
+        size = _ITEMSIZE.get(dt)
+        if size is None:
+            return None
+        total += math.prod(shape) * size
+    return total
 
 
 class _KeySeqs:

@@ -16,9 +16,17 @@ JOB = Path(__file__).resolve().parent / "frjob.py"
 TORCH_CASES = JOB.parent / "torchcases.py"  # torch's analyzer test cases as real gloo jobs
 ZOO_JOB = JOB.parent / "zoojob.py"  # every kind of call a training script makes
 MOE_JOB = JOB.parent / "moejob.py"  # mixture-of-experts routing: all-to-alls with split sizes of each rank
+PIPE_JOB = JOB.parent / "pipejob.py"  # two pipeline stages that send to each other and a rank that does not (3 ranks)
 
 
-def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float | None = None, job: Path = JOB) -> Path:
+def run_job(
+    case: str,
+    out: Path,
+    timeout: float = 90,
+    monitor_interval: float | None = None,
+    job: Path = JOB,
+    nproc: int = 2,
+) -> Path:
     """``job`` (frjob.py or torchcases.py) ``case``, its records in ``out``: ``fr/rank_<r>`` (pickle), ``json/rank_<r>`` (JSON), ``logs/`` (torchrun's
     log folder: error files) and ``torchrun.log`` (the agent's output, with its failure summary)."""
     for sub in ("fr", "json", "logs"):
@@ -37,7 +45,7 @@ def run_job(case: str, out: Path, timeout: float = 90, monitor_interval: float |
         "-m",
         "torch.distributed.run",
         "--nproc-per-node",
-        "2",
+        str(nproc),
         "--standalone",
         "--log-dir",
         str(out / "logs"),

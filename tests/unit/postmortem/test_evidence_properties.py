@@ -26,7 +26,15 @@ FR_CASES = sorted(p for p in (FR / "gloo").iterdir() if p.is_dir()) + sorted(
     p for p in (FR / "nvrx").iterdir() if p.is_dir()
 )
 # torch's matched analyzer cases (tests/frjobs/torchcases.py): healthy jobs, OK only while every dump is whole
-HEALTHY = {"torch-matched", "torch-coalesced", "torch-broadcasts", "torch-uneven-rs", "moe-healthy", "zoo-healthy"}
+HEALTHY = {
+    "torch-matched",
+    "torch-coalesced",
+    "torch-broadcasts",
+    "torch-uneven-rs",
+    "moe-healthy",
+    "zoo-healthy",
+    "pipe-healthy",
+}
 RUN_CASES = [GOLDEN / n for n in ("rank_conditional", "leak_graph", "check_set_epoch", "size_abort", "cross_group")]
 WAYS = ("deleted", "emptied", "cut")
 

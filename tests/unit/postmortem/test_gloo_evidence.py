@@ -266,3 +266,31 @@ def test_a_call_under_a_rank_test_at_the_position_where_the_calls_part_is_the_cu
     assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (1,), 3), f.message
     assert _lines(f, 1) == {ZOO_LINES["EXTRA"]} and _lines(f, 0) == {ZOO_LINES["LAST"]}
     assert f"under the rank test at zoojob.py:{ZOO_LINES['EXTRA'] - 1}, which rank 0 does not take" in f.message
+
+
+PIPE_LINES = json.loads((DATA / "pipe-lines.json").read_text())
+
+
+def test_pipeline_stages_read_ok_and_their_busy_rank_is_the_culprit():
+    """tests/frjobs/pipejob.py, three ranks: rank 0 sends to rank 1 every step, rank 2 takes no part in the p2p
+    (gloo counts the sends and recvs in the op ids of ranks 0 and 1 only), then all three all-reduce and meet
+    at a barrier. Whole, no finding (NVRx, given pg_config, reports rank 2 missing from the send/recv). With
+    rank 1 stalled in its reader, rank 1 is the culprit and ranks 0 and 2 wait at the step's all-reduce."""
+    ok = _report(DATA / "pipe-healthy")
+    assert (ok.verdict, ok.exit_code, ok.findings) == ("ok", 0, ()), [f.message for f in ok.findings]
+    rep = _report(DATA / "pipe-busy")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.timeout", (1,), 3), [g.message for g in rep.findings]
+    assert _lines(f, 0) == _lines(f, 2) == {PIPE_LINES["STEP"]}
+
+
+def test_an_extra_all_reduce_of_fewer_elements_beside_pipeline_stages_names_its_rank_and_line():
+    """The same job, where rank 2 alone all-reduces two elements under a rank test at step 3 (EXTRA): gloo lets
+    it finish on rank 2's side against the stages' all-reduce of four, and rank 2 waits in its next one. The
+    culprit is rank 2 at its line, and the finding says the byte counts differ (it said "the same number of
+    bytes" of every such call); torch's fr_trace, given pg_config, blames ranks 0 and 1 for a size mismatch."""
+    rep = _report(DATA / "pipe-extra")
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (2,), 3), f.message
+    assert PIPE_LINES["EXTRA"] in _lines(f, 2)
+    assert "(8 bytes against 16: it finished on rank 2's side only)" in f.message
