@@ -16,7 +16,8 @@ from helpers import PROBES, ROOT, cpu_hog, ddpdoctor, finding, marker_line, scri
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-pytestmark = pytest.mark.xdist_group("memleak-loaded")  # one worker runs the module fixture once
+# one worker runs the module fixture once; `loaded`: deselected from the default run (pyproject.toml), run alone
+pytestmark = [pytest.mark.xdist_group("memleak-loaded"), pytest.mark.loaded]
 
 CASES = {
     "losses": script_argv("memleak", str(PROBES / "leak_trainer_losses.py"), "--", "4"),
