@@ -310,9 +310,13 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                 _finding(HANG_TIMEOUT, "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev)
             ]
         idle = all(w.idle for w in waiting.values())
+        # the stacks hold no positions: a rank one call ahead at the same line (its extra call finished against
+        # the others' call, as gloo lets a call of fewer bytes do: tests/frjobs/pipejob.py extra) looks the same
         msg = (
-            f"all ranks inside the same {v.text()}: not a code divergence (a slow peer, the network or the "
-            f"backend)" + ("" if idle else "; the ranks use CPU, it may still be moving")
+            f"all ranks inside the same {v.text()}: no rank is seen on another path (a slow peer, the network or "
+            "the backend); the stacks hold no positions, so a rank one call ahead at the same line looks the "
+            "same: the flight recorder or `ddpdoctor hang` tells them apart"
+            + ("" if idle else "; the ranks use CPU, it may still be moving")
         )
         return [
             _finding(
