@@ -9,10 +9,7 @@ four, and rank 2 then waits in its next one; ``busy`` rank 1 stalls in its data 
 BUSY): ranks 0 and 2 wait in the step's all-reduce.
 """
 
-import datetime
 import signal
-import sys
-import threading
 import time
 
 import frjob
@@ -42,19 +39,6 @@ def train(case: str, rank: int, progress: list) -> None:
     dist.barrier()  # END
 
 
-def main() -> None:
-    case = sys.argv[1]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank = dist.get_rank()
-    progress: list = [None]
-    threading.Thread(target=frjob.watchdog, args=(rank, progress), daemon=True).start()
-    train(case, rank, progress)
-    if case == "healthy":
-        frjob.settled()
-        frjob.dump(rank)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, frjob._on_sigterm)
-    main()
+    frjob.job_main(train)
