@@ -330,8 +330,9 @@ def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding 
     another rank's next call of the same size (torch's own analyzer test, case 6, made real:
     tests/frjobs/torchcases.py extra-coalesced), and an extra all-reduce of fewer elements finish on its own side
     while the others wait on (tests/frjobs/pipejob.py extra, three ranks: the extra call's rank completed it, the
-    others never did). Either way the waiting rank is left in a call nobody else will make. The idle rank is not behind: the waiting rank made the extra
-    call. Needs at least one shifted call to agree after the extra one; None otherwise."""
+    others never did). Either way the waiting rank is left in a call nobody else will make. The idle rank is not
+    behind: the waiting rank made the extra call. Needs at least one shifted call to agree after the extra one;
+    None otherwise."""
     keys = _KeySeqs()
     for w in sorted(stuck):
         p = stuck[w].pending
@@ -1089,8 +1090,7 @@ def _completed_mismatch(inp: Inputs) -> list[Finding]:
             return Slot(ABSENT)
         e, sig = d.entry(first), d.signature_at(*key)
         firsts[(r, key)] = (sig, e)
-        f = user_frame(e)
-        return Slot("+".join(x[0] for x in sig), f[:2] if f else None, agree=sig)
+        return Slot("+".join(x[0] for x in sig), _site(e), agree=sig)
 
     # the odd positions in order, each looked at entry by entry only when the ones before it found nothing;
     # completed calls are compared among the ranks that recorded them (each member joined them: a rank

@@ -1,4 +1,5 @@
-"""The hang judge's evidence model: every source's account of the ranks, in one form. Pure, stdlib only.
+"""The hang judge's evidence model: every source's account of the ranks, in one form. Pure: the stdlib and
+the record schema's vocabulary only.
 
 Before the judge (judge.py) asks who waits for whom, each source is read into one ``RankFacts`` per rank
 (analysis/hang/sources/): the ledger's rank states (``sources.ledger``), torch's flight-recorder dumps

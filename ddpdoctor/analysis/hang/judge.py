@@ -1,5 +1,5 @@
 """The hang judge's core, shared by every kind of evidence: who waits for whom, which ranks are at the
-ends of those chains, and whether every rank waits in one call. Pure, stdlib only.
+ends of those chains, and whether every rank waits in one call. Pure: the stdlib and facts.py only.
 
 It also holds the one copy of the walk to the first position where the ranks' calls part (``partings``),
 of the rules that name the odd ranks where they differ (``rarest``, ``extra_callers``) and of the rule that
