@@ -52,7 +52,7 @@ _WHAT = re.compile(r"what\(\):\s*(.+)")
 
 def is_user_path(path: str, record: RunRecord) -> bool:
     """The user's code: the script's folder, or anything outside installed packages and the stdlib."""
-    script = str(record.manifest.get("script") or "")
+    script = str(record.manifest.get("script_path") or record.manifest.get("script") or "")  # -m: the module's file
     absolute = path.startswith(os.sep) and script.startswith(os.sep)
     return _is_user_path(path, script, "" if absolute else os.getcwd())
 

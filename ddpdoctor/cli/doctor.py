@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ddpdoctor.cli.options import GroupedCommand, output_options, torchrun_options
+from ddpdoctor.cli.options import GroupedCommand, output_options, passed_torchrun_options
 from ddpdoctor.errors import DdpdoctorError
 
 
@@ -43,7 +43,7 @@ from ddpdoctor.errors import DdpdoctorError
     show_default=True,
     help="Seconds a rendezvous or collective may take",
 )
-@torchrun_options
+@passed_torchrun_options
 @click.option(
     "--run-dir",
     "runs_root",

@@ -13,13 +13,13 @@ from typing import Any, Callable
 import click
 
 from ddpdoctor.commands import CommandSpec
-from ddpdoctor.launch.command import TORCHRUN_OPTIONS
+from ddpdoctor.launch.torchrun_options import PASSED, TORCHRUN_OPTIONS
 
 TORCHRUN_TITLE = "torchrun options"
 OUTPUT_TITLE = "Output options"
 # parameter name -> its --help group; the others are the command's own ("Options", first)
 _GROUP = {
-    **{name.lstrip("-").replace("-", "_"): TORCHRUN_TITLE for name, *_ in TORCHRUN_OPTIONS},
+    **{o.key: TORCHRUN_TITLE for o in TORCHRUN_OPTIONS},
     "job_store": TORCHRUN_TITLE,
     **dict.fromkeys(("json_path", "junit_path", "html_path", "fail_on", "select", "ignore", "verbose"), OUTPUT_TITLE),
 }
@@ -49,11 +49,47 @@ class GroupedCommand(click.Command):
                     formatter.write_dl(rows, col_max=32)  # --nproc-per-node N|auto|cpu|gpu on its line
 
 
-def torchrun_options(f: Callable) -> Callable:
-    """The torchrun options every command that launches ranks passes through (launch.options)."""
-    for name, typ, metavar, help_ in reversed(TORCHRUN_OPTIONS):
-        f = click.option(name, type=typ, metavar=metavar, default=None, help=help_)(f)
+# the values click converts; the rest are torchrun's strings (``--nnodes 1:4``, ``--nproc-per-node auto``)
+_TYPES: dict[str, Any] = {
+    "node_rank": click.IntRange(min=0),
+    "master_port": click.IntRange(1, 65535),
+    "max_restarts": click.IntRange(min=0),
+    "monitor_interval": click.FloatRange(min=0, min_open=True),
+    "shutdown_timeout": click.IntRange(min=0),
+}
+
+
+class _SpelledOption(click.Option):
+    """A torchrun option: both spellings parse (``--nproc-per-node``, ``--nproc_per_node``), ``--help`` shows
+    the ``-`` one."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        """The help line without the ``_`` spellings."""
+        opts = self.opts
+        try:
+            self.opts = [o for o in opts if "_" not in o] or opts
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+
+def torchrun_options(f: Callable, passed_only: bool = False) -> Callable:
+    """torchrun's options (launch/torchrun_options.py), both spellings of each: every one for a command that
+    runs a script; ``passed_only``: those handed to torchrun as they are (``doctor`` runs its own worker)."""
+    for o in reversed(TORCHRUN_OPTIONS):
+        if passed_only and o.key not in PASSED:
+            continue
+        if o.flag:
+            f = click.option(*o.names, o.key, cls=_SpelledOption, is_flag=True, default=None, help=o.help)(f)
+        else:
+            kw = dict(type=_TYPES.get(o.key, str), metavar=o.metavar, default=None, help=o.help)
+            f = click.option(*o.names, o.key, cls=_SpelledOption, **kw)(f)
     return f
+
+
+def passed_torchrun_options(f: Callable) -> Callable:
+    """The torchrun options handed to torchrun as they are (``doctor``, which runs its own worker)."""
+    return torchrun_options(f, passed_only=True)
 
 
 def output_options(f: Callable) -> Callable:
@@ -149,7 +185,7 @@ def run_options(f: Callable) -> Callable:
     f = click.option(
         "--script",
         metavar="SCRIPT",
-        help="The same as SCRIPT (an alias): what follows is the script's.",
+        help="The script; its own arguments after --.",
     )(f)
     return f
 
@@ -166,43 +202,93 @@ def _value_options(cmd: click.Command) -> tuple[set[str], set[str]]:
     return takes, names
 
 
-def script_alias(cmd: click.Command, args: list[str]) -> list[str]:
-    """``--script S REST`` -> ``-- S REST``: the alias takes torchrun's rule too, so that what follows the
-    script is the script's however it was named (``check --script t.py --epochs 3`` gives the script its
-    ``--epochs``). Only ddpdoctor's own options, before the script, are looked at."""
-    takes, _names = _value_options(cmd)
+def _option_names_in(tokens: list[str], names: set[str]) -> list[str]:
+    """The tokens (``--json`` or ``--json=F``) that are also ddpdoctor's option names, each once, in order."""
+    seen: list[str] = []
+    for tok in tokens:
+        name = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        if name in names and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def script_form(cmd: click.Command, args: list[str]) -> tuple[list[str], list[str]]:
+    """The command line in the one form click parses: ddpdoctor's options, then ``--``, the script and the
+    script's arguments; and the tokens after the script that are also ddpdoctor's option names (the caller
+    says so, once: they are the script's and are passed on). The rules (docs/cli.md):
+
+    - ``--script S`` is an option like any other, in any position among ddpdoctor's options
+      (``check --script t.py --epochs 3`` gives check its ``--epochs``); the script's own arguments follow
+      ``--``, or the first positional;
+    - without it, the first positional, or the first word after ``--``, is the script, and everything after
+      it is the script's (torchrun's rule).
+    """
+    takes, names = _value_options(cmd)
+    own: list[str] = []
+    script: str | None = None
+    tail: list[str] = []
     i = 0
     while i < len(args):
         tok = args[i]
-        if tok == "--" or not tok.startswith("-") or tok == "-":
-            return args
+        if tok == "--":
+            tail = args[i + 1 :]
+            break
         if tok == "--script" and i + 1 < len(args):
-            return [*args[:i], "--", args[i + 1], *args[i + 2 :]]
+            script, i = args[i + 1], i + 2
+            continue
         if tok.startswith("--script="):
-            return [*args[:i], "--", tok.split("=", 1)[1], *args[i + 1 :]]
-        i += 2 if tok in takes else 1
-    return args
+            script, i = tok.split("=", 1)[1], i + 1
+            continue
+        if tok.startswith("-") and tok != "-":
+            n = 2 if tok in takes else 1  # ``--json=F`` is one token whatever the option
+            own += args[i : i + n]
+            i += n
+            continue
+        tail = args[i:]  # the first positional
+        break
+    if script is None:
+        # the script is tail[0]; an option there (``-- --json F``) is click's to refuse
+        return own + ["--", *tail] if tail else own, _option_names_in(tail[1:], names)
+    return [*own, "--", script, *tail], _option_names_in(tail, names)
 
 
 class RunCommand(GroupedCommand):
     """A command that runs a script, parsed by torchrun's rule: ddpdoctor's options, then the script, then
-    the script's arguments (``ddpdoctor hang train.py --epochs 3``: ``--epochs 3`` is train.py's)."""
+    the script's arguments (``ddpdoctor hang train.py --epochs 3``: ``--epochs 3`` is train.py's);
+    ``--script S`` anywhere among ddpdoctor's options, the script's arguments after ``--`` (script_form)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Click's parsing after ``--script S`` is made the positional script (script_alias)."""
-        return super().parse_args(ctx, script_alias(self, list(args)))
+        """Click's parsing of the one form script_form gives; the tokens after the script that are also
+        ddpdoctor's option names are kept for split_script to say so."""
+        form, passed_on = script_form(self, list(args))
+        ctx.meta["ddpdoctor.passed_on"] = passed_on
+        return super().parse_args(ctx, form)
+
+
+def passed_on_line(script: str, passed_on: list[str]) -> str | None:
+    """The one line that says which of ddpdoctor's option names after the script were passed on to it."""
+    if not passed_on:
+        return None
+    names = ", ".join(passed_on)
+    return (
+        f"ddpdoctor: note: {names} after the script {script} {'is' if len(passed_on) == 1 else 'are'} the "
+        "script's (torchrun's rule) and passed on to it; for ddpdoctor, put them before the script, or use "
+        f"--script {script} OPTIONS -- SCRIPT_ARGS"
+    )
 
 
 def split_script(cmd: click.Command, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
     is that built-in probe with every positional as its argument; else the first positional is the script.
-    Neither: a usage error (no stand-in script runs unasked)."""
+    Neither: a usage error (no stand-in script runs unasked). With ``-m`` the script is a module's name."""
     from ddpdoctor.errors import DdpdoctorError
     from ddpdoctor.launch.command import probe_path
 
     positional = list(params.pop("script_args", None) or ())
     probe = params.pop("probe", None)
     params.pop("script", None)
+    if probe and params.get("module"):
+        raise DdpdoctorError("--probe runs a built-in script: it takes no -m")
     if probe:
         script, rest = probe_path(f"{probe}.py"), positional
     elif positional:
@@ -210,20 +296,10 @@ def split_script(cmd: click.Command, params: dict[str, Any]) -> tuple[str, tuple
     else:
         raise DdpdoctorError(
             f"no script: ddpdoctor {cmd.name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
-            "or --probe healthy for the built-in healthy job"
+            "or -m MODULE [ARGS]..., or --probe healthy for the built-in healthy job"
         )
     if rest[:1] == ["--"]:
         rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
-    elif "--" in rest:
-        # ddpdoctor's options after the script, then `--`: the form before torchrun's rule, whose options
-        # would now reach the script silently
-        _takes, names = _value_options(cmd)
-        mine = [a for a in rest[: rest.index("--")] if a.split("=", 1)[0] in names and a != "--script"]
-        if mine:
-            raise DdpdoctorError(
-                f"{mine[0]} comes after the script, so it is the script's (torchrun's rule): put ddpdoctor's "
-                f"options before the script, e.g. ddpdoctor {cmd.name} {mine[0]} ... {script} ARGS"
-            )
     return script, tuple(rest)
 
 
@@ -233,6 +309,11 @@ def run_command(spec: CommandSpec) -> click.Command:
     def callback(**params: Any) -> None:
         from ddpdoctor.cli.project import selection
         from ddpdoctor.launch.command import run_params
+
+        passed_on = click.get_current_context().meta.get("ddpdoctor.passed_on") or []
+        script_args = params.get("script_args") or ()
+        if line := passed_on_line(str(params.get("script") or (script_args[:1] or ["the script"])[0]), passed_on):
+            click.echo(line, err=True)  # once per run: the options are the script's, and passed on to it
 
         # the project's [tool.ddpdoctor] here, not in run_params: doctor's self-test must not take it
         params["select"], params["ignore"] = selection(params.get("select", ()), params.get("ignore", ()))

@@ -14,20 +14,10 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Report
 from ddpdoctor.commands import CommandSpec
 from ddpdoctor.errors import DdpdoctorError, ExitCode
+from ddpdoctor.launch.launchers import MULTI_KEYS
 from ddpdoctor.launch.timings import Timings
+from ddpdoctor.launch.torchrun_options import BY_KEY, OWN_PET, PASSED, TORCHRUN_OPTIONS, std_map
 from ddpdoctor.record import schema
-
-# (option, type, metavar, one line of help): passed to torchrun as they are
-TORCHRUN_OPTIONS = [
-    ("--nproc-per-node", str, "N|auto|cpu|gpu", "Workers per node.  [default: the GPUs, else 2]"),
-    ("--nnodes", str, "N|MIN:MAX", "Number of nodes."),
-    ("--node-rank", int, "N", "This node's rank (static rendezvous)."),
-    ("--rdzv-backend", str, "NAME", "Rendezvous backend, e.g. c10d."),
-    ("--rdzv-endpoint", str, "HOST:PORT", "Rendezvous endpoint."),
-    ("--rdzv-id", str, "ID", "Rendezvous job id."),
-    ("--master-addr", str, "HOST", "Master address (static rendezvous)."),
-    ("--master-port", int, "PORT", "Master port (static rendezvous)."),
-]
 
 
 def _default_nproc() -> str:
@@ -52,8 +42,77 @@ def _default_nproc() -> str:
     return "2"
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchLine:
+    """What the torchrun options of one command line come to: torchrun's arguments, and the options the
+    tool takes over (``-m``, the logging options), with the lines that say what it did with them."""
+
+    torchrun_args: list[str]
+    module: bool = False
+    log_dir: str | None = None  # --log-dir: torchrun's worker logs are copied there at the end
+    console_off: dict[int, int] | int = 0  # --redirects: the streams kept off the console, by local rank
+    notes: tuple[str, ...] = ()
+    own_env: dict[str, str] = dataclasses.field(default_factory=dict)  # PET_* of the options taken over
+
+
+def _from_pet(opts: dict[str, Any], env: Any) -> dict[str, Any]:
+    """torchrun reads an option from its ``PET_*`` variable where the command line gives none: so does the
+    tool, for every option (the multi-node ones are launchers.from_environment's, which says it used them)."""
+    out = dict(opts)
+    for o in TORCHRUN_OPTIONS:
+        v = env.get(o.pet) if o.pet else None
+        if not v or out.get(o.key) not in (None, False) or o.key in MULTI_KEYS:
+            continue
+        if o.flag:
+            try:
+                out[o.key] = bool(int(v))  # torchrun's own reading of a flag's variable
+            except ValueError:
+                raise DdpdoctorError(f"{o.pet}={v!r}: torchrun reads it as 0 or 1") from None
+        else:
+            out[o.key] = v
+    return out
+
+
+def launch_line(opts: dict[str, Any], spawn: bool, env: Any = None) -> LaunchLine:
+    """torchrun's arguments from the torchrun options (and their ``PET_*`` variables), with the options the
+    tool takes over apart. An option it cannot honour: one line, exit 2."""
+    env = os.environ if env is None else env
+    opts = _from_pet(opts, env)
+    if opts.get("no_python"):
+        raise DdpdoctorError(
+            "--no-python: the script is not run by Python, so ddpdoctor's probes cannot enter its ranks; "
+            "run the Python script (or -m MODULE) itself"
+        )
+    notes = []
+    if opts.get("run_path"):
+        notes.append(
+            "--run-path: each rank runs the script in a process of its own under ddpdoctor; the script sees the "
+            "same argv, __name__ and environment"
+        )
+    try:
+        console_off = std_map(opts.get("redirects"))
+        std_map(opts.get("tee"))
+    except ValueError:
+        bad = "--redirects" if opts.get("redirects") else "--tee"
+        raise DdpdoctorError(f"{bad} must be 0-3, or LOCAL_RANK:STD,... as torchrun takes it") from None
+    if opts.get("tee") not in (None, "0"):
+        notes.append("--tee: every rank's streams are teed into the run directory already (logs/)")
+    if opts.get("log_dir"):
+        check_writable(os.path.join(str(opts["log_dir"]), "x"), folder_may_be_made=True)
+    args = torchrun_args({k: opts.get(k) for k in PASSED}, spawn)
+    return LaunchLine(
+        args,
+        module=bool(opts.get("module")),
+        log_dir=opts.get("log_dir"),
+        console_off=console_off,
+        notes=tuple(notes),
+        own_env={k: env[k] for k in OWN_PET if k in env},
+    )
+
+
 def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
-    nproc = opts.get("nproc_per_node")
+    """torchrun's arguments from the options passed to it as they are (torchrun_options.PASSED)."""
+    nproc = opts.get("nproc_per_node") or os.environ.get("PET_NPROC_PER_NODE")
     if nproc is not None and not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("auto", "cpu", "gpu"):
         raise DdpdoctorError(f"--nproc-per-node must be a number of at least 1, or auto/cpu/gpu (got {nproc})")
     args = ["--nproc-per-node", "1" if spawn else (nproc or _default_nproc())]
@@ -63,15 +122,14 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
         opts = from_environment(opts, os.environ)[0]
         if conflict := step_port_conflict(opts, os.environ):
             raise DdpdoctorError(conflict)
-    multi = any(
-        opts.get(k) is not None
-        for k in ("nnodes", "node_rank", "rdzv_endpoint", "master_addr", "master_port", "rdzv_backend")
-    )
-    for name, *_ in TORCHRUN_OPTIONS[1:]:
-        v = opts.get(name.lstrip("-").replace("-", "_"))
-        if v is not None:
-            args += [name, str(v)]
-    if not multi:
+    multi = any(opts.get(k) is not None for k in MULTI_KEYS)
+    for key in PASSED:
+        v = opts.get(key)
+        if key == "nproc_per_node" or v is None or v is False:
+            continue
+        o = BY_KEY[key]
+        args += [o.flag_name] if o.flag else [o.flag_name, str(v)]
+    if not multi and "--standalone" not in args:
         args.append("--standalone")  # a free port on this host: parallel runs do not collide
     return args
 
@@ -82,9 +140,13 @@ def probe_path(name: str) -> str:
     return str(files("ddpdoctor.probes") / name)
 
 
-def check_writable(path: str | None) -> None:
+def check_writable(path: str | None, folder_may_be_made: bool = False) -> None:
+    """A file can be written at ``path`` (its folder exists and is writable; with ``folder_may_be_made``,
+    the nearest existing folder above it is writable)."""
     if path and path != "-":
         d = os.path.dirname(os.path.abspath(path))
+        while folder_may_be_made and not os.path.exists(d) and os.path.dirname(d) != d:
+            d = os.path.dirname(d)
         if not os.path.isdir(d) or not os.access(d, os.W_OK):
             raise DdpdoctorError(f"cannot write {path}: folder missing or not writable")
 
@@ -161,7 +223,7 @@ def attach_pictures(report: Report, record: Any, pictures: tuple[str, ...], html
     return dataclasses.replace(report, notes=tuple(notes)) if notes != list(report.notes) else report
 
 
-TORCHRUN_KEYS = {name.lstrip("-").replace("-", "_") for name, *_ in TORCHRUN_OPTIONS}
+TORCHRUN_KEYS = set(BY_KEY)
 _COMMON = (
     "timeout",
     "launch",
@@ -235,7 +297,7 @@ def run_command(
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
-    from ddpdoctor.launch.script import check_script, trainer_devices, uses_mp_spawn
+    from ddpdoctor.launch.script import check_script, module_path, trainer_devices, uses_mp_spawn
     from ddpdoctor.record.reader import load_runs
 
     spec.validate(values)
@@ -251,19 +313,24 @@ def run_command(
 
         if store_address(job_store) is None:
             raise DdpdoctorError(f"--job-store must be HOST:PORT with a port from 1 to 65535 (got {job_store!r})")
-    tree = check_script(script)
+    module = bool(torchrun.get("module"))
+    script_path = module_path(script) if module else script
+    tree = check_script(script_path)
     mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
     if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):
         torchrun = {**torchrun, "nproc_per_node": str(n)}  # Lightning: as many ranks as Trainer(devices=N)
-    targs = torchrun_args(torchrun, mode == "spawn")
+    line = launch_line(torchrun, mode == "spawn")
+    targs = line.torchrun_args
     path = rd.create(
         run_dir or rd.default_run_dir(spec.name),
         {
             "command": spec.name,
             "mode": mode,
             "script": script,
+            **({"module": True, "script_path": os.path.abspath(script_path)} if module else {}),
             "script_args": list(script_args),
             "torchrun_args": targs,
+            **({"own_env": line.own_env} if line.own_env else {}),
             "timeout": cfg.timeout,
             "heartbeat_s": Timings().heartbeat,
             "stop": {"steps": stop.steps, "epochs": stop.epochs},
@@ -276,13 +343,27 @@ def run_command(
             os.path.join(path, schema.NSYS_DIR, "rank%q{RANK}") if a == "NSYS_OUTPUT" else a for a in wrapper
         )
     launch_spec = LaunchSpec(
-        script, tuple(script_args), tuple(targs), mode, max_time, stop.steps, stop.epochs, wrapper, job_store
+        script,
+        tuple(script_args),
+        tuple(targs),
+        mode,
+        max_time,
+        stop.steps,
+        stop.epochs,
+        wrapper,
+        job_store,
+        log_dir=line.log_dir,
+        console_off=line.console_off,
+        hidden_env=tuple(line.own_env),
     )
     if not quiet:
+        what = f"-m {script}" if module else script
         click.echo(
-            f"ddpdoctor: {spec.name}: {script} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
+            f"ddpdoctor: {spec.name}: {what} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
             err=True,
         )
+        for note in line.notes:
+            click.echo(f"ddpdoctor: note: {note}", err=True)
     outcome = Monitor(
         launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)
     ).run()

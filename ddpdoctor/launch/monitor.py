@@ -40,6 +40,9 @@ class LaunchSpec:
     stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
     wrapper: tuple[str, ...] = ()  # a program each rank runs under (nsys profile ...), via --no-python
     job_store: str | None = None  # --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE
+    log_dir: str | None = None  # torchrun's --log-dir of the user: the workers' logs are copied there at the end
+    console_off: dict[int, int] | int = 0  # torchrun's --redirects of the user: streams kept off the console
+    hidden_env: tuple[str, ...] = ()  # PET_* of the options the tool took over: not torchrun's to read again
 
 
 @dataclass(frozen=True)
@@ -67,15 +70,27 @@ def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
     return [*head, "-m", *rank]
 
 
-# torchrun --tee prefixes each worker line with "[<role><local_rank>]:"; its own log lines have none.
-_WORKER_LINE = re.compile(rb"^\[[A-Za-z_]+\d+\]:")
+# torchrun --tee prefixes each worker line with "[<role><local_rank>]:" (--role names the role); its own log
+# lines have none.
+_WORKER_LINE = re.compile(rb"^\[[A-Za-z_][\w.-]*?(\d+)\]:")
 
 
-def _forward(pipe: Any, out: Any | None, log: Any) -> None:
-    """Workers' lines go to the user's terminal as torchrun prints them; torchrun's own agent log
-    (its SIGTERM notices and the ChildFailedError traceback) goes to the run directory."""
+def shown(console_off: dict[int, int] | int, local_rank: int, std: int) -> bool:
+    """Does a worker's line reach the console: torchrun's ``--redirects`` (``console_off``) sends the streams
+    it names to the log files only (``std``: 1 stdout, 2 stderr)."""
+    off = console_off.get(local_rank, 0) if isinstance(console_off, dict) else console_off
+    return not off & std
+
+
+def _forward(pipe: Any, out: Any | None, log: Any, std: int = 1, console_off: dict[int, int] | int = 0) -> None:
+    """Workers' lines go to the user's terminal as torchrun prints them (less what ``--redirects`` keeps off
+    it: those are in the log files only); torchrun's own agent log (its SIGTERM notices and the
+    ChildFailedError traceback) goes to the run directory."""
     for line in iter(pipe.readline, b""):
-        if out is not None and _WORKER_LINE.match(line):
+        m = _WORKER_LINE.match(line)
+        if m and not shown(console_off, int(m.group(1)), std):
+            continue
+        if out is not None and m:
             out.write(line)
             out.flush()
         else:
@@ -154,8 +169,14 @@ class Monitor:
             "ab",
         )
         try:
+            env = {k: v for k, v in os.environ.items() if k not in self.spec.hidden_env}
             proc = subprocess.Popen(
-                cmd, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                cmd,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
             )
         except OSError as e:
             tlog.close()
@@ -172,8 +193,8 @@ class Monitor:
         if view:
             out, err = view.route(out), view.route(err)
         pumps = [
-            threading.Thread(target=_forward, args=(proc.stdout, out, tlog), daemon=True),
-            threading.Thread(target=_forward, args=(proc.stderr, err, tlog), daemon=True),
+            threading.Thread(target=_forward, args=(proc.stdout, out, tlog, 1, self.spec.console_off), daemon=True),
+            threading.Thread(target=_forward, args=(proc.stderr, err, tlog, 2, self.spec.console_off), daemon=True),
         ]
         for t in pumps:
             t.start()
@@ -273,6 +294,8 @@ class Monitor:
                 finally:
                     view.stop()
             tlog.close()
+            if self.spec.log_dir:
+                self._copy_logs(say)
         # the monitor's own CPU time (all its threads): the report's cost line states it per step, counted from
         # the ranks' first step like the ranks' own (its start, imports and torchrun's launch are no cost per
         # step: over a short run they would read as several per cent), and the whole of it beside
@@ -286,6 +309,20 @@ class Monitor:
         )
         job.finish(reader.refresh(full=False))  # every node's records into RUN_DIR/nodes/ (bounded)
         return Outcome(self._signal is not None, job.judged_by())
+
+    def _copy_logs(self, say: Callable[[str], None]) -> None:
+        """torchrun's worker logs, as it wrote them under the run directory (``<run id>/attempt_<n>/<local
+        rank>/``), copied into the user's ``--log-dir``: what torchrun would have put there."""
+        import shutil
+
+        src = os.path.join(self.run_dir, schema.LOGS_DIR)
+        dst = str(self.spec.log_dir)
+        try:
+            os.makedirs(dst, exist_ok=True)
+            for name in os.listdir(src):
+                shutil.copytree(os.path.join(src, name), os.path.join(dst, name), dirs_exist_ok=True)
+        except OSError as e:
+            say(f"could not copy the workers' logs to --log-dir {dst}: {e.strerror or e}")
 
     def _enough(self, record: Any) -> str | None:
         """The --steps / --epochs the user asked for, reached on every rank."""

@@ -28,6 +28,39 @@ def check_script(path: str) -> ast.Module:
         raise DdpdoctorError(f"{path}: cannot parse: {e}") from None
 
 
+def module_path(name: str, cwd: str | None = None) -> str:
+    """The file ``python -m NAME`` would run, found without running any of the package's code (no
+    ``__init__`` is executed here: it may import torch): the working directory first, as ``python -m`` puts
+    it first on ``sys.path``, then this interpreter's path. A package runs its ``__main__``. Not found: one
+    line, exit 2."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    parts = name.split(".")
+    if not name or not all(p.isidentifier() for p in parts):
+        raise DdpdoctorError(f"-m {name}: not a module name")
+    top = importlib.machinery.PathFinder.find_spec(parts[0], [cwd or os.getcwd(), *sys.path])
+    if top is None:
+        try:  # an editable install's finder sits on sys.meta_path, not on sys.path; a top-level name runs no code
+            top = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            top = None
+    spec = top
+    for i, part in enumerate(parts[1:], 1):
+        locations = list(spec.submodule_search_locations or ()) if spec else []
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations) if locations else None
+    if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+        locations = list(spec.submodule_search_locations)
+        spec = importlib.machinery.PathFinder.find_spec(f"{name}.__main__", locations)
+        if spec is None:
+            raise DdpdoctorError(f"-m {name}: a package without a __main__ module cannot be run")
+    origin = spec.origin if spec is not None else None
+    if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
+        raise DdpdoctorError(f"-m {name}: no module of that name (python -m {name} would say the same)")
+    return origin
+
+
 def uses_mp_spawn(tree: ast.Module) -> bool:
     """Does the script start its own ranks with torch.multiprocessing.spawn / start_processes?"""
     mp_aliases: set[str] = set()

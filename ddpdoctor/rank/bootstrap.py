@@ -73,16 +73,62 @@ def _exec_as_main(abs_script: str) -> None:
     exec(code, main.__dict__)
 
 
-def run_script(script: str, args: list[str], on_exit: Any) -> int:
-    """Run ``script`` as ``__main__``. ``on_exit(code, exc)`` records how it ended. Returns the exit code."""
-    abs_script = os.path.abspath(script)
+def _exec_module_as_main(name: str) -> str:
+    """What ``python -m NAME`` does: the parent packages imported, the module's code run as ``__main__`` in a
+    fresh module with the module's ``__spec__``, ``__package__`` and ``__file__``; ``sys.argv[0]`` is its
+    file, ``sys.path[0]`` the working directory (as it is already: torchrun ran ``python -m
+    ddpdoctor.rank`` there). Returns the module's file."""
+    import builtins
+    import runpy
+
+    # runpy's own lookup, the one ``python -m`` uses (it imports the parents, and finds a package's __main__)
+    mod_name, spec, code = runpy._get_module_details(name)  # type: ignore[attr-defined]
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=spec.origin,
+        __builtins__=builtins,
+        __cached__=spec.cached,
+        __spec__=spec,
+        __loader__=spec.loader,
+        __package__=mod_name.rpartition(".")[0],
+    )
+    sys.argv[0] = spec.origin
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+    return str(spec.origin)
+
+
+def _restore_env(manifest: dict[str, Any]) -> None:
+    """The ``PET_*`` variables of the torchrun options the tool took over (``-m``, the logging options) were
+    kept from torchrun, which would have read them beside the tool's own arguments; the script sees them, as
+    it would under bare torchrun."""
+    for k, v in (manifest.get("own_env") or {}).items():
+        os.environ.setdefault(k, str(v))
+
+
+def run_target(manifest: dict[str, Any], script: str, args: list[str], on_exit: Any) -> int:
+    """Run the script, or with ``"module"`` in the manifest the module of that name, as ``__main__``."""
+    _restore_env(manifest)
+    if manifest.get("module"):
+        return run_script(script, args, on_exit, module=True, path=str(manifest.get("script_path") or ""))
+    return run_script(script, args, on_exit)
+
+
+def run_script(script: str, args: list[str], on_exit: Any, module: bool = False, path: str = "") -> int:
+    """Run ``script`` as ``__main__`` (``module``: the module of that name, at ``path`` as the launcher found
+    it). ``on_exit(code, exc)`` records how it ended. Returns the exit code."""
+    abs_script = os.path.abspath(path if module else script)
     from ddpdoctor.rank import sites
 
     sites.add_script_dir(abs_script)
-    sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(abs_script)
+    sys.argv = [abs_script if module else script, *args]
+    if not module:
+        sys.path[0] = os.path.dirname(abs_script)
     try:
-        _exec_as_main(abs_script)
+        if module:
+            abs_script = _exec_module_as_main(script)
+        else:
+            _exec_as_main(abs_script)
     except SystemExit as e:
         code = e.code
         on_exit(code if isinstance(code, int) or code is None else 1, None)
@@ -121,7 +167,7 @@ def main(argv: list[str]) -> int:
     def on_exit(code: Any, exc: BaseException | None) -> None:
         p.finish(code, error_record(exc) if exc is not None else None, exception=exc is not None)
 
-    return run_script(script, args, on_exit)
+    return run_target(manifest, script, args, on_exit)
 
 
 def _main_spawn(run_dir: str, manifest: dict[str, Any], script: str, args: list[str]) -> int:
@@ -136,4 +182,4 @@ def _main_spawn(run_dir: str, manifest: dict[str, Any], script: str, args: list[
     def on_exit(code: Any, exc: BaseException | None) -> None:
         log.write(schema.K_FINISH, None, code=code, error=error_record(exc) if exc is not None else None)
 
-    return run_script(script, args, on_exit)
+    return run_target(manifest, script, args, on_exit)

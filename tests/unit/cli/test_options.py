@@ -15,11 +15,17 @@ from ddpdoctor.errors import DdpdoctorError, ExitCode
 
 def parse(*argv: str) -> tuple[str, tuple[str, ...], dict]:
     """``ddpdoctor COMMAND ARGV...`` -> (script, its arguments, ddpdoctor's own option values)."""
+    return parse_noted(*argv)[:3]  # type: ignore[return-value]
+
+
+def parse_noted(*argv: str) -> tuple[str, tuple[str, ...], dict, list[str]]:
+    """As parse, with the tokens after the script that the CLI says are ddpdoctor's names passed on."""
     name, *rest = argv
     cmd = run_command(COMMANDS[name])
-    params = dict(cmd.make_context(name, list(rest)).params)
+    ctx = cmd.make_context(name, list(rest))
+    params = dict(ctx.params)
     script, args = split_script(cmd, params)
-    return script, args, params
+    return script, args, params, ctx.meta["ddpdoctor.passed_on"]
 
 
 def test_everything_after_the_script_is_the_scripts():
@@ -34,10 +40,64 @@ def test_options_before_the_script_are_ddpdoctors():
 
 
 @pytest.mark.parametrize("alias", [["--script", "t.py"], ["--script=t.py"]])
-def test_the_script_option_is_an_alias_with_the_same_rule(alias):
-    # the trap of the issue: check's own --epochs silently took the script's
-    script, args, opts = parse("check", "--steps", "4", *alias, "--epochs", "3")
-    assert (script, args, opts["epochs"], opts["steps"]) == ("t.py", ("--epochs", "3"), None, 4)
+def test_the_script_option_is_an_option_like_any_other(alias):
+    # issue 49: `check --script t.py --epochs 3` gives check its --epochs; the script's own follow --
+    script, args, opts = parse("check", "--steps", "4", *alias, "--epochs", "3", "--", "--lr", "0.1")
+    assert (script, args, opts["epochs"], opts["steps"]) == ("t.py", ("--lr", "0.1"), 3, 4)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--script", "t.py", "--json", "r.json", "--timeout", "30"],  # the original form of the CI steps
+        ["--json", "r.json", "--script", "t.py", "--timeout", "30"],
+        ["--json", "r.json", "--timeout", "30", "--script", "t.py"],
+        ["--json", "r.json", "--timeout", "30", "t.py"],  # positional
+        ["--json", "r.json", "--timeout", "30", "--", "t.py"],  # after --
+    ],
+)
+def test_ddpdoctors_options_in_every_position_of_the_three_forms_are_ddpdoctors(argv):
+    script, args, opts, passed_on = parse_noted("hang", *argv)
+    assert (script, args, opts["json_path"], opts["timeout"], passed_on) == ("t.py", (), "r.json", 30.0, [])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--script", "t.py", "--timeout", "30", "--", "--lr", "1", "--json", "x"],
+        ["--timeout", "30", "t.py", "--lr", "1", "--json", "x"],
+        ["--timeout", "30", "--", "t.py", "--lr", "1", "--json", "x"],
+    ],
+)
+def test_after_the_script_every_token_is_the_scripts_and_ddpdoctors_names_there_are_said(argv):
+    script, args, opts, passed_on = parse_noted("hang", *argv)
+    assert (script, args, opts["timeout"], opts["json_path"]) == ("t.py", ("--lr", "1", "--json", "x"), 30.0, None)
+    assert passed_on == ["--json"]
+
+
+def test_the_passed_on_line_is_one_line_naming_each_option_once():
+    from ddpdoctor.cli.options import passed_on_line
+
+    assert passed_on_line("t.py", []) is None
+    line = passed_on_line("t.py", ["--json", "--timeout"])
+    assert line is not None and "\n" not in line and "--json, --timeout after the script t.py are the script's" in line
+
+
+def test_the_cli_says_the_passed_on_names_once_on_stderr(capsys):
+    from ddpdoctor.cli import main
+
+    with pytest.raises(SystemExit) as ex:  # the missing script stops the run after the note
+        main(["hang", "--", "missing.py", "--timeout", "5", "--timeout=6"])
+    err = capsys.readouterr().err.splitlines()
+    assert ex.value.code == ExitCode.USAGE
+    assert len([x for x in err if "--timeout after the script missing.py is the script's" in x]) == 1, err
+
+
+def test_a_module_is_the_first_positional_under_dash_m():
+    script, args, opts = parse("hang", "-m", "pkg.train", "--lr", "1")
+    assert (script, args, opts["module"]) == ("pkg.train", ("--lr", "1"), True)
+    script, args, opts = parse("hang", "--module", "--script", "pkg.train", "--timeout", "9", "--", "-x")
+    assert (script, args, opts["module"], opts["timeout"]) == ("pkg.train", ("-x",), True, 9.0)
 
 
 def test_a_dash_dash_right_after_the_script_is_dropped_as_torchrun_drops_it():
@@ -55,13 +115,6 @@ def test_no_script_is_one_usage_error_not_a_stand_in():
 def test_a_built_in_probe_by_name_takes_the_positionals_as_its_arguments():
     script, args, _ = parse("check", "--steps", "3", "--probe", "healthy", "--", "--epochs", "1000")
     assert script.endswith("healthy.py") and args == ("--epochs", "1000")
-
-
-def test_ddpdoctor_options_after_the_script_before_dash_dash_are_refused():
-    # the form before torchrun's rule: --timeout would now reach the script; say so instead
-    with pytest.raises(DdpdoctorError) as e:
-        parse("hang", "--script", "t.py", "--timeout", "5", "--", "--epochs", "3")
-    assert "--timeout comes after the script" in str(e.value)
 
 
 def test_the_cli_says_one_line_and_exits_2_without_a_script(capsys):
@@ -140,10 +193,11 @@ def test_the_probe_names_are_the_files_of_the_probes_folder():
     assert not [n for n in names if n.startswith("_")]
 
 
-def test_script_alias_leaves_a_value_that_reads_like_the_option_alone():
-    from ddpdoctor.cli.options import script_alias
+def test_a_value_that_reads_like_the_script_option_is_the_value():
+    from ddpdoctor.cli.options import script_form
 
     cmd = run_command(COMMANDS["hang"])
-    # --run-dir takes a value: "--script" there is the folder's name, not the alias
-    assert script_alias(cmd, ["--run-dir", "--script", "t.py"]) == ["--run-dir", "--script", "t.py"]
-    assert script_alias(cmd, ["t.py", "--script", "u.py"]) == ["t.py", "--script", "u.py"]  # the script's own
+    # --run-dir takes a value: "--script" there is the folder's name, not the option
+    assert script_form(cmd, ["--run-dir", "--script", "t.py"]) == (["--run-dir", "--script", "--", "t.py"], [])
+    # after the script, --script is the script's own (and said to be one of ddpdoctor's names)
+    assert script_form(cmd, ["t.py", "--script", "u.py"]) == (["--", "t.py", "--script", "u.py"], ["--script"])
