@@ -27,6 +27,7 @@ TORCHRUN_OPTIONS = [
     ("--rdzv-id", str, "ID", "Rendezvous job id."),
     ("--master-addr", str, "HOST", "Master address (static rendezvous)."),
     ("--master-port", int, "PORT", "Master port (static rendezvous)."),
+    ("--max-restarts", int, "N", "Restart the worker group up to N times on a failure (elastic)."),
 ]
 
 
