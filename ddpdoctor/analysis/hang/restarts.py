@@ -27,7 +27,7 @@ def attempt_line(attempt: int, report: Report) -> AttemptLine:
         report.verdict,
         report.exit_code,
         tuple(lead.culprits) if lead else (),
-        lead.message if lead else report.summary,
+        lead.message if lead else "healthy: no findings",
         tuple(f.id for f in report.findings if f.id != RUN_RESTARTED),
     )
 
@@ -39,17 +39,17 @@ def _lead(report: Report) -> Finding | None:
 
 
 def _ended_by(attempt: int, report: Report) -> tuple[str, list[Location]]:
-    """``attempt 0: rank 1 raised ValueError: boom at train.py:21 (crash.exception)`` and its locations,
+    """``attempt 0 ended at train.py:21 (crash.exception): rank 1 raised ValueError: boom`` and its locations,
     each role prefixed with the attempt (the same rank numbers come back on every attempt)."""
     lead = _lead(report)
     if lead is None:
         return f"attempt {attempt} ended with no finding (torchrun restarted it)", []
     at = next((l for l in lead.locations if l.rank in lead.culprits), None)
-    where = f" at {os.path.basename(at.file)}:{at.line}" if at else ""
+    where = f" at {os.path.basename(at.file)}:{at.line}" if at else ""  # the culprit's line, before the victims
     locs = [
         Location(l.rank, l.file, l.line, l.func, f"attempt {attempt}: {l.role}".rstrip(": ")) for l in lead.locations
     ]
-    return f"attempt {attempt}: {lead.message}{where} ({lead.id})", locs
+    return f"attempt {attempt} ended{where} ({lead.id}): {lead.message}", locs
 
 
 def restarted(record: RunRecord, earlier: list[Report], last_verdict: str) -> list[Finding]:
