@@ -11,6 +11,7 @@ restarts remained: a deadlock or a hang recurs on every attempt, since the same 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ddpdoctor.analysis.findings import AttemptLine, Finding, Location, Report, ranks_phrase
 from ddpdoctor.analysis.ids import RUN_RESTARTED
@@ -59,11 +60,14 @@ def restarted(record: RunRecord, earlier: list[Report], last_verdict: str) -> li
         return []
     most = rec_attempts.max_restarts(record.manifest.get("torchrun_args"))
     k = record.attempt
-    parts, locs, culprits, rows = [], [], set(), []
+    parts: list[str] = []
+    locs: list[Location] = []
+    culprits: set[int] = set()
+    rows: list[dict[str, Any]] = []
     for rec, rep in zip(record.attempts, earlier):
-        text, where = _ended_by(rec.attempt, rep)
+        text, at = _ended_by(rec.attempt, rep)
         parts.append(text)
-        locs += where
+        locs += at
         lead = _lead(rep)
         culprits |= set(lead.culprits if lead else ())
         line = attempt_line(rec.attempt, rep)
