@@ -86,6 +86,7 @@ from ddpdoctor.analysis.ids import (
     RUN_FAILED_BEFORE_INIT,
     RUN_NO_DISTRIBUTED,
     RUN_NOT_STARTED,
+    RUN_RESTARTED,
     RUNDIR_RECORDS_MISSING,
     SEED_IDENTICAL_STREAMS,
     TEARDOWN_GLOO_ABORT,
@@ -184,6 +185,12 @@ _ENTRIES = (
     ),
     _e(RUN_NO_DISTRIBUTED, "hang", "error", "the script never called init_process_group", "error", ExitCode.USAGE),
     _e(RUN_NOT_STARTED, "hang", "error", "torchrun started no rank", "error", ExitCode.NOT_RUN),
+    _e(
+        RUN_RESTARTED,
+        "hang",
+        "warning|note",
+        "torchrun restarted the worker group (--max-restarts): what ended each attempt",
+    ),
     _e(
         CRASH_EXCEPTION,
         "hang",

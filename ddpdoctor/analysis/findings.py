@@ -107,6 +107,19 @@ class RankLine:
 
 
 @dataclass(frozen=True)
+class AttemptLine:
+    """One attempt of a job that torchrun restarted (--max-restarts), as the report lists it: its own
+    verdict, exit code, culprits and summary (the first finding's message), and its finding ids."""
+
+    attempt: int
+    verdict: Verdict
+    exit_code: int
+    culprits: tuple[int, ...] = ()
+    summary: str = ""
+    findings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     command: str
     verdict: Verdict  # ok | findings | hang | crash | error
@@ -118,3 +131,4 @@ class Report:
     notes: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # analysis/figures.py
     cost: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # analysis/cost.py
+    attempts: tuple[AttemptLine, ...] = ()  # every attempt, oldest first, after elastic restarts (else empty)

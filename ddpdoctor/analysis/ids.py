@@ -103,6 +103,7 @@ PROFILE_SUMMARY: Final = "profile.summary"
 RUN_FAILED_BEFORE_INIT: Final = "run.failed-before-init"
 RUN_NO_DISTRIBUTED: Final = "run.no-distributed"
 RUN_NOT_STARTED: Final = "run.not-started"
+RUN_RESTARTED: Final = "run.restarted"
 
 # rundir
 RUNDIR_RECORDS_MISSING: Final = "rundir.records-missing"

@@ -16,6 +16,7 @@ from typing import Any
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Location, ranks_phrase
 from ddpdoctor.analysis.state import P2P, RECVS, SHAPED, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -275,3 +276,18 @@ def status_line(record: RunRecord, cfg: Config, now: float, states: dict[int, Ra
 
 def _at(where: Location | None) -> str:
     return f"{where.file.rsplit('/', 1)[-1]}:{where.line}" if where else "?"
+
+
+def restartable(mode: str, record: RunRecord) -> bool:
+    """Will torchrun's agent restart the worker group by itself (``--max-restarts`` left)? It does when a
+    worker fails: a rank raised, exited with a non-zero code or died of a fatal signal; a verdict that follows
+    from such a rank (``crash``, or a peer proven stuck because that rank exited) is then the agent's to act
+    on, and the monitor follows the next attempt. A deadlock among live ranks, or a rank that left early with
+    exit code 0, is never restarted by torchrun: the monitor ends the job as it does without restarts."""
+    if mode == "crash":
+        return True
+    for rec in record.ranks.values():
+        fin = rec.event(schema.K_FINISH)
+        if rec.error or rec.fatal.strip() or (fin and (fin.get("exception") or fin.get("code") not in (0, None))):
+            return True
+    return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ from ddpdoctor.analysis import check, cost, ending, figures, hang, memleak, prof
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
-from ddpdoctor.analysis.hang import multinode
+from ddpdoctor.analysis.hang import multinode, restarts
 from ddpdoctor.analysis.ids import DATA_UNEVEN_BATCHES, HANG_UNEVEN_BATCHES
 from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
 from ddpdoctor.errors import ExitCode
@@ -31,6 +32,8 @@ REGISTRY: dict[str, Detector] = {
 
 def diagnose(record: RunRecord, config: Config, command: str | None = None) -> Report:
     """Run every detector on the record, apply the verdict invariant and pick the exit code."""
+    # elastic restarts: each earlier attempt judged on its own records, as a run of its own (record/attempts.py)
+    earlier = [diagnose(dataclasses.replace(a, attempts=()), config, command) for a in record.attempts]
     record = complete_errors(record)  # a new record: diagnose never changes its input
     findings: list[Finding] = []
     for det in REGISTRY.values():
@@ -45,16 +48,22 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     ids = {f.id for f in findings}
     if HANG_UNEVEN_BATCHES in ids:
         findings = [f for f in findings if f.id != DATA_UNEVEN_BATCHES]
-    return conclude(
+    if earlier:
+        findings += restarts.restarted(record, earlier, verdict_of(findings)[0])
+    report = conclude(
         findings,
         config,
         command=command or str(record.manifest.get("command", "analyze")),
         run_dir=record.run_dir,
         ranks=rank_lines(record, config),
-        notes=incomplete(record),
+        notes=incomplete(record) + restarts.ended_not_restarted(record),
         figures=figures.compute(record),
         cost=cost.compute(record),
     )
+    if not earlier:
+        return report
+    lines = [restarts.attempt_line(a.attempt, r) for a, r in zip(record.attempts, earlier)]
+    return dataclasses.replace(report, attempts=(*lines, restarts.attempt_line(record.attempt, report)))
 
 
 def conclude(

@@ -22,7 +22,7 @@ from ddpdoctor.analysis import live
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.launch import jobstore
 from ddpdoctor.launch.timings import Timings
-from ddpdoctor.record import schema
+from ddpdoctor.record import attempts, schema
 from ddpdoctor.record.reader import RunReader, RunRecord
 from ddpdoctor.record.writer import JsonlWriter
 from ddpdoctor.render.live import terminal as live_view
@@ -121,8 +121,44 @@ def poll_records(refresh: Callable[..., RunRecord], job: jobstore.JobRole, now: 
     return record, merged
 
 
+def attempt_text(record: Any) -> str:
+    """``attempt 1 (restart 1 of 2)`` while the monitor follows a restarted worker group (--max-restarts), else
+    "" (the first attempt reads as a run without restarts)."""
+    k = record.manifest.get("attempt")
+    if not isinstance(k, int) or k <= 0:
+        return ""
+    return f"attempt {k} (restart {k} of {attempts.max_restarts(record.manifest.get('torchrun_args'))})"
+
+
 def _title(record: Any, elapsed: float) -> str:
-    return f"{record.manifest.get('command') or ''} {elapsed:.0f} s"
+    extra = attempt_text(record)
+    return f"{record.manifest.get('command') or ''} {elapsed:.0f} s" + (f" · {extra}" if extra else "")
+
+
+class Attempts:
+    """Which attempt of the worker group the monitor follows (torchrun --max-restarts N: attempt k > 0 writes
+    RUN_DIR/attempts/<k>/, record/attempts.py), and how many restarts torchrun has left."""
+
+    def __init__(self, run_dir: str, torchrun_args: tuple[str, ...]) -> None:
+        self.run_dir = run_dir
+        self.max = attempts.max_restarts(torchrun_args)
+        self.current = 0
+        self.told = False  # the live line said once that torchrun restarts this attempt's group
+
+    def newer(self) -> int | None:
+        """The newest attempt that has begun since the last call, or None: one stat per poll, none without
+        --max-restarts (a restart that torchrun made between two polls is skipped to the newest)."""
+        k = self.current
+        while k < self.max and attempts.begun(self.run_dir, k + 1):
+            k += 1
+        if k == self.current:
+            return None
+        self.current, self.told = k, False
+        return k
+
+    def left(self) -> int:
+        """Restarts torchrun still has."""
+        return max(0, self.max - self.current)
 
 
 def _say(msg: str) -> None:
@@ -199,6 +235,7 @@ class Monitor:
         for t in pumps:
             t.start()
         reader = RunReader(self.run_dir)
+        follow = Attempts(self.run_dir, self.spec.torchrun_args)
         # this node's part in the job: the job store's link (multi-node), else a one-node run's null role
         job = jobstore.link(self.spec.torchrun_args, self.run_dir, self.cfg, say, self.spec.job_store)
         if self.spec.stop_steps or self.spec.stop_epochs:
@@ -212,6 +249,13 @@ class Monitor:
         try:
             while proc.poll() is None:
                 now = time.time()
+                if (k := follow.newer()) is not None:
+                    # torchrun restarted the worker group: follow the new attempt's records from now on
+                    reader = RunReader(attempts.attempt_dir(self.run_dir, k))
+                    rates, last_text = live_view.Rates(), None
+                    self.log.write(schema.K_RESTART, None, attempt=k, max_restarts=follow.max)
+                    if self.live:
+                        say(f"torchrun restarted the worker group: attempt {k} (restart {k} of {follow.max})")
                 record, merged = poll_records(reader.refresh, job, now)
                 self._remember(record)  # this node's processes only: the others' pids are not ours
                 if cpu_loop0 is None and any((r.last_hb or {}).get("step", 0) for r in record.ranks.values()):
@@ -222,6 +266,13 @@ class Monitor:
                     self.end_tree(proc)
                     break
                 verdict = job.verdict(merged, now)
+                if verdict and follow.left() and live.restartable(verdict[0], merged):
+                    # a failed worker: torchrun's agent restarts the group itself, and the monitor follows it; a
+                    # deadlock among live ranks (or a --timeout hang) ends the job below: it would come back
+                    if self.live and not follow.told:
+                        say(f"{verdict[1]}; torchrun restarts the worker group ({follow.left()} of {follow.max} left)")
+                        follow.told = True
+                    verdict = None
                 if verdict:
                     self.log.write(schema.K_VERDICT, None, t=now, mode=verdict[0], reason=verdict[1])
                     if self.live and not view:
@@ -236,7 +287,7 @@ class Monitor:
                             f"{_VERDICT_WORD.get(verdict[0], 'hang')}: {verdict[1]}; "
                             "collecting stacks and stopping the run"
                         )
-                    self._collect_dumps(reader)
+                    self._collect_dumps(reader)  # the current attempt's ranks read its control/
                     job.after_dumps()  # the judge waits (bounded) for the other nodes' stacks
                     self.log.write(schema.K_KILL, None, reason="verdict")
                     self.end_tree(proc)
@@ -276,7 +327,8 @@ class Monitor:
                 if fresh:
                     text = live.status_line(merged, self.cfg, now, job.states(merged, now))
                 if self.live and text and (text != last_text and now - last_status > 1.0 or now - last_status > 5.0):
-                    _say(text)
+                    extra = attempt_text(record)
+                    _say(f"{extra}: {text}" if extra else text)
                     last_status, last_text = now, text
                 time.sleep(POLL_S)
         finally:
@@ -371,7 +423,8 @@ class Monitor:
                     pass
 
     def _collect_dumps(self, reader: RunReader) -> None:
-        path = os.path.join(self.run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
+        # the reader's folder: the attempt the monitor follows (its ranks watch their own control/dump)
+        path = os.path.join(reader.run_dir, schema.CONTROL_DIR, schema.DUMP_REQUEST)
         with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("1")
         os.replace(path + ".tmp", path)

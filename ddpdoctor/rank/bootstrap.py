@@ -142,12 +142,29 @@ def run_script(script: str, args: list[str], on_exit: Any, module: bool = False,
     return 0
 
 
+def attempt_run_dir(run_dir: str, manifest: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The run directory this rank writes, and its manifest: the run directory itself on torchrun's first
+    attempt; on attempt k of an elastic restart (``TORCHELASTIC_RESTART_COUNT=k``, set by torchrun, not by us)
+    ``RUN_DIR/attempts/<k>/``, so that each attempt's records stay apart and the rest of the rank side works
+    on it unchanged (record/attempts.py)."""
+    from ddpdoctor.record import attempts
+
+    k = attempts.restart_count(os.environ)
+    if k <= 0:
+        return run_dir, manifest
+    try:
+        return attempts.make(run_dir, manifest, k)
+    except OSError:
+        # the attempt's folder cannot be made: write over attempt 0's records rather than lose this attempt's
+        return run_dir, manifest
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: python -m ddpdoctor.rank RUN_DIR SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     run_dir, script, args = argv[0], argv[1], argv[2:]
-    manifest = read_manifest(run_dir)
+    run_dir, manifest = attempt_run_dir(run_dir, read_manifest(run_dir))
     if manifest.get("mode") == "spawn":
         return _main_spawn(run_dir, manifest, script, args)
     from ddpdoctor.rank import probe, wrappers

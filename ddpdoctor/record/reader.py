@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import schema
+from . import attempts, schema
 from .ledger import fast_ledger, fold_ledger, read_ledger_shared, settle_last
 from .streams import APPEND, FOLD, LATEST, STREAMS, WHOLE, progressed, read_whole
 from .tails import Tail
@@ -76,6 +76,16 @@ class RunRecord:
     # files (relative to the run directory) whose last line is cut: filled by load_run, post-mortem only
     # (a live reader holds a cut line back until its end arrives)
     cut: tuple[str, ...] = ()
+    # elastic restarts (record/attempts.py): which attempt of the worker group these ranks are (0: the first),
+    # the folder their ranks/ is in when it is not ``run_dir`` (attempts/<k>), and the earlier attempts, each
+    # a RunRecord of its own, oldest first (only on the record load_run returns for the whole run)
+    attempt: int = 0
+    records_dir: str = ""
+    attempts: tuple[RunRecord, ...] = ()
+
+    def rank_dir(self, rank: int) -> str:
+        """The folder of ``rank``'s files (ranks/<r> of this record's attempt)."""
+        return os.path.join(self.records_dir or self.run_dir, schema.RANKS_DIR, str(rank))
 
     def monitor_event(self, kind: str) -> dict[str, Any] | None:
         """The monitor's latest record of this kind, or None."""
@@ -219,14 +229,21 @@ class RunReader:
             rec.ledger_trimmed = True
 
     def attach_logs(self, record: RunRecord) -> None:
-        """Fill each rank's stderr tail from torchrun's --log-dir files (post-mortem only)."""
-        logs = os.path.join(self.run_dir, schema.LOGS_DIR)
+        """Fill each rank's stderr tail from torchrun's --log-dir files (post-mortem only): those of this
+        record's attempt (torchrun's ``<run_id>/attempt_<k>/<local_rank>/``, in the run directory's logs/)."""
+        k = self.manifest.get("attempt")
+        k = k if isinstance(k, int) and k > 0 else 0
+        top = os.path.dirname(os.path.dirname(self.run_dir)) if k else self.run_dir  # attempts/<k> -> the run
+        logs = os.path.join(top, schema.LOGS_DIR)
         for root, _dirs, files in os.walk(logs):
             if "stderr.log" not in files:
                 continue
             local = os.path.basename(root)
             if not local.isdigit():
                 continue
+            folder = os.path.basename(os.path.dirname(root))
+            if folder.startswith("attempt_") and folder != f"attempt_{k}":
+                continue  # another attempt's ranks (elastic restarts)
             rank = _global_rank(record, int(local), root)
             if rank in record.ranks:
                 try:
@@ -252,13 +269,67 @@ def _global_rank(record: RunRecord, local_rank: int, _path: str) -> int:
     return local_rank
 
 
-def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = None) -> RunRecord:
-    """Load a whole run directory (``ddpdoctor analyze``)."""
+def _load_one(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None) -> RunRecord:
     reader = RunReader(run_dir, {} if share is None else share)
     record = reader.refresh()
     reader.attach_logs(record)
     cut = reader.cut_files()
     return dataclasses.replace(record, cut=cut) if cut else record
+
+
+def load_run(run_dir: str, share: dict[tuple, list[dict[str, Any]]] | None = None) -> RunRecord:
+    """Load a whole run directory (``ddpdoctor analyze``). After elastic restarts (``attempts/<k>/``) the
+    record is the last attempt's ranks, judged as a run of their own, with the earlier attempts in
+    ``attempts``; a run without restarts reads as before."""
+    record = _load_one(run_dir, share)
+    ks = attempts.indices(run_dir)
+    if not ks or record.manifest.get("attempt"):
+        return record  # no restart, or one attempt's directory given on its own
+    return with_attempts(record, [_load_one(attempts.attempt_dir(run_dir, k), share) for k in ks], ks)
+
+
+def with_attempts(first: RunRecord, later: list[RunRecord], ks: list[int]) -> RunRecord:
+    """The run's record from attempt 0's (``first``, the run directory) and the later attempts' (``ks``).
+
+    The monitor's records (monitor.jsonl) are the job's: the last attempt gets all of them (its verdict, the
+    kill, torchrun's exit). An earlier attempt ended when torchrun restarted the group: it gets the monitor's
+    records from before the next attempt's start, and in place of torchrun's exit a record that says so
+    (``exit`` with ``"restarted": k``, returncode null), so the analysis judges its ranks as ended, not as
+    still running. Each earlier record's run_dir is its own folder."""
+    ends = [float(r.manifest.get("attempt_created") or 0.0) for r in later]
+    job = [e for e in first.monitor if e.get("kind") not in (schema.K_EXIT, schema.K_KILL, schema.K_VERDICT)]
+    recs, earlier = [first, *later], []
+    idx = [0, *ks]
+    for i, rec in enumerate(recs[:-1]):
+        end = ends[i]
+        mon = [e for e in job if float(e.get("t") or 0.0) < end]
+        mon.append(
+            {
+                "v": schema.LINE_VERSION,
+                "kind": schema.K_EXIT,
+                "rank": None,
+                "t": end,
+                "returncode": None,
+                "restarted": idx[i + 1],
+            }
+        )
+        cut = tuple(c for c in rec.cut if c.startswith(schema.RANKS_DIR + os.sep)) if i == 0 else rec.cut
+        earlier.append(dataclasses.replace(rec, monitor=mon, attempt=idx[i], cut=cut))
+    last = recs[-1]
+    prefix = os.path.join(schema.ATTEMPTS_DIR, str(ks[-1]))
+    cut = tuple(c for c in first.cut if not c.startswith(schema.RANKS_DIR + os.sep)) + tuple(
+        os.path.join(prefix, c) for c in last.cut
+    )
+    return dataclasses.replace(
+        last,
+        run_dir=first.run_dir,
+        records_dir=last.run_dir,
+        monitor=list(first.monitor),
+        launcher=last.launcher,
+        attempt=ks[-1],
+        attempts=tuple(earlier),
+        cut=cut,
+    )
 
 
 def load_runs(run_dirs: list[str]) -> RunRecord:
@@ -289,6 +360,25 @@ def load_runs(run_dirs: list[str]) -> RunRecord:
             monitor,
             [e for rec in records for e in rec.launcher],
             tuple(os.path.join(os.path.basename(rec.run_dir), c) for rec in records for c in rec.cut),
+            attempt=first.attempt,
+            records_dir=first.records_dir,
+            attempts=_merged_attempts(records),
         ),
         run_dirs,
     )
+
+
+def _merged_attempts(records: list[RunRecord]) -> tuple[RunRecord, ...]:
+    """The earlier attempts of a job across nodes: each node's attempt i holds its own ranks of attempt i.
+    Every node's agent restarts with the others (one rendezvous), so the nodes have as many attempts; where
+    one has fewer (a node that joined later), the attempts all of them hold are merged."""
+    n = min(len(r.attempts) for r in records)
+    out = []
+    for i in range(n):
+        parts = [r.attempts[i] for r in records]
+        ranks: dict[int, RankRecord] = {}
+        for p in parts:
+            for r, rr in p.ranks.items():
+                ranks.setdefault(r, rr)
+        out.append(dataclasses.replace(parts[0], ranks=dict(sorted(ranks.items()))))
+    return tuple(out)

@@ -51,6 +51,10 @@ CONTROL_DIR = "control"
 DUMP_REQUEST = "dump"
 LOGS_DIR = "logs"
 TORCHRUN_LOG = "torchrun.log"  # torchrun's own agent output (not the workers')
+# torchrun --max-restarts: attempt k > 0 of the worker group (TORCHELASTIC_RESTART_COUNT=k) keeps its records in
+# attempts/<k>/, a run directory of its own (manifest copy with "attempt": k, ranks/, control/); attempt 0 is the
+# run directory itself, so a run without restarts reads as before (record/attempts.py)
+ATTEMPTS_DIR = "attempts"
 
 EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"
@@ -84,6 +88,7 @@ K_VERDICT = "verdict"  # monitor: a verdict reached while running
 K_EXIT = "exit"  # monitor: torchrun ended (returncode)
 K_KILL = "kill"  # monitor: the process tree was ended (reason)
 K_SPAWNED = "spawned"  # monitor: torchrun started (pid)
+K_RESTART = "restart"  # monitor: torchrun restarted the worker group; the monitor follows attempt (k) now
 K_JOIN = "join"  # rank: the script entered DDP's join() context (uneven inputs by design)
 K_ORPHANED = "orphaned"  # rank: the monitor is gone; the rank ends itself (events.jsonl)
 K_PROBE_ERROR = "probe_error"  # rank: one of ddpdoctor's own wrappers failed and let the call through unrecorded

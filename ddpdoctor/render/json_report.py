@@ -49,6 +49,18 @@ def to_dict(report: Report) -> dict:
         "notes": list(report.notes),
         "figures": report.figures,
         "cost": report.cost,  # analysis/cost.py: ddpdoctor's own time per step (empty: not measured)
+        # elastic restarts (--max-restarts): every attempt, oldest first, the last one being the report itself
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "verdict": a.verdict,
+                "exit_code": a.exit_code,
+                "culprits": list(a.culprits),
+                "summary": a.summary,
+                "findings": list(a.findings),
+            }
+            for a in report.attempts
+        ],
     }
 
 

@@ -46,7 +46,7 @@ def _slope(steps: list[dict[str, Any]], key: str) -> float:
 def _files(record: RunRecord, rank: int) -> dict[str, str]:
     """The growing rank's memory_summary (the latest census's, else the last) and --snapshot dumps."""
     out: dict[str, str] = {}
-    base = os.path.join(record.run_dir, "ranks", str(rank))
+    base = record.rank_dir(rank)  # the attempt's ranks/ after an elastic restart
     for which in ("census", "last", "first"):
         path = os.path.join(base, schema.CUDA_SUMMARY.format(which))
         if os.path.isfile(path):

@@ -160,3 +160,16 @@ def test_a_verdict_is_near_only_half_way_to_one(tmp_path):
     assert verdict_near(rec, cfg, 2.6) and anyone_waiting(rec, cfg, 2.6)  # settle / 2 = 0.5 s in the wait
     b.finish(0, 3.0, seq=2)
     assert verdict_near(load_run(str(b.root)), cfg, 3.1)  # a rank that ended
+
+
+def test_restartable_a_failed_worker_is_torchruns_to_restart_a_deadlock_is_not(tmp_path):
+    from ddpdoctor.analysis.live import restartable
+
+    raised = RunBuilder(tmp_path / "raised").start(0).start(1).finish(1, 2.0, code=1, exception=True)
+    exited = RunBuilder(tmp_path / "exited").start(0).start(1).finish(1, 2.0, code=3)
+    early = RunBuilder(tmp_path / "early").start(0).start(1).finish(1, 2.0, code=0)
+    stuck = RunBuilder(tmp_path / "stuck").start(0).start(1).hb(0, 2.0, 4, pending=pending("all_reduce", 5, 20, 1.0))
+    assert restartable("certain", load_run(str(raised.root))) and restartable("timeout", load_run(str(exited.root)))
+    assert not restartable("certain", load_run(str(early.root)))  # exit code 0: torchrun does not restart
+    assert not restartable("certain", load_run(str(stuck.root)))
+    assert restartable("crash", load_run(str(stuck.root)))

@@ -37,3 +37,23 @@ def test_epochs_are_counted_from_the_busiest_loader_line() -> None:
 
     events = [dl(10), dl(30), dl(40), dl(30), dl(40), dl(30), {"kind": "start"}]  # a peek at 10, val at 40
     assert _epochs(events) == 3 and _epochs([]) == 0
+
+
+def test_the_monitor_follows_the_newest_attempt_and_counts_the_restarts_left(tmp_path) -> None:
+    # imported here: the module's import line is shared with the torchrun command's tests
+    from types import SimpleNamespace
+
+    from ddpdoctor.launch.monitor import Attempts, attempt_text
+
+    run = tmp_path / "run"
+    (run / "attempts").mkdir(parents=True)
+    follow = Attempts(str(run), ("--nproc-per-node", "2", "--max-restarts", "3"))
+    assert (follow.max, follow.current, follow.left()) == (3, 0, 3) and follow.newer() is None
+    for k in (1, 2):  # torchrun restarted twice between two polls: the newest is followed
+        (run / "attempts" / str(k)).mkdir()
+        (run / "attempts" / str(k) / "manifest.json").write_text("{}")
+    assert follow.newer() == 2 and follow.newer() is None and follow.left() == 1
+    assert Attempts(str(run), ("--standalone",)).newer() is None  # no --max-restarts: no attempt is looked for
+    record = SimpleNamespace(manifest={"attempt": 2, "torchrun_args": ["--max-restarts", "3"]})
+    assert attempt_text(record) == "attempt 2 (restart 2 of 3)"
+    assert attempt_text(SimpleNamespace(manifest={})) == ""

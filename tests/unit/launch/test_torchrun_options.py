@@ -112,3 +112,9 @@ def test_std_map_reads_torchruns_forms():
     for bad in ("4", "a", "0:9"):
         with pytest.raises(ValueError):
             std_map(bad)
+
+
+def test_restarts_on_the_shared_rendezvous_store_get_one_line_naming_the_variable():
+    (note,) = _line({"max_restarts": 1}).notes
+    assert note.startswith("--max-restarts:") and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in note
+    assert _line({"max_restarts": 1}, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}).notes == ()
