@@ -15,9 +15,14 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 from helpers import TESTS, TOKEN_VAR, assert_no_orphans, finding, free_port, lines_of, marker_line
 
 SCRIPT = TESTS / "scripts" / "multinode_faults.py"
+
+# the multi-node tier (`pytest -m multinode tests/e2e`, .ci/run step 7): every test runs two ddpdoctor nodes of
+# two ranks each (about 17 s of CPU a test), beside the SLURM cluster's tests
+pytestmark = pytest.mark.multinode
 
 
 def _free_pair() -> int:

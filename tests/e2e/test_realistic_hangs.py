@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 
+import pytest
 from helpers import PROBES, TESTS, TOKEN_VAR, assert_no_orphans, ddpdoctor, finding, free_port, lines_of, marker_line
 
 SCRIPTS = TESTS / "scripts"
@@ -67,6 +68,7 @@ def test_json_to_stdout_is_one_document_and_the_script_output_goes_to_stderr(tmp
     assert "epoch 1: mean loss" in proc.stderr and "ddpdoctor hang:" in proc.stderr
 
 
+@pytest.mark.multinode  # two ddpdoctor nodes: the multi-node tier (.ci/run step 7)
 def test_two_nodes_each_node_is_honest_and_analyze_names_the_culprit(tmp_path):
     """Two torchrun agents on loopback (c10d rendezvous), one rank each; only global rank 0 reaches a
     barrier; the job store (docs/multinode.md) is unreachable (an address of no host here), so each node sees

@@ -21,9 +21,9 @@ import pytest
 from helpers import TESTS, TOKEN_VAR, assert_no_orphans, finding, lines_of, marker_line
 from slurmcluster import SlurmCluster
 
-# a tier of its own (`pytest -m slurm tests/e2e`, .ci/run step 7): the cluster needs root and Debian's packages
-# that the README's set-up does not install, so the README's command runs the same tests on every machine
-pytestmark = pytest.mark.slurm
+# the multi-node tier (`pytest -m multinode tests/e2e`, .ci/run step 7): the cluster needs root and Debian's
+# packages that the README's set-up does not install, so the README's command runs the same tests everywhere
+pytestmark = pytest.mark.multinode
 
 SCRIPT = TESTS / "scripts" / "slurm_faults.py"
 # each task's report to its own file: the node's name and task id come from SLURM, in sh, as arguments
