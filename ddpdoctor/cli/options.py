@@ -247,8 +247,10 @@ def script_form(cmd: click.Command, args: list[str]) -> tuple[list[str], list[st
         tail = args[i:]  # the first positional
         break
     if script is None:
-        # the script is tail[0]; an option there (``-- --json F``) is click's to refuse
-        return own + ["--", *tail] if tail else own, _option_names_in(tail[1:], names)
+        # the script is tail[0] (with --probe NAME every positional is the probe's argument); an option in its
+        # place (``-- --json F``) is click's to refuse
+        probe = any(t == "--probe" or t.startswith("--probe=") for t in own)
+        return own + ["--", *tail] if tail else own, _option_names_in(tail if probe else tail[1:], names)
     return [*own, "--", script, *tail], _option_names_in(tail, names)
 
 
@@ -262,11 +264,19 @@ class RunCommand(GroupedCommand):
         ddpdoctor's option names are kept for split_script to say so."""
         form, passed_on = script_form(self, list(args))
         ctx.meta["ddpdoctor.passed_on"] = passed_on
-        return super().parse_args(ctx, form)
+        try:
+            return super().parse_args(ctx, form)
+        except click.NoSuchOption as e:
+            # not one of ddpdoctor's: most likely the script's, given where ddpdoctor's options go
+            e.message = e.message.rstrip(".") + (
+                ": the script's own options go after the script (after -- where --script names it)"
+            )
+            raise
 
 
 def passed_on_line(script: str, passed_on: list[str]) -> str | None:
-    """The one line that says which of ddpdoctor's option names after the script were passed on to it."""
+    """The one line that says which of ddpdoctor's option names after the script (or among a --probe's
+    arguments) were passed on to it."""
     if not passed_on:
         return None
     names = ", ".join(passed_on)

@@ -201,3 +201,14 @@ def test_a_value_that_reads_like_the_script_option_is_the_value():
     assert script_form(cmd, ["--run-dir", "--script", "t.py"]) == (["--run-dir", "--script", "--", "t.py"], [])
     # after the script, --script is the script's own (and said to be one of ddpdoctor's names)
     assert script_form(cmd, ["t.py", "--script", "u.py"]) == (["--", "t.py", "--script", "u.py"], ["--script"])
+
+
+def test_an_option_of_the_script_before_dash_dash_is_refused_with_where_it_goes(capsys):
+    code, err = _cli(capsys, "hang", "--script", "t.py", "--lr", "0.1")
+    assert code == ExitCode.USAGE and err.count("\n") == 1
+    assert "No such option '--lr': the script's own options go after the script (after -- where --script" in err
+
+
+def test_a_probes_arguments_that_are_ddpdoctors_names_are_said_too():
+    script, args, _opts, passed_on = parse_noted("hang", "--probe", "healthy", "--", "--json", "x")
+    assert script.endswith("healthy.py") and args == ("--json", "x") and passed_on == ["--json"]
