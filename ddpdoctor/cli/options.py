@@ -268,10 +268,8 @@ class RunCommand(GroupedCommand):
             return super().parse_args(ctx, form)
         except click.NoSuchOption as e:
             # not one of ddpdoctor's: most likely the script's, given where ddpdoctor's options go
-            e.message = e.message.rstrip(".") + (
-                ": the script's own options go after the script (after -- where --script names it)"
-            )
-            raise
+            where = ": the script's own options go after the script (after -- where --script names it)"
+            raise click.NoSuchOption(e.option_name, e.message.rstrip(".") + where, e.possibilities, e.ctx) from None
 
 
 def passed_on_line(script: str, passed_on: list[str]) -> str | None:
