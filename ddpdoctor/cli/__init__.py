@@ -46,10 +46,26 @@ def main(argv: list[str] | None = None) -> None:
 
         from ddpdoctor.launch.leader import per_node
 
-        with per_node(os.environ):
+        with per_node(os.environ, json_path=_json_path(args)):
             _main(argv)
     else:
         _main(argv)
+
+
+def _json_path(args: list[str]) -> str | None:
+    """The ``--json`` of a run command's line, parsed as the command parses it (a follower task under SLURM
+    writes the job's report there); None where the line does not parse."""
+    name = next(a for a in args if not a.startswith("-"))
+    try:
+        cmd = cli.commands[name]
+        # under the group's context, as the real parse: a command's help option is made once, from the
+        # context that first asks for it (the group's gives it -h)
+        parent = cli.make_context("ddpdoctor", [name], resilient_parsing=True)
+        ctx = cmd.make_context(name, args[args.index(name) + 1 :], parent=parent, resilient_parsing=True)
+    except (click.ClickException, KeyError, ValueError):
+        return None
+    value = ctx.params.get("json_path")
+    return str(value) if value else None
 
 
 def _main(argv: list[str] | None) -> None:

@@ -370,8 +370,11 @@ def run_command(
             f"ddpdoctor: {spec.name}: {what} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
             err=True,
         )
-        for note in line.notes:
-            click.echo(f"ddpdoctor: note: {note}", err=True)
+        from ddpdoctor.launch.launchers import tasks_line
+
+        for note in (*line.notes, tasks_line(targs[1], os.environ)):
+            if note:
+                click.echo(f"ddpdoctor: note: {note}", err=True)
     outcome = Monitor(
         launch_spec, path, cfg, live=not quiet, echo=not quiet, stdout_free="-" in (json_path, junit_path)
     ).run()
@@ -391,6 +394,11 @@ def run_command(
             ),
         )
     report = attach_pictures(report, record, spec.pictures, html_path)
+    if not quiet:  # under SLURM, the node's other tasks write this report where their own --json asks
+        from ddpdoctor.launch.leader import publish_report
+        from ddpdoctor.render import RENDERERS
+
+        publish_report(lambda: RENDERERS["json"](report), os.environ)
     if outcome.judged_by and not verbose and not quiet:
         # the report is the job's, the same on every node: printed once, by the node that judged the job
         from ddpdoctor.render import RENDERERS

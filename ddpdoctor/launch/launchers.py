@@ -140,6 +140,7 @@ class SlurmStep:
     # SLURM_CLUSTER_NAME: job ids are unique only within one cluster, and a host can be a node of two
     # (a test cluster beside the production one, or two clusters started in namespaces of one machine)
     cluster: str = ""
+    tasks: int | None = None  # the step's tasks on this node (SLURM_STEP_TASKS_PER_NODE): one a GPU, often
 
     @property
     def id(self) -> str:
@@ -180,6 +181,40 @@ def slurm_step(env: Mapping[str, str]) -> SlurmStep | None:
         local_id=_int(env.get("SLURM_LOCALID")) or 0,
         gpus=_int(env.get("SLURM_GPUS_ON_NODE")),
         cluster=(env.get("SLURM_CLUSTER_NAME") or "").strip(),
+        tasks=tasks_on_node(
+            env.get("SLURM_STEP_TASKS_PER_NODE") or ("" if stepped else env.get("SLURM_TASKS_PER_NODE") or ""), node
+        ),
+    )
+
+
+def tasks_on_node(spec: str, node: int | None) -> int | None:
+    """The tasks on node ``node`` from SLURM's ``*_TASKS_PER_NODE`` (``2(x3),1``: 2 on each of the first
+    three nodes, 1 on the fourth); None when it does not say."""
+    if node is None or not spec.strip():
+        return None
+    i = 0
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m:
+            return None
+        i += int(m.group(2) or 1)
+        if node < i:
+            return int(m.group(1))
+    return None
+
+
+def tasks_line(nproc: str, env: Mapping[str, str]) -> str | None:
+    """One line where a SLURM step has more than one task on this node and ddpdoctor does not start one rank
+    for each: one ddpdoctor runs each node's ranks (launch/leader.py), so the job has ``nproc`` ranks a node,
+    not one a task, and the step would otherwise run fewer ranks than it has tasks without a word."""
+    step = slurm_step(env)
+    if step is None or not step.tasks or step.tasks <= 1 or not nproc.isdigit() or int(nproc) == step.tasks:
+        return None
+    ranks = f"{nproc} rank{'s' if nproc != '1' else ''}"
+    return (
+        f"job step {step.id} has {step.tasks} tasks on {step.host or 'this node'}, and ddpdoctor starts {ranks} "
+        f"there (--nproc-per-node {nproc}), not one a task: task 0 runs the node's ranks, the others wait for it "
+        f"and write its report; --nproc-per-node {step.tasks} gives the node one rank a task"
     )
 
 
@@ -273,11 +308,14 @@ def step_port_conflict(opts: Mapping[str, Any], env: Mapping[str, str]) -> str |
 
 
 def default_nproc(env: Mapping[str, str]) -> str | None:
-    """``--nproc-per-node`` from the launcher: the GPUs of the SLURM step on this node, else those of
-    CUDA_VISIBLE_DEVICES; None when neither says (the caller asks the driver, else uses 2)."""
+    """``--nproc-per-node`` from the launcher: the GPUs of the SLURM step on this node, else its tasks on this
+    node where there are several, else CUDA_VISIBLE_DEVICES'; None when none says (the caller asks the driver,
+    else uses 2)."""
     step = slurm_step(env)
     if step is not None and step.gpus:
         return str(step.gpus)
+    if step is not None and step.tasks and step.tasks > 1:
+        return str(step.tasks)  # one rank a task where the step has several a node (and no GPUs to count)
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and cvd.strip() not in ("", "-1"):
         return str(len([d for d in cvd.split(",") if d.strip()]))

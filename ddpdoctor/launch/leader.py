@@ -6,8 +6,9 @@ job formed by half of them, the others' torchruns crashing, and a false OK from 
 ran.
 
 The leader writes ``<tmp>/ddpdoctor-<uid>/<cluster>-<job>.<step>-<host>.leader`` (its pid and start time) before
-anything else, and ``.rc`` (its exit code) as it exits; the followers wait for the first, then for the
-second or for the leader's process to end. Local files: the tasks of one node share its /tmp."""
+anything else, ``.report`` (the job's JSON report) once it has one, and ``.rc`` (its exit code) as it exits;
+the followers wait for the first, then for the last or for the leader's process to end, and write the report
+where their own ``--json`` asks: every task of the step has the job's report. Local files: the tasks of one node share its /tmp."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from ddpdoctor.launch.launchers import SlurmStep, slurm_step
 
@@ -72,9 +73,44 @@ def _alive(pid: int, created: float) -> bool:
         return False
 
 
-def follow(step: SlurmStep, say=None, tmp: str | None = None, start_wait: float = START_WAIT_S) -> int:
+def publish_report(render: Callable[[], str], env: Mapping[str, str], tmp: str | None = None) -> None:
+    """The leader of a node with other tasks: the job's JSON report, for each follower to write where its own
+    ``--json`` asks (``.report`` beside ``.rc``, naming the leader's pid); ``render`` makes it, only where a
+    follower may read it. Nothing outside SLURM or alone on the node."""
+    step = slurm_step(env)
+    if step is None or step.local_id != 0 or not step.tasks or step.tasks <= 1:
+        return
+    with contextlib.suppress(OSError):
+        _write(_base(step, tmp) + ".report", {"pid": os.getpid(), "report": render()})
+
+
+def _copy_report(base: str, pid: int, json_path: str, say: Callable[[str], None]) -> None:
+    """A follower's ``--json``: the leader's report of the job (the one every task of the step shares)."""
+    doc = _read(base + ".report")
+    if doc is None or doc.get("pid") != pid or not isinstance(doc.get("report"), str):
+        say(f"ddpdoctor: error: task 0 wrote no report of the job, so none is written to {json_path}")
+        return
+    if json_path == "-":
+        sys.stdout.write(doc["report"])
+        sys.stdout.flush()
+        return
+    try:
+        with open(json_path, "w", encoding="utf-8") as f:
+            f.write(doc["report"])
+    except OSError as e:
+        say(f"ddpdoctor: error: cannot write {json_path}: {e.strerror}")
+
+
+def follow(
+    step: SlurmStep,
+    say=None,
+    tmp: str | None = None,
+    start_wait: float = START_WAIT_S,
+    json_path: str | None = None,
+) -> int:
     """A follower: wait (bounded while the leader has not started; then as long as it runs) and return the
-    leader's exit code: 4 (not run) when it never started, 1 when it ended without one (killed)."""
+    leader's exit code: 4 (not run) when it never started, 1 when it ended without one (killed). With
+    ``json_path`` (the follower's own ``--json``), the leader's report of the job is written there."""
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     base = _base(step, tmp)
     say(
@@ -103,9 +139,13 @@ def follow(step: SlurmStep, say=None, tmp: str | None = None, start_wait: float 
 
     while True:
         if (rc := code()) is not None:
+            if json_path:
+                _copy_report(base, pid, json_path, say)
             return rc
         if not _alive(pid, created):
             if (rc := code()) is not None:  # it may have written it just before it ended
+                if json_path:
+                    _copy_report(base, pid, json_path, say)
                 return rc
             say(f"ddpdoctor: error: task 0 on {step.host or 'this node'} (pid {pid}) ended without an exit code")
             return 1
@@ -113,20 +153,22 @@ def follow(step: SlurmStep, say=None, tmp: str | None = None, start_wait: float 
 
 
 @contextlib.contextmanager
-def per_node(env: Mapping[str, str], tmp: str | None = None) -> Iterator[None]:
-    """Around a command that runs a script: a follower exits here with its leader's code; the leader records
-    its own exit code (the ``SystemExit`` it leaves with) for its followers. Outside SLURM: nothing."""
+def per_node(env: Mapping[str, str], tmp: str | None = None, json_path: str | None = None) -> Iterator[None]:
+    """Around a command that runs a script: a follower exits here with its leader's code (and writes the
+    leader's report to its own ``json_path``); the leader records its own exit code (the ``SystemExit`` it
+    leaves with) for its followers. Outside SLURM: nothing."""
     step = slurm_step(env)
     if step is None or env.get("LOCAL_RANK") or env.get("TORCHELASTIC_RUN_ID"):
         yield
         return
     if step.local_id != 0:
-        sys.exit(follow(step, tmp=tmp))
+        sys.exit(follow(step, tmp=tmp, json_path=json_path))
     import psutil
 
     base = _base(step, tmp)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(base + ".rc")
+    for old in (".rc", ".report"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(base + old)
     _write(base + ".leader", {"pid": os.getpid(), "created": psutil.Process().create_time()})
     code: int = 5
     try:

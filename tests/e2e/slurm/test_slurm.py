@@ -249,12 +249,26 @@ def test_two_tasks_per_node_run_one_ddpdoctor_per_node(slurm: SlurmCluster) -> N
     job = Job(slurm, ["-N2", "--ntasks-per-node=2"], "crash", "--nproc-per-node", "1")
     assert job.wait() == 1, job.text()[-4000:]  # every task exits with its node's code: no false OK
     reps = job.reports()
-    assert sorted(reps) == ["n0-0", "n1-0"], job.text()[-3000:]  # the leaders' reports only
+    # issue 52: every task writes the job's report where its own --json asks
+    assert sorted(reps) == ["n0-0", "n0-1", "n1-0", "n1-1"], job.text()[-3000:]
     for rep in reps.values():
         assert finding(rep, "crash.exception")["culprits"] == [1]
         assert [r["rank"] for r in rep["ranks"]] == [0, 1]
     assert job.text().count("waits for task 0, which runs this node's ranks") == 2
+    # 4 tasks and 2 ranks: said on each node, not silent
+    assert job.text().count("has 2 tasks on n") == 2 and "not one a task" in job.text(), job.text()[-3000:]
     assert len(job.run_dirs()) == 2
+
+
+@pytest.mark.nodes(2)
+def test_two_tasks_per_node_without_nproc_run_one_rank_a_task(slurm: SlurmCluster) -> None:
+    job = Job(slurm, ["-N2", "--ntasks-per-node=2"], "healthy")
+    assert job.wait() == 0, job.text()[-4000:]
+    reps = job.reports()
+    assert sorted(reps) == ["n0-0", "n0-1", "n1-0", "n1-1"], job.text()[-3000:]
+    for rep in reps.values():
+        assert rep["verdict"] == "ok" and [r["rank"] for r in rep["ranks"]] == [0, 1, 2, 3]
+    assert "not one a task" not in job.text()
 
 
 @pytest.mark.nodes(2)

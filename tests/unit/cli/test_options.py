@@ -212,3 +212,11 @@ def test_an_option_of_the_script_before_dash_dash_is_refused_with_where_it_goes(
 def test_a_probes_arguments_that_are_ddpdoctors_names_are_said_too():
     script, args, _opts, passed_on = parse_noted("hang", "--probe", "healthy", "--", "--json", "x")
     assert script.endswith("healthy.py") and args == ("--json", "x") and passed_on == ["--json"]
+
+
+def test_a_follower_task_finds_its_own_json_as_the_command_parses_it():
+    from ddpdoctor.cli import _json_path
+
+    assert _json_path(["hang", "--json", "a.json", "t.py", "--json", "b"]) == "a.json"  # the script's is not
+    assert _json_path(["hang", "--script", "t.py", "--json=c.json", "--", "-x"]) == "c.json"
+    assert _json_path(["hang", "t.py"]) is None

@@ -144,3 +144,28 @@ def test_nproc_defaults_to_the_steps_gpus() -> None:
     assert default_nproc(dict(STEP, SLURM_GPUS_ON_NODE="4", CUDA_VISIBLE_DEVICES="0")) == "4"
     assert default_nproc({"CUDA_VISIBLE_DEVICES": "0,1,2"}) == "3"
     assert default_nproc({"CUDA_VISIBLE_DEVICES": ""}) is None and default_nproc({}) is None
+
+
+def test_the_tasks_on_a_node_from_slurms_compressed_form():
+    from ddpdoctor.launch.launchers import tasks_on_node
+
+    assert [tasks_on_node("2(x3),1", n) for n in range(5)] == [2, 2, 2, 1, None]
+    assert tasks_on_node("4", 0) == 4 and tasks_on_node("", 0) is None and tasks_on_node("x", 0) is None
+
+
+def test_two_tasks_a_node_give_a_rank_each_by_default_and_fewer_are_said():
+    from ddpdoctor.launch.launchers import default_nproc, tasks_line
+
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": "n[0-1]",
+        "SLURMD_NODENAME": "n1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    }
+    assert default_nproc(env) == "2"
+    assert tasks_line("2", env) is None
+    line = tasks_line("1", env)
+    assert line is not None and "job step 7.0 has 2 tasks on n1" in line and "--nproc-per-node 2" in line
+    assert default_nproc(dict(env, SLURM_GPUS_ON_NODE="4")) == "4"  # the GPUs first, as before
+    assert tasks_line("1", dict(env, SLURM_STEP_TASKS_PER_NODE="1(x2)")) is None

@@ -111,3 +111,35 @@ def test_a_follower_never_takes_the_code_of_another_clusters_leader(tmp_path: Pa
     assert leader.follow(step, say=lines.append, tmp=str(tmp_path), start_wait=0.5) == 4  # b's leader never came
     mine = slurm_step(dict(ENV, SLURM_LOCALID="1", SLURM_CLUSTER_NAME="a"))
     assert mine is not None and leader.follow(mine, say=lines.append, tmp=str(tmp_path)) == 3
+
+
+TWO = dict(ENV, SLURM_STEP_TASKS_PER_NODE="2(x2)")
+
+
+def test_every_follower_writes_the_leaders_report_where_its_own_json_asks(tmp_path: Path) -> None:
+    # issue 52: with two tasks a node, the follower's --json gets the job's report, not nothing
+    with pytest.raises(SystemExit), leader.per_node(TWO, tmp=str(tmp_path)):
+        leader.publish_report(lambda: '{"verdict": "crash"}', TWO, tmp=str(tmp_path))
+        sys.exit(1)
+    mine = tmp_path / "task1.json"
+    step = slurm_step(dict(TWO, SLURM_LOCALID="1"))
+    assert step is not None
+    assert leader.follow(step, say=[].append, tmp=str(tmp_path), json_path=str(mine)) == 1
+    assert json.loads(mine.read_text()) == {"verdict": "crash"}
+
+
+def test_a_leader_without_a_report_is_said_and_no_file_is_written(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit), leader.per_node(TWO, tmp=str(tmp_path)):
+        sys.exit(4)  # it ended before it had a report (a usage error, say)
+    lines: list[str] = []
+    mine = tmp_path / "task1.json"
+    step = slurm_step(dict(TWO, SLURM_LOCALID="1"))
+    assert step is not None and leader.follow(step, say=lines.append, tmp=str(tmp_path), json_path=str(mine)) == 4
+    assert not mine.exists() and "task 0 wrote no report of the job" in lines[-1]
+
+
+def test_a_node_alone_or_a_follower_publishes_nothing(tmp_path: Path) -> None:
+    called: list[int] = []
+    leader.publish_report(lambda: called.append(1) or "{}", ENV, tmp=str(tmp_path))  # one task a node
+    leader.publish_report(lambda: called.append(1) or "{}", dict(TWO, SLURM_LOCALID="1"), tmp=str(tmp_path))
+    assert called == [] and not list(tmp_path.rglob("*.report"))
