@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from ddpdoctor.analysis import check, cost, ending, figures, hang, memleak, profile, selfcheck
+from ddpdoctor.analysis import check, cost, ending, evidence, figures, hang, memleak, profile, selfcheck
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
@@ -56,7 +56,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         command=command or str(record.manifest.get("command", "analyze")),
         run_dir=record.run_dir,
         ranks=rank_lines(record, config),
-        notes=incomplete(record) + restarts.ended_not_restarted(record),
+        notes=incomplete(record) + restarts.ended_not_restarted(record) + evidence.recorder_notes(record),
         figures=figures.compute(record),
         cost=cost.compute(record),
     )

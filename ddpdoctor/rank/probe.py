@@ -67,6 +67,7 @@ class Probe:
 
         self.ddp_models: weakref.WeakSet[Any] = weakref.WeakSet()
         self.groups: dict[str, Any] = {}
+        self.init_seen = False  # the init record is written (rank/wrappers.py record_init)
         # per group (count, digest) of the Python-level collectives (record/digest.py): now, at the start of
         # the ledger's current segment, at the start of the oldest segment on disk (None: nothing rotated away)
         self.digests: dict[str, tuple[int, int]] = {}
@@ -91,12 +92,18 @@ class Probe:
         self.cost_forward = self.cost.site("ddp_forward")
         self.cost_opt_pre = self.cost.site("optimizer_pre")
         self.cost_opt_post = self.cost.site("optimizer_post")
+        from ddpdoctor.rank.flight import Recorder
+
+        # torch's flight recorder: every group's positions at each beat, its entries with frames in flight.json
+        self.flight = Recorder()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, **fields: Any) -> None:
-        self.events.write(schema.K_START, self.rank, pid=os.getpid(), **fields)
+        fr = self.flight
+        flight = {"on": fr.on, "buffer": fr.size, **({"off": fr.off_reason} if fr.off_reason else {})}
+        self.events.write(schema.K_START, self.rank, pid=os.getpid(), flight=flight, **fields)
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-heartbeat", daemon=True)
         self._thread.start()
 
@@ -108,6 +115,7 @@ class Probe:
         self.tick(final=True)
         if error is not None:
             write_json_atomic(os.path.join(self.dir, schema.ERROR), error)
+        self.write_flight("raised" if error is not None else "end")
         for fin in hooks.bound(self.probes, "finish"):
             try:
                 fin()
@@ -156,6 +164,30 @@ class Probe:
                     e,
                 )
 
+    def _init_from_beat(self) -> None:
+        """The init record of a default group that torch made through a name the wrapper does not hold."""
+        dist = sys.modules.get("torch.distributed")
+        try:
+            initialized = dist is not None and dist.is_initialized()
+        except Exception:
+            return
+        if initialized:
+            from ddpdoctor.rank.wrappers import record_init
+
+            record_init(self, dist, None)
+
+    def write_flight(self, reason: str) -> None:
+        """torch's flight record with its frames to ``flight.json`` (the rank's record of every group's
+        collectives); a failure is said, never raised."""
+        if not self.flight.on:
+            return
+        try:
+            self.flight.write(os.path.join(self.dir, schema.FLIGHT), self.rank, reason)
+        except Exception as e:
+            failures.report(
+                self, "flight recorder dump", "the collectives only torch recorded (FSDP's, DDP's buckets)", e
+            )
+
     def seqs(self) -> dict[str, int]:
         out = {}
         for name, pg in list(self.groups.items()):
@@ -186,6 +218,12 @@ class Probe:
         pend = self.pending
         seq = self.seqs()
         pending = None
+        if not self.init_seen:
+            self._init_from_beat()
+        status = self.flight.status() if self.flight.on else {}
+        if status:  # every group's position, FSDP's and DDP's own groups included (the wrappers' win)
+            for name, pos in self.flight.positions(status).items():
+                seq.setdefault(name, pos)
         if pend is not None:
             call, _s0, ns = pend  # rank/collectives.py: the prepared call, its sequence number, issue time
             pending = {
@@ -201,6 +239,10 @@ class Probe:
             awaiting = self.works.poll()
         except Exception:
             awaiting = None
+        if pending is None and awaiting is None and status:
+            # a call the wrappers did not see (DDP's buckets, FSDP's, a name they do not know): the recorder's
+            # entry, with the main thread's line (a call the wrappers saw has its own line in the ledger)
+            pending = self.flight.pending(status, sites.user_site(frame))
         self.hb.write(
             schema.K_HB,
             self.rank,
@@ -248,7 +290,8 @@ class Probe:
             for ident, f in frames.items()
             if names.get(ident) != "ddpdoctor-heartbeat"
         ]
-        self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads, fr=_flight_recorder_tail())
+        self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads)
+        self.write_flight(f"request {req}")
 
     def _check_monitor(self) -> None:
         """If ddpdoctor itself was killed, end this rank rather than leave an orphan."""
@@ -264,32 +307,6 @@ class Probe:
         if not alive:
             self.events.write(schema.K_ORPHANED, self.rank, monitor_pid=self.monitor_pid)
             os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _flight_recorder_tail(n: int = 64) -> list[dict[str, Any]] | None:
-    """The last collectives torch's own flight recorder saw (it includes DDP's C++ all-reduces)."""
-    try:
-        import json
-
-        import torch._C._distributed_c10d as c10d
-
-        data = json.loads(c10d._dump_fr_trace_json(True, False))
-    except Exception:
-        return None
-    out = []
-    for e in data.get("entries", [])[-n:]:
-        out.append(
-            {
-                "op": str(e.get("profiling_name", "")).split(":")[-1],
-                "pg": (e.get("process_group") or [""])[-1],
-                "seq": e.get("collective_seq_id"),
-                "p2p": e.get("is_p2p"),
-                "sizes": e.get("input_sizes"),
-                "dtypes": e.get("input_dtypes"),
-                "state": e.get("state"),
-            }
-        )
-    return out
 
 
 class Counters:

@@ -71,28 +71,36 @@ def _init_process_group(init: Any, dist: Any) -> Any:
         collectives.forget_groups()  # a script that destroys and re-creates its process group
         p = active.probe
         if p is not None:
-            try:
-                pg = dist.distributed_c10d._get_default_group()
-                p.groups[getattr(pg, "group_name", None) or "default"] = pg
-                p.events.write(
-                    schema.K_INIT,
-                    p.rank,
-                    global_rank=dist.get_rank(),
-                    world_size=dist.get_world_size(),
-                    backend=str(dist.get_backend()),
-                    site=sites.user_site(sys._getframe(1)),
-                    frameworks=[m for m in FRAMEWORKS if m in sys.modules],
-                )
-            except Exception as e:
-                failures.report(
-                    p,
-                    "init_process_group wrapper",
-                    "the init record (backend, world size, frameworks, the init line)",
-                    e,
-                )
+            record_init(p, dist, sites.user_site(sys._getframe(1)))
         return out
 
     return init_process_group
+
+
+def record_init(p: Any, dist: Any, site: list | None) -> None:
+    """The rank's init record (backend, world size, frameworks, the init line where known). Written by the
+    init_process_group wrapper, or by the heartbeat where torch initialised the group through a name the
+    wrapper does not hold (``init_device_mesh`` imports its own ``init_process_group``)."""
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+        p.groups.setdefault(getattr(pg, "group_name", None) or "default", pg)
+        p.init_seen = True
+        p.events.write(
+            schema.K_INIT,
+            p.rank,
+            global_rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            backend=str(dist.get_backend()),
+            site=site,
+            frameworks=[m for m in FRAMEWORKS if m in sys.modules],
+        )
+    except Exception as e:
+        failures.report(
+            p,
+            "init_process_group wrapper",
+            "the init record (backend, world size, frameworks, the init line)",
+            e,
+        )
 
 
 def _run_hooks(hooks_: tuple, model: Any) -> None:

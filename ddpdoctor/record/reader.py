@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import attempts, schema
+from . import attempts, flight, schema
 from .ledger import fast_ledger, fold_ledger, read_ledger_shared, settle_last
 from .streams import APPEND, FOLD, LATEST, STREAMS, WHOLE, progressed, read_whole
 from .tails import Tail
@@ -39,6 +39,7 @@ class RankRecord:
     progress_t: float | None = None  # when it last showed progress: a step, a collective, a new line, CPU time
     ledger: list[dict[str, Any]] = field(default_factory=list)  # the latest collectives (bounded)
     ledger_trimmed: bool = False  # older collectives were rotated away (ring) or dropped from memory
+    flight: dict[str, Any] | None = None  # flight.json's own key ("ddpdoctor": why and when it was dumped)
     stacks: dict[str, Any] | None = None  # the latest dump
     checks: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
@@ -155,6 +156,8 @@ class RunReader:
         self._paths: dict[int, tuple[str, ...]] = {}  # rank -> the paths of STREAMS + WHOLE
         self._cut: set[str] = set()  # ledgers read whole (share) that end in a cut line
         self._folders = {"last_hb": self._fold_beats, "ledger": self._fold_ledger}
+        self._wl: dict[int, list[dict[str, Any]]] = {}  # rank -> the ledger the wrappers wrote
+        self._fl: dict[int, tuple[tuple, list[dict[str, Any]]]] = {}  # rank -> (flight.json's stat, entries)
 
     def _tail(self, path: str, ring: bool = False) -> Tail:
         t = self._tails.get(path)
@@ -198,7 +201,9 @@ class RunReader:
                     if got:
                         setattr(rec, w.field, value)
             if full:
-                settle_last(rec.ledger, rec.counters)
+                wl = self._wl.setdefault(r, [])
+                settle_last(wl, rec.counters)
+                rec.ledger = flight.merge(wl, self._fold_flight(rec, os.path.join(ranks_dir, name, schema.FLIGHT)))
         return RunRecord(
             self.run_dir, self.manifest, dict(sorted(self._ranks.items())), list(self._monitor), list(self._launcher)
         )
@@ -214,19 +219,46 @@ class RunReader:
             rec.n_hb += 1
 
     def _fold_ledger(self, rec: RankRecord, path: str) -> None:
+        wl = self._wl.setdefault(rec.rank, [])
         if self.share is not None and path not in self._tails:
-            rec.ledger, rec.ledger_trimmed, cut = read_ledger_shared(path, self.share)
+            wl[:], rec.ledger_trimmed, cut = read_ledger_shared(path, self.share)
             if cut:
                 self._cut.add(path)
         else:
             lt = self._tails.get(path)
             if lt is None:
                 lt = self._tails[path] = Tail(path, ring=True, fast=fast_ledger)
-            fold_ledger(rec.ledger, lt.new_records(), self._open.setdefault(rec.rank, {}))
+            fold_ledger(wl, lt.new_records(), self._open.setdefault(rec.rank, {}))
             rec.ledger_trimmed = rec.ledger_trimmed or lt.skipped
-        if len(rec.ledger) > self.ledger_cap:
-            del rec.ledger[: len(rec.ledger) - self.ledger_cap // 2]
+        if len(wl) > self.ledger_cap:
+            del wl[: len(wl) - self.ledger_cap // 2]
             rec.ledger_trimmed = True
+        rec.ledger = wl
+
+    def _fold_flight(self, rec: RankRecord, path: str) -> list[dict[str, Any]]:
+        """The rank's flight record as ledger entries, read again only when its file changed (the rank
+        rewrites it whole: at a stall, when it raises, at its end)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return self._fl.get(rec.rank, ((), []))[1]
+        key = (st.st_mtime_ns, st.st_size)
+        got = self._fl.get(rec.rank)
+        if got is not None and got[0] == key:
+            return got[1]
+        try:
+            with open(path, encoding="utf-8") as f:
+                dump = json.load(f)
+        except (OSError, ValueError):
+            self._cut.add(path)  # written atomically: unreadable means damaged after the run
+            return got[1] if got else []
+        if not isinstance(dump, dict):
+            return got[1] if got else []
+        own = dump.get("ddpdoctor")
+        rec.flight = own if isinstance(own, dict) else {}
+        ents = flight.entries(dump, rec.rank, flight.user_dirs_of(self.manifest, dump))
+        self._fl[rec.rank] = (key, ents)
+        return ents
 
     def attach_logs(self, record: RunRecord) -> None:
         """Fill each rank's stderr tail from torchrun's --log-dir files (post-mortem only): those of this

@@ -18,6 +18,7 @@ Stdlib only. A run directory looks like::
     ranks/<r>/fingerprints.jsonl  parameter and buffer fingerprints
     ranks/<r>/stacks.jsonl        stack + ledger dumps answered on request
     ranks/<r>/counters.json       DDP forward and collective counts, updated in place
+    ranks/<r>/flight.json         torch's flight recorder (every collective of every group, frames), as JSON
     ranks/<r>/error.json          the exception that ended rank r, if any
     ranks/<r>/fatal.txt           faulthandler's stacks if rank r died of a fatal signal
     ranks/<r>/terminated.txt      faulthandler's stacks if rank r was ended with SIGTERM
@@ -68,6 +69,7 @@ MEMORY = "memory.jsonl"  # memleak: per-step memory and censuses
 FINGERPRINTS = "fingerprints.jsonl"  # parameter/buffer fingerprints
 ERROR = "error.json"
 COUNTERS = "counters.json"  # live counters (memory-mapped, one JSON object)
+FLIGHT = "flight.json"  # torch's flight recorder, dumped by the rank as JSON in torch's dump shape (record/flight.py)
 TERMINATED = "terminated.txt"  # faulthandler's stacks when the rank was sent SIGTERM
 FATAL = "fatal.txt"  # faulthandler output on a fatal signal
 

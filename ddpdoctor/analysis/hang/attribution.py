@@ -11,6 +11,11 @@ follows it, and both lines are ones the other rank never reached. Two kinds of e
 - *rank tests*: the call (or the call into the helper that made it, or a caller on the rank's stack) sits
   under an ``if`` that tests the rank (``if rank == 0:``, ``if accelerator.is_main_process:``) and the
   other ranks' call does not.
+- *routine*: training repeats itself. Where the ranks' calls (op, shapes and line) were the same for at
+  least two whole periods before they parted, the call each rank's own earlier steps made at that point is
+  the expected one; the ranks that left it are the culprits. This is how a rank that skips a layer of an
+  FSDP model is found: its all-gathers look like the others' but come from another line (backward's
+  instead of forward's), and every rank ends up waiting inside the same kind of collective.
 
 A group of ranks (same op, shapes and line at the divergence) is named the culprit when the evidence
 points at it and at no other group; otherwise the ranks stay *suspects*.
@@ -44,6 +49,8 @@ class Attribution:
     entry: tuple[str, int] | None = None  # the call into the helper, under that test (file, line)
     aligned: int = 0  # calls after the extra one that align with the others'
     evidence: dict[str, Any] = field(default_factory=dict)
+    # routine: (position, the slot the earlier steps had there) where the culprits left their routine
+    routine: tuple[int, Slot] | None = None
 
 
 def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> dict[int, list[Slot]]:
@@ -63,7 +70,13 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
         final = min(final, at + _MAX_TAIL - 1)
         seq = sequence(record, r, div.group, final, at) if final >= at else {}
         if p and p.get("group") == div.group and p.get("seq") and at <= int(p["seq"]) <= final:
-            seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
+            had = seq.get(int(p["seq"]))
+            if had is None or had.op in (INTERNAL, ABSENT) or p.get("source") != "flight":
+                # the recorder's pending call has the main thread's line now (an async call's wait): the
+                # ledger's entry at its position, with the call's own line, is the better record
+                seq[int(p["seq"])] = Slot(
+                    p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes")
+                )
         # at least the divergence's own slot: a rank that waits in another group has issued nothing here. p2p
         # ops are left out, as the walk leaves them out (they shift positions on gloo)
         rest = (seq.get(s, Slot(ABSENT)) for s in range(at + 1, final + 1))
@@ -155,11 +168,10 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
             own_guard = False
         if aligned or own_guard:
             scored.append((bool(aligned) + bool(own_guard), aligned, k, rs, own_guard))
-    if not scored:
-        return None
-    scored.sort(key=lambda x: (-x[0], -x[1]))
-    if len(scored) > 1 and scored[0][:2] == scored[1][:2]:
-        return None  # two groups explained equally well: suspects
+    if scored:
+        scored.sort(key=lambda x: (-x[0], -x[1]))
+    if not scored or (len(scored) > 1 and scored[0][:2] == scored[1][:2]):
+        return routine(record, div)  # else two groups explained equally well: suspects
     _s, aligned, k, rs, own_guard = scored[0]
     if len(rs) >= len(div.slots):
         return None
@@ -175,13 +187,64 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     return Attribution(tuple(rs), how, g[0] if g else None, g[1] if g else None, aligned, ev)
 
 
+_LOOK = 512  # positions looked back for a routine: two periods of a step of up to 256 collectives
+
+
+def _token(sl: Slot) -> tuple:
+    return (sl.op,) if sl.op in (INTERNAL, ABSENT) else (sl.key(), sl.site)
+
+
+def routine(record: RunRecord, div: Divergence) -> Attribution | None:
+    """The ranks that left their own routine first (see the module's docstring), or None where the calls
+    before the parting do not repeat, or every rank left it."""
+    if div.at or len(div.slots) < 2:
+        return None  # positions shifted by p2p: no common numbering to compare periods in
+    lo = max(1, div.seq - _LOOK)
+    seqs = {r: sequence(record, r, div.group, div.seq, lo) for r in div.slots}
+    first = next((s for s in range(lo, div.seq + 1) if len({_token(q[s]) for q in seqs.values()}) > 1), None)
+    if first is None:
+        return None
+    ref = seqs[min(seqs)]  # before ``first`` every rank's calls are the same
+    period = next(
+        (
+            p
+            for p in range(1, (first - lo) // 2 + 1)
+            if ref[first - p].op not in (INTERNAL, ABSENT)
+            and all(_token(ref[first - 1 - k]) == _token(ref[first - 1 - k - p]) for k in range(p))
+        ),
+        None,
+    )
+    if period is None:
+        return None
+    expected = ref[first - period]
+    left = tuple(sorted(r for r, q in seqs.items() if _token(q[first]) != _token(expected)))
+    if not left or len(left) == len(seqs):
+        return None
+    ev = {"culprits": list(left), "how": "routine", "position": first, "period": period}
+    if expected.site:
+        ev["expected_site"] = list(expected.site)
+    return Attribution(left, "routine", evidence=ev, routine=(first, expected))
+
+
 def explain(f: Finding, att: Attribution) -> Finding:
     """The rank-conditional finding with the rank test that led the culprits to their call (and the call
     into the helper, where the collective sits in one) among its locations and in its message."""
-    if att.guard is None and not att.aligned:
+    if att.guard is None and not att.aligned and att.routine is None:
         return f
     locs = list(f.locations)
     parts = []
+    if att.routine is not None:
+        pos, sl = att.routine
+        where = f" at {_short((str(sl.site[0]), int(sl.site[1])))}" if sl.site else ""
+        fn = f" in {sl.site[2]}" if sl.site and len(sl.site) > 2 and not str(sl.site[2]).startswith("<") else ""
+        parts.append(f"at #{pos} every earlier step, and the other ranks, made {sl.op}{where}{fn}; they did not")
+        if sl.site:
+            locs += [
+                Location(
+                    r, str(sl.site[0]), int(sl.site[1]), str(sl.site[2]) if len(sl.site) > 2 else "", "skipped here"
+                )
+                for r in att.culprits
+            ]
     if att.guard is not None:
         locs += [Location(r, att.guard[0], att.guard[1], "", "rank test that led here") for r in att.culprits]
         parts.append(f"reached under the rank test at {_short(att.guard)}{_code(att.guard)}")
@@ -192,7 +255,8 @@ def explain(f: Finding, att: Attribution) -> Finding:
         nxt = "call is the one" if att.aligned == 1 else f"{att.aligned} calls are the ones"
         parts.append(f"its next {nxt} the others made there (one call more than theirs)")
     who = ranks_phrase(att.culprits) if len(att.culprits) <= 8 else "they"  # the list is in the message already
-    msg = f"{f.message}; {who} made the extra call: {', '.join(parts)}"
+    did = "left the routine the others kept" if att.how == "routine" else "made the extra call"
+    msg = f"{f.message}; {who} {did}: {', '.join(parts)}"
     return Finding(
         f.id, f.severity, msg, f.hint, f.ranks, tuple(locs), dict(f.evidence, attribution=att.evidence), f.culprits
     )

@@ -22,6 +22,7 @@ from ddpdoctor.analysis.hang.divergence import (
     Slot,
     cross_group_divergence,
     first_divergence,
+    sequence,
 )
 from ddpdoctor.analysis.hang.exits import rank_exits
 from ddpdoctor.analysis.hang.hints import (
@@ -150,6 +151,11 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         # the alignment after the divergence or a rank test names the rank whose call is the extra one
         # (stronger than a majority: three ranks may all make the extra call and one meet it)
         div = dataclasses.replace(div, diverged=att.culprits, kind="extra-call", exclusive=True)
+        if att.routine is not None:  # where the culprits left their routine, before the calls met
+            pos = att.routine[0]
+            div = dataclasses.replace(
+                div, seq=pos, slots={r: sequence(record, r, div.group, pos, pos)[pos] for r in div.slots}
+            )
         return [
             explain(
                 _from_div(
@@ -399,7 +405,10 @@ def _from_div(
         l = slot_loc(record, r, div.slots[r], states, role)
         if l:
             locs.append(l)
-        elif div.kind == "exited" and r in div.diverged:
+        ledger = record.ranks[r].ledger
+        # an exited rank whose last collective was torch's own (DDP's buckets: the recorder's entry, at the
+        # line of backward), not a Python call of its own: where it left is guessed from the loops too
+        if div.kind == "exited" and r in div.diverged and (not l or (ledger and ledger[-1].get("src") == "flight")):
             locs += _exit_guess(record, r, div, states)
     # culprits first, then the others, ranks with the same slot grouped
     desc = group_values({r: slot_text(sl) for r, sl in div.slots.items()}, first=div.diverged)

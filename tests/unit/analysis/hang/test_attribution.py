@@ -371,3 +371,44 @@ def test_half_of_256_ranks_extra_is_named_without_a_majority_and_fast(tmp_path):
     assert f.id == "hang.rank-conditional-collective" and f.culprits == tuple(range(0, 256, 2)), f.message
     assert f.message.count("128 ranks [0,2,4") == 2, f.message  # who issued what, and who diverged; no more
     assert took < 5.0, took
+
+
+def test_a_rank_that_leaves_its_routine_is_the_culprit_at_the_line_the_routine_had(tmp_path):
+    """FSDP-like: every step all-gathers three times at the forward's line (FWD), then once at backward's
+    (BWD) and reduce-scatters (an all_reduce on gloo) there. At step 3 rank 1 skips its last forward
+    all-gather, so its backward all-gather meets rank 0's forward one (same op and shapes, another line) and
+    the ranks part one call later. Neither insertion nor a rank test tells them apart; the routine of the
+    earlier steps does (analysis/hang/attribution.py ``routine``)."""
+    fwd, bwd = 6, 9
+    ag, ar = "all_gather", "all_reduce"
+    step = [(fwd, ag), (fwd, ag), (fwd, ag), (bwd, ag), (bwd, ar)]
+    calls = {
+        0: step * 3 + [(fwd, ag), (fwd, ag), (fwd, ag), (bwd, ag)],
+        1: step * 3 + [(fwd, ag), (fwd, ag), (bwd, ag), (bwd, ar)],
+    }
+    b = RunBuilder(tmp_path / "run", script="/work/train.py")
+    for r, cs in calls.items():
+        b.start(r)
+        for i, (line, op) in enumerate(cs, 1):
+            b.coll(r, i, line, op=op, t=1.0 + i / 100)
+        n, (line, op) = len(cs), cs[-1]
+        for t in (2.1, 5.0):
+            b.hb(r, t, n, pending=dict(pending_at(n, line, op), since=2.0), where=line)
+    b.add(None, "monitor.jsonl", "verdict", 5.0, mode="certain", reason="x")
+    rep = diagnose(load_run(str(tmp_path / "run")), CFG)
+    f = next(x for x in rep.findings if x.id == "hang.rank-conditional-collective")
+    assert f.culprits == (1,), f.message
+    assert (1, fwd, "skipped here") in {(loc.rank, loc.line, loc.role) for loc in f.locations}
+    assert f.evidence["attribution"]["how"] == "routine"
+    assert "#18" in f.message  # where rank 1 left the routine, not where the ops first differ (#19)
+
+
+def pending_at(seq: int, line: int, op: str) -> dict:
+    return {
+        "op": op,
+        "group": "0",
+        "seq": seq,
+        "shapes": [[4]],
+        "dtypes": ["float32"],
+        "site": ["/work/train.py", line, "main"],
+    }

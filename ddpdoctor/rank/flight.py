@@ -1,0 +1,227 @@
+"""torch's own flight recorder, read from inside the rank: the rank's record of every collective of every
+process group (issue 54).
+
+torch records each collective that reaches a process group in C++ (op, group, positions, sizes, dtypes, the
+Python frames), whoever called it: the script, DDP's reducer, FSDP2's all-gathers and reduce-scatters. This
+module reads that record instead of re-recording it:
+
+- at every heartbeat, each group's status (``_dump_fr_trace_json(False, False)``: the last position enqueued
+  and completed per group, about 20 us): the rank's position on every group, FSDP's included;
+- when a group's position stays in flight for a beat, the entry there (JSON, no frames, once per position):
+  the op the rank waits in, for the live judge;
+- when the monitor asks for stacks, when the rank raises and at its end, every entry with its frames
+  (``_dump_fr_trace``), written to ``ranks/<r>/flight.json`` as JSON in the shape of torch's own dump, so that
+  one loader reads a ddpdoctor run directory and a job's own dumps alike (``record/flight.py``).
+
+The bindings are in torch's C extension, not in its stubs; a torch without them, or a recorder switched off
+(``TORCH_FR_BUFFER_SIZE=0``), leaves the rank to the collective wrappers (``rank/collectives.py``), and the
+report says which evidence it judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+from typing import Any, NamedTuple
+
+from ddpdoctor.record.flight import dtype_name, op_name, position
+from ddpdoctor.record.writer import write_json_atomic
+
+# torch's default ring size where neither variable is set (torch/csrc/distributed/c10d/FlightRecorder.hpp)
+DEFAULT_BUFFER = 2000
+BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+
+
+class _Source(NamedTuple):
+    """One of torch's recorders: its prefix for group ids ("" for the backend-neutral one), its dumps."""
+
+    prefix: str
+    dump_json: Any  # (includeCollectives, onlyActive) -> JSON text, no frames
+    dump_pickle: Any  # (includeCollectives, includeStackTraces, onlyActive) -> pickle bytes
+
+
+def _sources() -> list[_Source]:
+    """torch's recorders in this build: the backend-neutral one (gloo and the rest; ``_dump_fr_trace``) and,
+    on a CUDA build with a GPU, NCCL's own (``_dump_nccl_trace``). None before torch had the bindings."""
+    try:
+        import torch._C._distributed_c10d as c10d
+    except ImportError:
+        return []
+    out = []
+    if hasattr(c10d, "_dump_fr_trace") and hasattr(c10d, "_dump_fr_trace_json"):
+        out.append(_Source("", c10d._dump_fr_trace_json, c10d._dump_fr_trace))
+    if hasattr(c10d, "_dump_nccl_trace") and hasattr(c10d, "_dump_nccl_trace_json"):
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available()
+        except Exception:
+            cuda = False
+        if cuda:
+            out.append(_Source("nccl:", c10d._dump_nccl_trace_json, c10d._dump_nccl_trace))
+    return out
+
+
+def buffer_size(env: dict[str, str] | os._Environ[str]) -> int:
+    """The recorder's ring size as torch reads it (the first variable set wins; unreadable: torch's 0)."""
+    for var in BUFFER_VARS:
+        v = env.get(var)
+        if v is not None and v.strip():
+            try:
+                return int(v)
+            except ValueError:
+                return 0
+    return DEFAULT_BUFFER
+
+
+def _plain(v: Any) -> Any:
+    """A dump value as JSON keeps it: tuples become lists (group names, sizes), the rest is already plain."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+class Recorder:
+    """One rank's view of torch's flight recorder: ``on`` where it records, ``off_reason`` where not."""
+
+    def __init__(self, env: dict[str, str] | os._Environ[str] | None = None) -> None:
+        env = os.environ if env is None else env
+        self.sources = _sources()
+        self.size = buffer_size(env)
+        self.off_reason = ""
+        if not self.sources:
+            self.off_reason = "this torch has no flight-recorder bindings (torch._C._distributed_c10d._dump_fr_trace)"
+        elif self.size <= 0:
+            set_by = next((v for v in BUFFER_VARS if env.get(v) is not None), BUFFER_VARS[0])
+            self.off_reason = f"the flight recorder is off ({set_by}={env.get(set_by, '')!r})"
+        self.on = not self.off_reason
+        self.names: dict[str, list[str]] = {}  # the recorder's group id -> [group name, description]
+        self._flight: tuple[str, int] | None = None  # (group id, position) in flight at the last beat
+        self._entry: tuple[tuple[str, int], dict[str, Any] | None] | None = None  # the entry read for it
+
+    def status(self) -> dict[str, tuple[int, int]]:
+        """Per group id, (last position enqueued, last position completed); {} where it cannot say."""
+        out: dict[str, tuple[int, int]] = {}
+        for src in self.sources if self.on else ():
+            try:
+                raw = json.loads(src.dump_json(False, False))
+            except Exception:  # a recorder that cannot answer now answers at the next beat
+                continue
+            for gid, st in (raw.get("pg_status") or {}).items():
+                try:
+                    enq, done = int(st.get("last_enqueued_collective")), int(st.get("last_completed_collective"))
+                except (TypeError, ValueError, AttributeError):
+                    continue
+                out[src.prefix + str(gid)] = (enq, done)
+        return out
+
+    def name_of(self, gid: str) -> str | None:
+        """The group name of a recorder group id, learnt from its entries (None: no entry named it yet)."""
+        got = self.names.get(gid)
+        return got[0] if got else None
+
+    def learn(self, entries: list[dict[str, Any]], prefix: str = "") -> None:
+        """Group ids -> names and descriptions, from entries (their ``process_group`` is [name, desc])."""
+        for e in entries:
+            gid, pg = prefix + str(e.get("pg_id")), e.get("process_group")
+            if gid not in self.names and isinstance(pg, (list, tuple)) and pg:
+                self.names[gid] = [str(pg[0]), str(pg[1]) if len(pg) > 1 else ""]
+
+    def _entries_json(self) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for src in self.sources:
+            try:
+                raw = json.loads(src.dump_json(True, False))
+            except Exception:
+                continue
+            entries = raw.get("entries") or []
+            self.learn(entries, src.prefix)
+            out += [(src.prefix, e) for e in entries]
+        return out
+
+    def positions(self, status: dict[str, tuple[int, int]]) -> dict[str, int]:
+        """Group name -> its last enqueued position, for the groups whose names are known; an unknown id
+        (a group's first collectives) costs one read of the entries, once."""
+        if any(gid not in self.names for gid in status):
+            self._entries_json()
+        return {self.names[gid][0]: enq for gid, (enq, _done) in status.items() if gid in self.names}
+
+    def pending(self, status: dict[str, tuple[int, int]], where: list | None) -> dict[str, Any] | None:
+        """The collective the rank has been in since the last beat at least (a position enqueued and not
+        completed at two beats in a row), as the heartbeat's ``pending``; the entry is read once per
+        position. ``where``: the main thread's line now (the recorder's frames are only in full dumps)."""
+        flight = None
+        for gid, (enq, done) in status.items():
+            if enq > done:
+                flight = (gid, done + 1)
+                break
+        last, self._flight = self._flight, flight
+        if flight is None or flight != last:
+            return None
+        if self._entry is None or self._entry[0] != flight:
+            found = None
+            for prefix, e in reversed(self._entries_json()):
+                if prefix + str(e.get("pg_id")) == flight[0] and position(e) == flight[1]:
+                    found = e
+                    break
+            self._entry = (flight, found)
+        e = self._entry[1]
+        if e is None:
+            return None
+        return {
+            "op": op_name(e),
+            "group": self.name_of(flight[0]) or flight[0],
+            "seq": flight[1],
+            "shapes": e.get("input_sizes") or [],
+            "dtypes": [dtype_name(d) for d in e.get("input_dtypes") or []],
+            "site": where,
+            "since": (e.get("time_created_ns") or 0) / 1e9,
+            "source": "flight",
+        }
+
+    def dump(self, frames: bool = True) -> dict[str, Any] | None:
+        """Every entry (with its Python frames), as a plain dict in the shape of torch's own dump; where
+        NCCL's recorder holds entries too, theirs follow, each source's group ids prefixed as in
+        :meth:`status`."""
+        out: dict[str, Any] | None = None
+        for src in self.sources if self.on else ():
+            try:
+                # our own process's dump, made by torch's C++ a moment ago: not foreign input
+                raw = _plain(pickle.loads(src.dump_pickle(True, frames, False)))
+            except Exception:
+                continue
+            self.learn(raw.get("entries") or [], src.prefix)
+            if out is None:
+                out = raw
+                continue
+            for e in raw.get("entries") or []:
+                e["pg_id"] = src.prefix + str(e.get("pg_id"))
+            out.setdefault("entries", []).extend(raw.get("entries") or [])
+            for gid, st in (raw.get("pg_status") or {}).items():
+                out.setdefault("pg_status", {})[src.prefix + str(gid)] = st
+        return out
+
+    def write(self, path: str, rank: int, reason: str, frames: bool = True) -> bool:
+        """The dump to ``path`` (JSON, atomically), with ddpdoctor's own key: the rank, why, when and the
+        group ids' names. False where there was nothing to write."""
+        t0 = time.monotonic()
+        d = self.dump(frames)
+        if d is None:
+            return False
+        d["ddpdoctor"] = {
+            "rank": rank,
+            "reason": reason,
+            "t": time.time(),
+            "groups": dict(self.names),
+            "buffer": self.size,
+            # the script's folder: its frames are the user's code wherever the reader runs
+            "script_dir": os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "",
+            "took_s": round(time.monotonic() - t0, 4),
+        }
+        write_json_atomic(path, d)
+        return True

@@ -1,0 +1,77 @@
+"""torch's flight recorder as the rank's record (issue 54), with real gloo ranks: an FSDP2 job whose
+collectives (``all_gather_single``, ``reduce_scatter_single``) the tool's wrappers never see is judged on the
+recorder's entries, each rank's ``flight.json`` is JSON in the shape of torch's own dump with its frames, and
+a recorder switched off leaves the rank to the wrappers, said in the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import ROOT, TESTS, ddpdoctor, finding, marker_line
+
+FSDP2 = TESTS / "scripts" / "fsdp2_faults.py"
+
+
+def _run(tmp_path, fault: str, env: dict | None = None, script=FSDP2, extra: tuple = ()):
+    args = ["hang", "--timeout", "40", str(script)]
+    if script == FSDP2:
+        args += ["--fault", fault]
+    return ddpdoctor([*args, *extra], tmp_path, timeout=240, env=env)
+
+
+def _roles(f: dict, role: str) -> set[tuple[int, int]]:
+    return {(l["rank"], l["line"]) for l in f["locations"] if l["role"] == role}
+
+
+def test_fsdp2_rank_that_skips_a_block_is_the_culprit_at_its_forward_line(tmp_path):
+    r = _run(tmp_path, "skip")
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [1], f["message"]
+    assert (1, marker_line(FSDP2, "FORWARD")) in _roles(f, "skipped here"), f["locations"]
+    assert "transport-stall" not in r.out and "hang.timeout" not in r.out
+    # each rank's flight record: torch's dump shape, as JSON, with the frames
+    for rank in (0, 1):
+        dump = json.loads((r.run_dir / "ranks" / str(rank) / "flight.json").read_text())
+        assert {"version", "pg_status", "entries"} <= dump.keys()
+        assert dump["ddpdoctor"]["rank"] == rank
+        names = {e["frames"][0]["name"] for e in dump["entries"] if e.get("frames")}
+        assert "all_gather_single" in names, names  # FSDP2's own call, seen by the recorder only
+
+
+@pytest.mark.extended
+def test_fsdp2_healthy_is_ok(tmp_path):
+    r = _run(tmp_path, "none")
+    assert r.code == 0, r.out + r.err[-3000:]
+    assert r.report["verdict"] == "ok"
+    assert not [f for f in r.report["findings"] if f["severity"] == "error"]
+
+
+@pytest.mark.extended
+def test_fsdp2_rank0_metric_all_reduce_is_the_culprit_at_its_line(tmp_path):
+    r = _run(tmp_path, "metric")
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0], f["message"]
+    assert _roles(f, "diverged") == {(0, marker_line(FSDP2, "METRIC"))}
+
+
+@pytest.mark.extended
+def test_fsdp2_crash_names_the_rank_and_its_line(tmp_path):
+    r = _run(tmp_path, "crash")
+    assert r.code == 1, r.out + r.err[-3000:]
+    f = finding(r.report, "crash.exception")
+    assert f["culprits"] == [1], f["message"]
+    assert (1, marker_line(FSDP2, "CRASH")) in _roles(f, "raised")
+
+
+@pytest.mark.extended
+def test_recorder_off_falls_back_to_the_wrappers_and_says_so(tmp_path):
+    probe = ROOT / "probes" / "rank_conditional.py"
+    r = _run(tmp_path, "", env={"TORCH_FR_BUFFER_SIZE": "0"}, script=probe)
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0], f["message"]
+    assert not list(r.run_dir.glob("ranks/*/flight.json"))
+    assert any("flight recorder was not read" in n and "TORCH_FR_BUFFER_SIZE" in n for n in r.report["notes"])
