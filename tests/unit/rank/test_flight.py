@@ -1,0 +1,75 @@
+"""torch's flight recorder read inside a rank (rank/flight.py), in a world of one gloo rank in the test
+process: each group's position from its status, every entry with its frames in flight.json (torch's dump
+shape, as JSON) that record/flight.py reads back at the caller's line, and the fallbacks said: a recorder
+switched off, a torch without the bindings."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddpdoctor.rank import flight
+from ddpdoctor.record import flight as record_flight
+
+HERE = Path(__file__).resolve()
+
+
+def line_of(marker: str) -> int:
+    for i, text in enumerate(HERE.read_text().splitlines(), 1):
+        if text.rstrip().endswith(f"# {marker}"):
+            return i
+    raise AssertionError(marker)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[Any]:
+    assert not dist.is_initialized()
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=20))
+    try:
+        yield dist.distributed_c10d._get_default_group()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_status_positions_and_a_dump_with_frames_read_back_at_the_callers_line(world: Any, tmp_path: Path) -> None:
+    rec = flight.Recorder(env={})
+    assert rec.on, rec.off_reason
+    t = torch.ones(3)
+    dist.all_reduce(t)  # CALL
+    status = rec.status()
+    assert status, "the recorder has no group status"
+    name = world.group_name
+    assert rec.positions(status)[name] == world._get_sequence_number_for_group()  # one numbering
+    path = tmp_path / "flight.json"
+    assert rec.write(str(path), rank=0, reason="end")
+    dump = json.loads(path.read_text())
+    assert {"version", "pg_status", "entries"} <= dump.keys() and dump["ddpdoctor"]["reason"] == "end"
+    mine = [
+        e for e in record_flight.entries(dump, 0, (str(HERE.parent) + "/",)) if e["site"] and e["site"][0] == str(HERE)
+    ]
+    assert mine and mine[-1]["site"][1] == line_of("CALL") and mine[-1]["op"] == "all_reduce"
+    assert mine[-1]["group"] == name and mine[-1]["st"] == "done" and mine[-1]["dtypes"] == ["float32"]
+
+
+def test_a_recorder_switched_off_is_said_and_read_as_nothing() -> None:
+    rec = flight.Recorder(env={"TORCH_FR_BUFFER_SIZE": "0"})
+    assert not rec.on and "TORCH_FR_BUFFER_SIZE='0'" in rec.off_reason
+    assert rec.status() == {} and rec.dump() is None
+    assert flight.buffer_size({"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}) == 50  # torch's older name, read too
+    assert flight.buffer_size({}) == flight.DEFAULT_BUFFER
+
+
+def test_a_torch_without_the_bindings_leaves_the_rank_to_the_wrappers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flight, "_sources", lambda: [])
+    rec = flight.Recorder(env={})
+    assert not rec.on and "no flight-recorder bindings" in rec.off_reason
+    assert rec.status() == {}
+    assert rec.pending({"0": (3, 2)}, None) is None and rec.pending({"0": (3, 2)}, None) is None  # no entry to read
