@@ -217,7 +217,7 @@ class Recorder:
             "rank": rank,
             "reason": reason,
             "t": time.time(),
-            "groups": dict(self.names),
+            "groups": {gid: [*nd, _ranks_of(nd[0])] for gid, nd in self.names.items()},
             "buffer": self.size,
             # the script's folder: its frames are the user's code wherever the reader runs
             "script_dir": os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "",
@@ -225,3 +225,16 @@ class Recorder:
         }
         write_json_atomic(path, d)
         return True
+
+
+def _ranks_of(name: str) -> list[int] | None:
+    """The global ranks of the process group named ``name`` (torch's own table), None where it is gone."""
+    try:
+        import torch.distributed as dist
+
+        for pg, n in list(dist.distributed_c10d._world.pg_names.items()):
+            if n == name:
+                return list(dist.get_process_group_ranks(pg))
+    except Exception:  # a group destroyed meanwhile, or a torch without this table: the ranks are unknown
+        return None
+    return None

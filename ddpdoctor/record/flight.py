@@ -117,6 +117,12 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
                 "site": user_frame(e.get("frames"), user_dirs),
                 "st": schema.ST_DONE if completed else schema.ST_ISSUED,
                 "src": "flight",
+                # the group's description: a DeviceMesh's groups name their dimension there ("mesh_tp")
+                **(
+                    {"gdesc": str(pg[1])}
+                    if isinstance(pg, list) and len(pg) > 1 and pg[1] not in ("", "undefined")
+                    else {}
+                ),
             }
         )
     return out
