@@ -283,7 +283,7 @@ class RunCommand(GroupedCommand):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Click's parsing of the one form script_form gives; the tokens after the script that are also
-        ddpdoctor's option names are kept for split_script to say so."""
+        ddpdoctor's option names are kept for the callback to say so."""
         form, passed_on = script_form(self, list(args))
         ctx.meta["ddpdoctor.passed_on"] = passed_on
         ctx.meta["ddpdoctor.launcher"] = launcher_form(self, list(args))
@@ -306,32 +306,6 @@ def passed_on_line(script: str, passed_on: list[str]) -> str | None:
         "script's (torchrun's rule) and passed on to it; for ddpdoctor, put them before the script, or use "
         f"--script {script} OPTIONS -- SCRIPT_ARGS"
     )
-
-
-def split_script(cmd: click.Command, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
-    is that built-in probe with every positional as its argument; else the first positional is the script.
-    Neither: a usage error (no stand-in script runs unasked). With ``-m`` the script is a module's name."""
-    from ddpdoctor.errors import DdpdoctorError
-    from ddpdoctor.launch.command import probe_path
-
-    positional = list(params.pop("script_args", None) or ())
-    probe = params.pop("probe", None)
-    params.pop("script", None)
-    if probe and params.get("module"):
-        raise DdpdoctorError("--probe runs a built-in script: it takes no -m")
-    if probe:
-        script, rest = probe_path(f"{probe}.py"), positional
-    elif positional:
-        script, rest = positional[0], positional[1:]
-    else:
-        raise DdpdoctorError(
-            f"no script: ddpdoctor {cmd.name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
-            "or -m MODULE [ARGS]..., or --probe healthy for the built-in healthy job"
-        )
-    if rest[:1] == ["--"]:
-        rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
-    return script, tuple(rest)
 
 
 def run_command(spec: CommandSpec) -> click.Command:

@@ -137,6 +137,31 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
     return args
 
 
+def split_script(name: str, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
+    is that built-in probe with every positional as its argument; else the first positional is the script.
+    Neither: a usage error (no stand-in script runs unasked). With ``-m`` the script is a module's name.
+    ``name``: the command's, for that error."""
+
+    positional = list(params.pop("script_args", None) or ())
+    probe = params.pop("probe", None)
+    params.pop("script", None)
+    if probe and params.get("module"):
+        raise DdpdoctorError("--probe runs a built-in script: it takes no -m")
+    if probe:
+        script, rest = probe_path(f"{probe}.py"), positional
+    elif positional:
+        script, rest = positional[0], positional[1:]
+    else:
+        raise DdpdoctorError(
+            f"no script: ddpdoctor {name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
+            "or -m MODULE [ARGS]..., or --probe healthy for the built-in healthy job"
+        )
+    if rest[:1] == ["--"]:
+        rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
+    return script, tuple(rest)
+
+
 def probe_path(name: str) -> str:
     from importlib.resources import files
 
@@ -245,9 +270,6 @@ _COMMON = (
 
 def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
     """Run a command from its click parameters (the CLI, and ``doctor`` parsing a probe's options)."""
-    from ddpdoctor.cli.options import run_command as click_command
-    from ddpdoctor.cli.options import split_script
-
     p = dict(params)
     if p.pop("launch_command", False):  # ddpdoctor CMD [OPTIONS] -- COMMAND...: the whole command is the user's
         command = tuple(p.pop("script_args", None) or ())
@@ -255,7 +277,7 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
         p.pop("script", None)
         script, script_args, launcher = command[0], command[1:], True
     else:
-        script, script_args = split_script(click_command(spec), p)
+        script, script_args = split_script(spec.name, p)
         launcher = False
     common = {k: p.pop(k, None) for k in _COMMON}
     torchrun = {k: p.pop(k) for k in list(p) if k in TORCHRUN_KEYS}

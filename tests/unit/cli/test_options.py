@@ -2,15 +2,16 @@
 options, the script, then the script's arguments.
 
 In-process: the run commands' own click parsing (the one the CLI and ``doctor``'s self-test use), then
-``split_script``; nothing is launched."""
+launch.command's ``split_script``; nothing is launched."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.cli.options import run_command, split_script
+from ddpdoctor.cli.options import run_command
 from ddpdoctor.commands import COMMANDS
 from ddpdoctor.errors import DdpdoctorError, ExitCode
+from ddpdoctor.launch.command import split_script
 
 
 def parse(*argv: str) -> tuple[str, tuple[str, ...], dict]:
@@ -24,7 +25,7 @@ def parse_noted(*argv: str) -> tuple[str, tuple[str, ...], dict, list[str]]:
     cmd = run_command(COMMANDS[name])
     ctx = cmd.make_context(name, list(rest))
     params = dict(ctx.params)
-    script, args = split_script(cmd, params)
+    script, args = split_script(name, params)
     return script, args, params, ctx.meta["ddpdoctor.passed_on"]
 
 
