@@ -8,14 +8,13 @@ tier (``pytest -m extended tests/e2e``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TOKEN_VAR, ddpdoctor, finding, loc_of, marker_line, needs
+from helpers import TOKEN_VAR, ddpdoctor, finding, loc_of, marker_line, needs, seen
 
 pytestmark = pytest.mark.extended
 
@@ -66,15 +65,6 @@ def _job(tmp_path: Path) -> tuple[Path, dict]:
     mine.mkdir()
     (mine / "sitecustomize.py").write_text("MARK = 'the user sitecustomize ran'\n")
     return tmp_path / "job.py", {"PYTHONPATH": str(mine), "PY": sys.executable}
-
-
-def seen(text: str) -> dict[int, dict]:
-    out = {}
-    dec = json.JSONDecoder()
-    for chunk in text.split("SEEN ")[1:]:
-        d, _end = dec.raw_decode(chunk)
-        out[d["rank"]] = d
-    return out
 
 
 def _errors(report: dict) -> list[str]:
