@@ -244,11 +244,16 @@ _NOT_A_COMMAND = ("-m", "--module", "--probe", "--no-python", "--no_python")
 
 def launcher_form(cmd: click.Command, args: list[str]) -> bool:
     """The command line is ``ddpdoctor CMD [OPTIONS] -- COMMAND...`` with the user's own launch command
-    (``accelerate launch ...``, ``bash run.sh``): the first word after ``--`` is not a ``.py`` file, and
-    neither ``--script``, ``-m``, ``--probe`` nor ``--no-python`` says what it is (py-spy's convention)."""
+    (``accelerate launch ...``, ``bash run.sh``): the first word after ``--`` is not a ``.py`` file (nor a
+    file that cannot be executed: a script without the ending), and neither ``--script``, ``-m``, ``--probe``
+    nor ``--no-python`` says what it is (py-spy's convention)."""
+    import os
+
     own, script, tail, dashes = _split(cmd, args)
     if not dashes or script is not None or not tail or tail[0].endswith(".py"):
         return False
+    if os.path.isfile(tail[0]) and not os.access(tail[0], os.X_OK):
+        return False  # a script without the .py ending, which no program runs: the script, as before
     return not any(t.split("=", 1)[0] in _NOT_A_COMMAND for t in own)
 
 

@@ -247,6 +247,16 @@ def test_a_launch_command_after_the_dashes_is_the_launcher_form(argv, launcher):
     assert ctx.meta["ddpdoctor.launcher"] is launcher
 
 
+def test_a_script_without_the_py_ending_is_still_the_script(tmp_path, monkeypatch):
+    from ddpdoctor.cli.options import launcher_form
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").write_text("print(1)\n")  # not executable: no program runs it, Python does
+    assert launcher_form(run_command(COMMANDS["hang"]), ["--", "train"]) is False
+    (tmp_path / "train").chmod(0o755)  # a program of the user's (a shebang): run as it is
+    assert launcher_form(run_command(COMMANDS["hang"]), ["--", "./train"]) is True
+
+
 def test_the_launch_command_is_the_users_whole_with_nothing_noted():
     """``--json`` inside the user's command is the command's (its script's option): passed on unnoted, and
     ddpdoctor's own --json before ``--`` is ddpdoctor's."""
