@@ -8,6 +8,7 @@ tier (``pytest -m extended tests/e2e``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,13 @@ import torch
 import torch.distributed as dist
 
 
+def worker(_i):
+    tool = sorted(m for m in sys.modules if m.startswith("ddpdoctor"))
+    sys.stdout.write("WORKER " + json.dumps({"tool": tool, "env": "DDPDOCTOR_ENTER" in os.environ,
+                     "meta": [type(f).__name__ for f in sys.meta_path]}) + "\\n")
+    sys.stdout.flush()
+
+
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -32,6 +40,10 @@ def main():
     sys.stdout.write("SEEN " + json.dumps({"rank": rank, "argv": sys.argv, "path": sys.path, "env": sorted(os.environ),
                      "pythonpath": os.environ.get("PYTHONPATH"), "site": site}) + "\\n")
     sys.stdout.flush()
+    if "--loader" in sys.argv:  # a DataLoader worker of its own process (spawn): untouched by the tool
+        loader = torch.utils.data.DataLoader(list(range(4)), num_workers=1, multiprocessing_context="spawn",
+                                             worker_init_fn=worker)
+        sum(int(b.sum()) for b in loader)
     t = torch.ones(1)
     for step in range(12):
         dist.all_reduce(t)  # EVERY
@@ -94,21 +106,26 @@ def test_a_shell_script_that_calls_torchrun_runs_as_it_is_and_its_ranks_see_what
     script, env = _job(tmp_path)
     base = {k: v for k, v in os.environ.items() if k != TOKEN_VAR}
     bare = subprocess.run(
-        ["bash", str(tmp_path / "run.sh")], env={**base, **env}, capture_output=True, text=True, timeout=120
+        ["bash", str(tmp_path / "run.sh"), "--loader"], env={**base, **env}, capture_output=True, text=True, timeout=120
     )
     assert bare.returncode == 0, bare.stderr[-2000:]
-    r = ddpdoctor(["hang", "--timeout", "60", "--", "bash", str(tmp_path / "run.sh")], tmp_path, env=env)
+    r = ddpdoctor(["hang", "--timeout", "60", "--", "bash", str(tmp_path / "run.sh"), "--loader"], tmp_path, env=env)
     assert r.code == 0, r.err[-3000:]
     assert r.report["verdict"] == "ok" and _errors(r.report) == []
     plain, ours = seen(bare.stdout), seen(r.out)
     assert set(plain) == set(ours) == {0, 1}
     for rank in plain:
         p, o = plain[rank], ours[rank]
-        assert o["argv"] == p["argv"] == ["job.py"]
+        assert o["argv"] == p["argv"] == ["job.py", "--loader"]
         assert o["path"] == p["path"]  # ddpdoctor's entry folder is gone; the user's folders are where they were
         assert o["pythonpath"] == p["pythonpath"] == f"{tmp_path / 'extra'}:{env['PYTHONPATH']}"
         assert set(o["env"]) - {TOKEN_VAR} == set(p["env"]), set(o["env"]) ^ set(p["env"])
         assert o["site"] == p["site"] == "the user sitecustomize ran"
+    # the ranks' DataLoader workers (spawned: a Python process of their own) saw nothing of the tool
+    workers = [json.loads(line.split("WORKER ", 1)[1]) for line in r.out.splitlines() if "WORKER " in line]
+    plain_workers = [json.loads(line.split("WORKER ", 1)[1]) for line in bare.stdout.splitlines() if "WORKER " in line]
+    assert len(workers) == len(plain_workers) == 2
+    assert all(w == plain_workers[0] and w["tool"] == [] and not w["env"] for w in workers), workers
     # the probes were in both ranks: their records, as under ddpdoctor's own torchrun
     assert all((r.run_dir / "ranks" / str(k) / "ledger.jsonl").stat().st_size > 0 for k in (0, 1))
 
