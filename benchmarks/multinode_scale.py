@@ -221,12 +221,10 @@ def worker(a: argparse.Namespace) -> int:
         print(json.dumps({"seen": seen, "states": states}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        for link in links.values():  # end each link's thread (bounded), then its store connection
-            link._stop.set()
-            link._wake.set()
+        for link in links.values():  # end every link's thread at once, then each (bounded) and its store connection
+            link.stop()
         for link in links.values():
-            link._thread.join(timeout=jobstore.OP_TIMEOUT_S * 2 + 1)
-            link._close()
+            link.close()
     return 0
 
 
@@ -344,7 +342,7 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         mine = sim_ranks(0, a.ranks_per_node, world, t0, a.step_s, float("inf"))
         main_tid = threading.get_native_id()
-        store_tid = job._thread.native_id
+        store_tid = job.thread_id()
 
         def refresh(full: bool = True) -> RunRecord:
             return node_record(mine, time.time(), culprit, run_dir)
@@ -445,10 +443,7 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
         result["all_nodes_seen_after_s"] = round(marks.get("all_seen_s", -1.0), 1)
     finally:
         _end(procs)
-        job._stop.set()
-        job._wake.set()
-        job._thread.join(timeout=jobstore.OP_TIMEOUT_S * 2 + 1)
-        job._close()
+        job.close()
         shutil.rmtree(run_dir, ignore_errors=True)
     if "all_seen_s" not in marks:
         raise SystemExit(f"the judge never saw all {world} ranks within --connect {a.connect:g} s")

@@ -139,6 +139,16 @@ def ddpdoctor(
     return Result(proc.returncode, out, err, run_dir, report)
 
 
+def seen(text: str) -> dict:
+    """What each rank printed as ``SEEN {json}`` (one write per line), by its ``rank`` field as printed."""
+    out = {}
+    dec = json.JSONDecoder()
+    for chunk in text.split("SEEN ")[1:]:
+        d, _end = dec.raw_decode(chunk)
+        out[d["rank"]] = d
+    return out
+
+
 def finding(report: dict, fid: str) -> dict:
     ids = [f["id"] for f in report["findings"]]
     assert fid in ids, f"expected {fid}, got {ids}: {[f['message'] for f in report['findings']]}"

@@ -65,6 +65,7 @@ from ddpdoctor.analysis.ids import (
     HANG_TIMEOUT,
     HANG_TRANSPORT_STALL,
     HANG_UNEVEN_BATCHES,
+    LAUNCH_RANK_NOT_ENTERED,
     MEMLEAK_AUTOGRAD_GRAPH,
     MEMLEAK_CUDA,
     MEMLEAK_CUDA_OUTSIDE_ALLOCATOR,
@@ -185,6 +186,14 @@ _ENTRIES = (
     ),
     _e(RUN_NO_DISTRIBUTED, "hang", "error", "the script never called init_process_group", "error", ExitCode.USAGE),
     _e(RUN_NOT_STARTED, "hang", "error", "torchrun started no rank", "error", ExitCode.NOT_RUN),
+    _e(
+        LAUNCH_RANK_NOT_ENTERED,
+        "hang",
+        "error",
+        "your launch command ran ranks the probes could not enter",
+        "error",
+        ExitCode.NOT_RUN,
+    ),
     _e(
         RUN_RESTARTED,
         "hang",

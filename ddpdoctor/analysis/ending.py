@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from ddpdoctor.analysis.findings import Finding, analyze_command, group_values, ranks_phrase, unseen_phrase
-from ddpdoctor.analysis.ids import CRASH_ABNORMAL_EXIT, MULTINODE_PARTIAL_VIEW
+from ddpdoctor.analysis.ids import CRASH_ABNORMAL_EXIT, LAUNCH_RANK_NOT_ENTERED, MULTINODE_PARTIAL_VIEW
 from ddpdoctor.analysis.state import TEARDOWN_ABORT, is_transport_error, loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -92,6 +92,8 @@ def partial_view(record: RunRecord, findings: list[Finding]) -> list[Finding]:
     unseen = [r for r in range(world) if r not in record.ranks]
     if not unseen or not record.ranks or any("not visible here" in f.message for f in findings):
         return []
+    if any(f.id == LAUNCH_RANK_NOT_ENTERED for f in findings):
+        return []  # this node's launcher ran them, and the probes could not enter them
     if missing_ranks(record):
         return []  # one node: the ranks are not elsewhere, their records are gone (rundir.records-missing)
     return [

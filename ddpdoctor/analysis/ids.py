@@ -93,6 +93,9 @@ POSTMORTEM_NO_DUMP: Final = "postmortem.no-dump"
 # probe
 PROBE_INTERNAL_ERROR: Final = "probe.internal-error"
 
+# launch
+LAUNCH_RANK_NOT_ENTERED: Final = "launch.rank-not-entered"
+
 # profile
 PROFILE_DATALOADER_BOUND: Final = "profile.dataloader-bound"
 PROFILE_LOW_GPU_UTIL: Final = "profile.low-gpu-util"

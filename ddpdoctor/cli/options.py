@@ -212,27 +212,17 @@ def _option_names_in(tokens: list[str], names: set[str]) -> list[str]:
     return seen
 
 
-def script_form(cmd: click.Command, args: list[str]) -> tuple[list[str], list[str]]:
-    """The command line in the one form click parses: ddpdoctor's options, then ``--``, the script and the
-    script's arguments; and the tokens after the script that are also ddpdoctor's option names (the caller
-    says so, once: they are the script's and are passed on). The rules (docs/cli.md):
-
-    - ``--script S`` is an option like any other, in any position among ddpdoctor's options
-      (``check --script t.py --epochs 3`` gives check its ``--epochs``); the script's own arguments follow
-      ``--``, or the first positional;
-    - without it, the first positional, or the first word after ``--``, is the script, and everything after
-      it is the script's (torchrun's rule).
-    """
-    takes, names = _value_options(cmd)
+def _split(cmd: click.Command, args: list[str]) -> tuple[list[str], str | None, list[str], bool]:
+    """ddpdoctor's own options, ``--script``'s value, the rest (the script and its arguments, or the launch
+    command), and whether that rest came after ``--``."""
+    takes, _names = _value_options(cmd)
     own: list[str] = []
     script: str | None = None
-    tail: list[str] = []
     i = 0
     while i < len(args):
         tok = args[i]
         if tok == "--":
-            tail = args[i + 1 :]
-            break
+            return own, script, args[i + 1 :], True
         if tok == "--script" and i + 1 < len(args):
             script, i = args[i + 1], i + 2
             continue
@@ -244,8 +234,45 @@ def script_form(cmd: click.Command, args: list[str]) -> tuple[list[str], list[st
             own += args[i : i + n]
             i += n
             continue
-        tail = args[i:]  # the first positional
-        break
+        return own, script, args[i:], False  # the first positional
+    return own, script, [], False
+
+
+# ddpdoctor's options that make the word after ``--`` a script or a probe's argument, never a launch command
+_NOT_A_COMMAND = ("-m", "--module", "--probe", "--no-python", "--no_python")
+
+
+def launcher_form(cmd: click.Command, args: list[str]) -> bool:
+    """The command line is ``ddpdoctor CMD [OPTIONS] -- COMMAND...`` with the user's own launch command
+    (``accelerate launch ...``, ``bash run.sh``): the first word after ``--`` is not a ``.py`` file (nor a
+    file that cannot be executed: a script without the ending), and neither ``--script``, ``-m``, ``--probe``
+    nor ``--no-python`` says what it is (py-spy's convention)."""
+    import os
+
+    own, script, tail, dashes = _split(cmd, args)
+    if not dashes or script is not None or not tail or tail[0].endswith(".py"):
+        return False
+    if os.path.isfile(tail[0]) and not os.access(tail[0], os.X_OK):
+        return False  # a script without the .py ending, which no program runs: the script, as before
+    return not any(t.split("=", 1)[0] in _NOT_A_COMMAND for t in own)
+
+
+def script_form(cmd: click.Command, args: list[str]) -> tuple[list[str], list[str]]:
+    """The command line in the one form click parses: ddpdoctor's options, then ``--``, the script and the
+    script's arguments; and the tokens after the script that are also ddpdoctor's option names (the caller
+    says so, once: they are the script's and are passed on). The rules (docs/cli.md):
+
+    - ``--script S`` is an option like any other, in any position among ddpdoctor's options
+      (``check --script t.py --epochs 3`` gives check its ``--epochs``); the script's own arguments follow
+      ``--``, or the first positional;
+    - without it, the first positional, or the first word after ``--``, is the script, and everything after
+      it is the script's (torchrun's rule);
+    - a launch command after ``--`` (launcher_form) is the user's whole: nothing in it is noted.
+    """
+    _takes, names = _value_options(cmd)
+    own, script, tail, _dashes = _split(cmd, args)
+    if launcher_form(cmd, args):
+        return [*own, "--", *tail], []
     if script is None:
         # the script is tail[0] (with --probe NAME every positional is the probe's argument); an option in its
         # place (``-- --json F``) is click's to refuse
@@ -261,9 +288,10 @@ class RunCommand(GroupedCommand):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Click's parsing of the one form script_form gives; the tokens after the script that are also
-        ddpdoctor's option names are kept for split_script to say so."""
+        ddpdoctor's option names are kept for the callback to say so."""
         form, passed_on = script_form(self, list(args))
         ctx.meta["ddpdoctor.passed_on"] = passed_on
+        ctx.meta["ddpdoctor.launcher"] = launcher_form(self, list(args))
         try:
             return super().parse_args(ctx, form)
         except click.NoSuchOption as e:
@@ -285,32 +313,6 @@ def passed_on_line(script: str, passed_on: list[str]) -> str | None:
     )
 
 
-def split_script(cmd: click.Command, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
-    is that built-in probe with every positional as its argument; else the first positional is the script.
-    Neither: a usage error (no stand-in script runs unasked). With ``-m`` the script is a module's name."""
-    from ddpdoctor.errors import DdpdoctorError
-    from ddpdoctor.launch.command import probe_path
-
-    positional = list(params.pop("script_args", None) or ())
-    probe = params.pop("probe", None)
-    params.pop("script", None)
-    if probe and params.get("module"):
-        raise DdpdoctorError("--probe runs a built-in script: it takes no -m")
-    if probe:
-        script, rest = probe_path(f"{probe}.py"), positional
-    elif positional:
-        script, rest = positional[0], positional[1:]
-    else:
-        raise DdpdoctorError(
-            f"no script: ddpdoctor {cmd.name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
-            "or -m MODULE [ARGS]..., or --probe healthy for the built-in healthy job"
-        )
-    if rest[:1] == ["--"]:
-        rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
-    return script, tuple(rest)
-
-
 def run_command(spec: CommandSpec) -> click.Command:
     """The click command of one spec: the options every run shares, then the spec's own."""
 
@@ -325,6 +327,7 @@ def run_command(spec: CommandSpec) -> click.Command:
 
         # the project's [tool.ddpdoctor] here, not in run_params: doctor's self-test must not take it
         params["select"], params["ignore"] = selection(params.get("select", ()), params.get("ignore", ()))
+        params["launch_command"] = bool(click.get_current_context().meta.get("ddpdoctor.launcher"))
         sys.exit(run_params(spec, params).exit_code)
 
     for opt in reversed(spec.options):

@@ -78,11 +78,6 @@ def launch_line(opts: dict[str, Any], spawn: bool, env: Any = None) -> LaunchLin
     tool takes over apart. An option it cannot honour: one line, exit 2."""
     env = os.environ if env is None else env
     opts = _from_pet(opts, env)
-    if opts.get("no_python"):
-        raise DdpdoctorError(
-            "--no-python: the script is not run by Python, so ddpdoctor's probes cannot enter its ranks; "
-            "run the Python script (or -m MODULE) itself"
-        )
     notes = []
     if opts.get("run_path"):
         notes.append(
@@ -140,6 +135,31 @@ def torchrun_args(opts: dict[str, Any], spawn: bool) -> list[str]:
     if not multi and "--standalone" not in args:
         args.append("--standalone")  # a free port on this host: parallel runs do not collide
     return args
+
+
+def split_script(name: str, params: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The script and its arguments from a run command's parsed ``params`` (popped from it): ``--probe NAME``
+    is that built-in probe with every positional as its argument; else the first positional is the script.
+    Neither: a usage error (no stand-in script runs unasked). With ``-m`` the script is a module's name.
+    ``name``: the command's, for that error."""
+
+    positional = list(params.pop("script_args", None) or ())
+    probe = params.pop("probe", None)
+    params.pop("script", None)
+    if probe and params.get("module"):
+        raise DdpdoctorError("--probe runs a built-in script: it takes no -m")
+    if probe:
+        script, rest = probe_path(f"{probe}.py"), positional
+    elif positional:
+        script, rest = positional[0], positional[1:]
+    else:
+        raise DdpdoctorError(
+            f"no script: ddpdoctor {name} [OPTIONS] SCRIPT [ARGS]... (like torchrun), "
+            "or -m MODULE [ARGS]..., or --probe healthy for the built-in healthy job"
+        )
+    if rest[:1] == ["--"]:
+        rest = rest[1:]  # torchrun drops one `--` right after the script; the script sees the same argv here
+    return script, tuple(rest)
 
 
 def probe_path(name: str) -> str:
@@ -250,11 +270,15 @@ _COMMON = (
 
 def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -> Report:
     """Run a command from its click parameters (the CLI, and ``doctor`` parsing a probe's options)."""
-    from ddpdoctor.cli.options import run_command as click_command
-    from ddpdoctor.cli.options import split_script
-
     p = dict(params)
-    script, script_args = split_script(click_command(spec), p)
+    if p.pop("launch_command", False):  # ddpdoctor CMD [OPTIONS] -- COMMAND...: the whole command is the user's
+        command = tuple(p.pop("script_args", None) or ())
+        p.pop("probe", None)
+        p.pop("script", None)
+        script, script_args, launcher = command[0], command[1:], True
+    else:
+        script, script_args = split_script(spec.name, p)
+        launcher = False
     common = {k: p.pop(k, None) for k in _COMMON}
     torchrun = {k: p.pop(k) for k in list(p) if k in TORCHRUN_KEYS}
     cfg = Config(
@@ -279,7 +303,29 @@ def run_params(spec: CommandSpec, params: dict[str, Any], quiet: bool = False) -
         html_path=common["html_path"],
         job_store=common["job_store"],
         verbose=bool(common["verbose"]),
+        launcher=launcher,
     )
+
+
+def check_launcher(script: str, torchrun: dict[str, Any], launch: str, wrapper: tuple[str, ...], command: bool) -> None:
+    """The launcher form (``command``: ``-- COMMAND...``) and torchrun's ``--no-python`` run a program that
+    ddpdoctor does not start under Python itself: refuse what they cannot honour, in one line."""
+    if command and (given := sorted(BY_KEY[k].flag_name for k, v in torchrun.items() if v not in (None, False))):
+        raise DdpdoctorError(
+            f"{', '.join(given)}: with your own launch command after --, torchrun's options are that command's; "
+            "put them in it"
+        )
+    form = "your own launch command" if command else "--no-python"
+    if not command and torchrun.get("module"):
+        raise DdpdoctorError("--no-python and -m: torchrun runs a program with --no-python, not a module")
+    if launch != "auto":
+        raise DdpdoctorError(f"--launch {launch}: with {form} the launcher is yours; leave --launch out")
+    if wrapper:
+        raise DdpdoctorError(f"{wrapper[0]}: with {form} ddpdoctor does not start the ranks to run them under it")
+    import shutil
+
+    if shutil.which(script) is None:
+        raise DdpdoctorError(f"{script}: no such program (not on PATH, or not executable)", ExitCode.NOT_RUN)
 
 
 def run_command(
@@ -298,10 +344,12 @@ def run_command(
     html_path: str | None = None,
     job_store: str | None = None,
     verbose: bool = False,
+    launcher: bool = False,
 ) -> Report:
     """Run ``script`` under torchrun for ``spec`` with its option ``values``; diagnose, render, return.
     ``job_store``: --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE. A node of a job that
-    another node judged prints one line pointing at the judge's report, unless ``verbose``."""
+    another node judged prints one line pointing at the judge's report, unless ``verbose``. ``launcher``:
+    ``script`` and ``script_args`` are the user's own launch command (rank/enter.py)."""
     from ddpdoctor.analysis import diagnose
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
@@ -322,12 +370,19 @@ def run_command(
         if store_address(job_store) is None:
             raise DdpdoctorError(f"--job-store must be HOST:PORT with a port from 1 to 65535 (got {job_store!r})")
     module = bool(torchrun.get("module"))
-    script_path = module_path(script) if module else script
-    tree = check_script(script_path)
-    mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
-    if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):
-        torchrun = {**torchrun, "nproc_per_node": str(n)}  # Lightning: as many ranks as Trainer(devices=N)
-    line = launch_line(torchrun, mode == "spawn")
+    no_python = bool(_from_pet(torchrun, os.environ).get("no_python"))
+    if launcher or no_python:
+        # a program ddpdoctor does not run under Python: the probes enter its Python ranks (rank/enter.py)
+        check_launcher(script, torchrun, launch, wrapper, launcher)
+        mode, script_path = "launcher", script
+        line = LaunchLine([]) if launcher else launch_line(torchrun, False)
+    else:
+        script_path = module_path(script) if module else script
+        tree = check_script(script_path)
+        mode = launch if launch != "auto" else ("spawn" if uses_mp_spawn(tree) else "torchrun")
+        if mode == "torchrun" and torchrun.get("nproc_per_node") is None and (n := trainer_devices(tree)):
+            torchrun = {**torchrun, "nproc_per_node": str(n)}  # Lightning: as many ranks as Trainer(devices=N)
+        line = launch_line(torchrun, mode == "spawn")
     targs = line.torchrun_args
     path = rd.create(
         run_dir or rd.default_run_dir(spec.name),
@@ -365,14 +420,19 @@ def run_command(
         hidden_env=tuple(line.own_env),
     )
     if not quiet:
+        import shlex
+
         what = f"-m {script}" if module else script
-        click.echo(
-            f"ddpdoctor: {spec.name}: {what} under torchrun ({' '.join(targs)}), mode {mode}; records in {path}",
-            err=True,
-        )
+        how = f"under torchrun ({' '.join(targs)}), mode {mode}"
+        if mode == "launcher":
+            what = shlex.join([script, *script_args]) if launcher else what
+            how = (
+                "(your launch command" if launcher else f"under torchrun ({' '.join(targs)}) --no-python (your program"
+            ) + ": the probes enter its Python ranks through the environment)"
+        click.echo(f"ddpdoctor: {spec.name}: {what} {how}; records in {path}", err=True)
         from ddpdoctor.launch.launchers import tasks_line
 
-        for note in (*line.notes, tasks_line(targs[1], os.environ)):
+        for note in (*line.notes, tasks_line(targs[1], os.environ) if targs else None):
             if note:
                 click.echo(f"ddpdoctor: note: {note}", err=True)
     outcome = Monitor(

@@ -1,4 +1,5 @@
-"""Start torchrun, watch the ranks' heartbeats, stop the run on a verdict, end the whole process tree.
+"""Start torchrun (or the user's own launch command), watch the ranks' heartbeats, stop the run on a verdict,
+end the whole process tree.
 
 torchrun starts each worker in a session of its own, so ending torchrun's process group does not end
 the workers: the monitor ends every process of the tree it started, by pid (TERM, grace, KILL).
@@ -34,7 +35,7 @@ class LaunchSpec:
     script: str
     script_args: tuple[str, ...]
     torchrun_args: tuple[str, ...]
-    mode: str  # "torchrun" | "spawn"
+    mode: str  # "torchrun" | "spawn" | "launcher" (the user's command, or torchrun --no-python: rank/enter.py)
     max_time: float | None = None
     stop_steps: int | None = None  # end the run once every rank made this many DDP steps
     stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
@@ -54,6 +55,10 @@ class Outcome:
 
 
 def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
+    """The command the monitor starts: torchrun running ddpdoctor's bootstrap in every rank; in the launcher
+    form the user's own command as it is, or (``--no-python``) torchrun running the user's executable."""
+    if spec.mode == "launcher" and not spec.torchrun_args:
+        return [spec.script, *spec.script_args]
     head = [
         sys.executable,
         "-m",
@@ -64,6 +69,8 @@ def torchrun_cmd(spec: LaunchSpec, run_dir: str) -> list[str]:
         "--tee",
         "3",
     ]
+    if spec.mode == "launcher":
+        return [*head, "--no-python", spec.script, *spec.script_args]
     rank = ["ddpdoctor.rank", run_dir, spec.script, *spec.script_args]
     if spec.wrapper:
         return [*head, "--no-python", *spec.wrapper, sys.executable, "-u", "-m", *rank]
@@ -82,12 +89,28 @@ def shown(console_off: dict[int, int] | int, local_rank: int, std: int) -> bool:
     return not off & std
 
 
-def _forward(pipe: Any, out: Any | None, log: Any, std: int = 1, console_off: dict[int, int] | int = 0) -> None:
+def _forward(
+    pipe: Any,
+    out: Any | None,
+    log: Any,
+    std: int = 1,
+    console_off: dict[int, int] | int = 0,
+    every: threading.Event | None = None,
+) -> None:
     """Workers' lines go to the user's terminal as torchrun prints them (less what ``--redirects`` keeps off
     it: those are in the log files only); torchrun's own agent log (its SIGTERM notices and the
-    ChildFailedError traceback) goes to the run directory."""
+    ChildFailedError traceback) goes to the run directory. ``every``: the user's own launch command, whose
+    every line is the user's: to the terminal, and a copy to the run directory, until the event is set (the
+    monitor ends the command: its launcher's notices of the signals it got go to the run directory only)."""
     for line in iter(pipe.readline, b""):
         m = _WORKER_LINE.match(line)
+        if every is not None:
+            if out is not None and not every.is_set():
+                out.write(line)
+                out.flush()
+            log.write(line)
+            log.flush()
+            continue
         if m and not shown(console_off, int(m.group(1)), std):
             continue
         if out is not None and m:
@@ -186,6 +209,7 @@ class Monitor:
         self.log = JsonlWriter(os.path.join(run_dir, schema.MONITOR))
         self.seen: dict[int, psutil.Process] = {}
         self._signal: int | None = None
+        self.ending = threading.Event()  # set when the monitor ends the process tree
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signal = signum
@@ -206,6 +230,10 @@ class Monitor:
         )
         try:
             env = {k: v for k, v in os.environ.items() if k not in self.spec.hidden_env}
+            if self.spec.mode == "launcher":  # the probes enter the command's Python ranks through it
+                from ddpdoctor.launch.entry import entry_env
+
+                env.update(entry_env(self.run_dir, env))
             proc = subprocess.Popen(
                 cmd,
                 start_new_session=True,
@@ -228,9 +256,14 @@ class Monitor:
         rates = live_view.Rates()
         if view:
             out, err = view.route(out), view.route(err)
+        every = self.ending if self.spec.mode == "launcher" and not self.spec.torchrun_args else None
         pumps = [
-            threading.Thread(target=_forward, args=(proc.stdout, out, tlog, 1, self.spec.console_off), daemon=True),
-            threading.Thread(target=_forward, args=(proc.stderr, err, tlog, 2, self.spec.console_off), daemon=True),
+            threading.Thread(
+                target=_forward, args=(proc.stdout, out, tlog, 1, self.spec.console_off, every), daemon=True
+            ),
+            threading.Thread(
+                target=_forward, args=(proc.stderr, err, tlog, 2, self.spec.console_off, every), daemon=True
+            ),
         ]
         for t in pumps:
             t.start()
@@ -451,6 +484,7 @@ class Monitor:
 
     def end_tree(self, proc: subprocess.Popen) -> None:
         """TERM every process of the tree we started, wait ``grace``, KILL what is left."""
+        self.ending.set()
         procs: list[psutil.Process] = []
         try:
             root = psutil.Process(proc.pid)

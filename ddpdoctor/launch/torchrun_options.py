@@ -13,7 +13,8 @@ What ddpdoctor does with each (``Handling``):
   into the run directory (``--log-dir RUN_DIR/logs --tee 3``); the user's log folder gets a copy of what
   torchrun would have put there when the run ends, and ``--redirects`` keeps the redirected streams off the
   console, as torchrun would.
-- ``refuse``: the tool cannot honour it; one line and exit 2 says why.
+- ``launcher`` (``--no-python``): torchrun runs the user's program in every rank; the probes enter the
+  Python ranks it starts through the environment (rank/enter.py), as in the launcher form ``-- COMMAND``.
 - ``note``: honoured in effect, with one line that says how.
 """
 
@@ -78,8 +79,8 @@ TORCHRUN_OPTIONS: tuple[TorchrunOption, ...] = (
     _o(
         "--no-python --no_python",
         "",
-        "Refused: probes need Python ranks.",
-        "refuse",
+        "Each rank runs SCRIPT as a program.",
+        "launcher",
         flag=True,
     ),
     _o("--run-path --run_path", "", "Accepted: ranks are processes.", "note", flag=True),

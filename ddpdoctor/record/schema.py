@@ -45,6 +45,10 @@ READABLE = (1, 2)
 LINE_VERSION = 1  # each line's "v": the layout of one line (unchanged by version 2)
 
 MANIFEST = "manifest.json"
+# the launcher form (launch/entry.py writes it into the user's command's environment, rank/enter.py reads it):
+# JSON with the run directory, the folder of ddpdoctor's sitecustomize, where ddpdoctor is installed, and the
+# user's own PYTHONPATH (null: none)
+ENTER_ENV = "DDPDOCTOR_ENTER"
 MONITOR = "monitor.jsonl"
 LAUNCHER = "launcher.jsonl"  # the parent process of mp.spawn-style scripts
 RANKS_DIR = "ranks"

@@ -1,4 +1,5 @@
-"""The finding pages ship in the wheel, where ``ddpdoctor findings ID`` reads them from an installed package."""
+"""The finding pages ship in the wheel, where ``ddpdoctor findings ID`` reads them from an installed package;
+so do the launcher form's sitecustomize and the job store's package."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def test_every_page_is_in_the_wheel(tmp_path):
     (wheel,) = tmp_path.glob("ddpdoctor-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"ddpdoctor/findings_pages/{fid}.md" for fid in CATALOG} <= names
+    # the launcher form's way into the ranks, and the job store's package
+    assert "ddpdoctor/rank/entry/sitecustomize.py" in names
+    assert {f"ddpdoctor/launch/jobstore/{m}.py" for m in ("address", "transport", "exchange", "roles", "link")} <= names
     # installed from that wheel: -S keeps the editable install's finder (a .pth) out, so the package and its
     # pages are the wheel's; the dependencies come from this environment's site-packages
     site = tmp_path / "site"

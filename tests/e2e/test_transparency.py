@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from helpers import TOKEN_VAR, ddpdoctor
+from helpers import TOKEN_VAR, ddpdoctor, seen
 
 SCRIPT = """
 import json, os, sys
@@ -33,15 +33,6 @@ dist.destroy_process_group()
 
 # set per launch by torchrun itself (a fresh id, port or temp file each time)
 PER_LAUNCH = set()
-
-
-def seen(text: str) -> dict:
-    out = {}
-    dec = json.JSONDecoder()
-    for chunk in text.split("SEEN ")[1:]:
-        d, _end = dec.raw_decode(chunk)
-        out[d["rank"]] = d
-    return out
 
 
 def test_script_sees_what_plain_torchrun_gives_it(tmp_path):

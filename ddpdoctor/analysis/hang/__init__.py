@@ -33,6 +33,7 @@ def detect(record: RunRecord, config: Config) -> list[Finding]:
     return (
         damage.detect(record, config)
         + startup.detect(record, config)
+        + startup.not_entered(record, config)
         + crash.detect(record, config)
         + digest.annotate(deadlock.detect(record, config), record)
         + collective.detect(record, config)

@@ -1,6 +1,6 @@
 """One job across nodes: a lost node, and which node each culprit runs on. Pure.
 
-The job store (launch/jobstore.py) writes ``node_lost`` into the monitor log when a node's ddpdoctor stopped
+The job store (launch/jobstore/exchange.py) writes ``node_lost`` into the monitor log when a node's ddpdoctor stopped
 writing while its ranks had not finished (power loss, the OOM killer, SIGKILL of the node): :func:`detect`
 names it (host, node rank, ranks, what they were last seen doing) and :func:`adjust` takes the survivors'
 transport errors, and the early exits the lost ranks look like, as its victims. In a job that spans nodes
@@ -19,7 +19,7 @@ from ddpdoctor.analysis.state import all_states, describe_op, is_transport_error
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-K_NODE_LOST = "node_lost"  # launch/jobstore.py writes it (monitor.jsonl)
+K_NODE_LOST = "node_lost"  # launch/jobstore/exchange.py writes it (monitor.jsonl)
 K_JOB_NOTE = "job_note"
 LOST_ID = MULTINODE_LOST_NODE
 # what the lost ranks look like to the other detectors (an exit, fewer steps, a timeout, an unexplained end):

@@ -1,10 +1,11 @@
-"""Runs that never became a distributed job: the script ended before init_process_group. Pure."""
+"""Runs that never became a distributed job: the script ended before init_process_group; and in the launcher
+form (the user's own launch command), ranks the probes could not enter. Pure."""
 
 from __future__ import annotations
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding
-from ddpdoctor.analysis.ids import RUN_FAILED_BEFORE_INIT, RUN_NO_DISTRIBUTED, RUN_NOT_STARTED
+from ddpdoctor.analysis.ids import LAUNCH_RANK_NOT_ENTERED, RUN_FAILED_BEFORE_INIT, RUN_NO_DISTRIBUTED, RUN_NOT_STARTED
 from ddpdoctor.analysis.state import loc
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -35,6 +36,8 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
         fin = next((e for e in reversed(record.launcher) if e.get("kind") == schema.K_FINISH), None)
         ends = [(0, fin, (fin or {}).get("error"))] if fin else []
     if not ends:
+        if record.manifest.get("mode") == "launcher":
+            return []  # not_entered says it: the command ran no rank the probes could enter
         ex = record.monitor_event(schema.K_EXIT)
         code = ex.get("returncode") if ex else None
         tail = _torchrun_tail(record)
@@ -90,5 +93,70 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             "the script finished without calling torch.distributed.init_process_group: nothing distributed to diagnose",
             "Run a DDP script (or `--probe healthy` for the built-in healthy job).",
             (),
+        )
+    ]
+
+
+LAUNCHER_HINT = (
+    "The probes enter each Python rank through the environment: PYTHONPATH (ddpdoctor's sitecustomize in front "
+    "of yours) and DDPDOCTOR_ENTER. A launcher that starts ranks with an environment of its own (env -i, a "
+    "PYTHONPATH it sets rather than extends, python -I or -E, a container or ssh without the variables), a rank "
+    "that is not Python, or a Python without ddpdoctor's dependencies leaves the rank unprobed: pass both "
+    "variables on (docs/cli.md, the launcher form)."
+)
+
+
+def _local_world(record: RunRecord) -> int | None:
+    """The most ranks a reporting rank's launcher said it ran on its node (LOCAL_WORLD_SIZE), if any said."""
+    sizes = [
+        int(e["local_world_size"])
+        for rec in record.ranks.values()
+        if (e := rec.event(schema.K_START)) and isinstance(e.get("local_world_size"), int)
+    ]
+    return max(sizes) if sizes else None
+
+
+def not_entered(record: RunRecord, cfg: Config) -> list[Finding]:
+    """``launch.rank-not-entered`` (the launcher form): the command ran no rank the probes entered, or the
+    world size the entered ranks report names ranks of this node that never reported in. Ranks another node
+    runs (the world exceeds the node's LOCAL_WORLD_SIZE) are multinode.partial-view's to name."""
+    if record.manifest.get("mode") != "launcher":
+        return []
+    ex = record.monitor_event(schema.K_EXIT)
+    code = ex.get("returncode") if ex else None
+    if not record.ranks:
+        if ex is None or record.monitor_event(schema.K_VERDICT):
+            return []
+        tail = _torchrun_tail(record)
+        tail = tail if "rror" in tail else ""  # the command's own output is no reason
+        return [
+            Finding(
+                LAUNCH_RANK_NOT_ENTERED,
+                "error",
+                f"no rank of your launch command reported in (it exited with code {code})"
+                + (f": {tail}" if tail else ": no Python process of it called init_process_group with the probes"),
+                LAUNCHER_HINT,
+                (),
+                evidence={"returncode": code, "unseen_ranks": None},
+            )
+        ]
+    world = record.world_size or 0
+    local = _local_world(record)
+    if local is not None and world > local:
+        return []  # ranks on other nodes: not this launcher's to run here
+    unseen = [r for r in range(world) if r not in record.ranks]
+    if not unseen:
+        return []
+    names = ", ".join(map(str, unseen))
+    return [
+        Finding(
+            LAUNCH_RANK_NOT_ENTERED,
+            "error",
+            f"the probes could not enter rank{'s' if len(unseen) > 1 else ''} {names}: the entered ranks report "
+            f"a world of {world}, and {len(record.ranks)} reported in; a verdict covers the entered ranks only",
+            LAUNCHER_HINT,
+            tuple(unseen),
+            evidence={"returncode": code, "unseen_ranks": unseen, "world_size": world},
+            culprits=tuple(unseen),
         )
     ]

@@ -2,15 +2,16 @@
 options, the script, then the script's arguments.
 
 In-process: the run commands' own click parsing (the one the CLI and ``doctor``'s self-test use), then
-``split_script``; nothing is launched."""
+launch.command's ``split_script``; nothing is launched."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.cli.options import run_command, split_script
+from ddpdoctor.cli.options import run_command
 from ddpdoctor.commands import COMMANDS
 from ddpdoctor.errors import DdpdoctorError, ExitCode
+from ddpdoctor.launch.command import split_script
 
 
 def parse(*argv: str) -> tuple[str, tuple[str, ...], dict]:
@@ -24,7 +25,7 @@ def parse_noted(*argv: str) -> tuple[str, tuple[str, ...], dict, list[str]]:
     cmd = run_command(COMMANDS[name])
     ctx = cmd.make_context(name, list(rest))
     params = dict(ctx.params)
-    script, args = split_script(cmd, params)
+    script, args = split_script(name, params)
     return script, args, params, ctx.meta["ddpdoctor.passed_on"]
 
 
@@ -220,3 +221,47 @@ def test_a_follower_task_finds_its_own_json_as_the_command_parses_it():
     assert _json_path(["hang", "--json", "a.json", "t.py", "--json", "b"]) == "a.json"  # the script's is not
     assert _json_path(["hang", "--script", "t.py", "--json=c.json", "--", "-x"]) == "c.json"
     assert _json_path(["hang", "t.py"]) is None
+
+
+@pytest.mark.parametrize(
+    "argv, launcher",
+    [
+        (("hang", "--timeout", "9", "--", "accelerate", "launch", "t.py"), True),
+        (("hang", "--", "bash", "run.sh"), True),
+        (("hang", "--", "python", "-m", "torch.distributed.run", "t.py"), True),
+        (("hang", "--", "t.py", "--lr", "1"), False),  # a .py file after --: the script (torchrun's rule)
+        (("hang", "bash", "run.sh"), False),  # no --: the first positional is the script, as torchrun takes it
+        (("hang", "-m", "--", "pkg.train"), False),  # -m: a module's name
+        (("hang", "--script", "t.py", "--", "bash"), False),  # --script names the script; the rest is its
+        (("hang", "--probe", "healthy", "--", "x"), False),  # a probe's arguments
+        (("hang", "--no-python", "--", "./rank.sh"), False),  # torchrun's --no-python runs the program per rank
+    ],
+)
+def test_a_launch_command_after_the_dashes_is_the_launcher_form(argv, launcher):
+    from ddpdoctor.cli.options import launcher_form
+
+    name, *rest = argv
+    cmd = run_command(COMMANDS[name])
+    assert launcher_form(cmd, list(rest)) is launcher
+    ctx = cmd.make_context(name, list(rest))
+    assert ctx.meta["ddpdoctor.launcher"] is launcher
+
+
+def test_a_script_without_the_py_ending_is_still_the_script(tmp_path, monkeypatch):
+    from ddpdoctor.cli.options import launcher_form
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").write_text("print(1)\n")  # not executable: no program runs it, Python does
+    assert launcher_form(run_command(COMMANDS["hang"]), ["--", "train"]) is False
+    (tmp_path / "train").chmod(0o755)  # a program of the user's (a shebang): run as it is
+    assert launcher_form(run_command(COMMANDS["hang"]), ["--", "./train"]) is True
+
+
+def test_the_launch_command_is_the_users_whole_with_nothing_noted():
+    """``--json`` inside the user's command is the command's (its script's option): passed on unnoted, and
+    ddpdoctor's own --json before ``--`` is ddpdoctor's."""
+    cmd = run_command(COMMANDS["hang"])
+    ctx = cmd.make_context("hang", ["--json", "r.json", "--", "torchrun", "t.py", "--json", "x"])
+    assert ctx.params["json_path"] == "r.json"
+    assert tuple(ctx.params["script_args"]) == ("torchrun", "t.py", "--json", "x")
+    assert ctx.meta["ddpdoctor.passed_on"] == []

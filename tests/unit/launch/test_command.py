@@ -106,3 +106,23 @@ def test_a_picture_that_cannot_be_written_is_a_note_not_an_error(tmp_path: Path)
     report = attach_pictures(Report("profile", "ok", 0, "/r"), rec, ("trace",))
     assert report.notes == (f"could not write {tmp_path / 'gone' / 'trace.json'}: No such file or directory",)
     assert command.probe_path("x.py").endswith(os.path.join("probes", "x.py"))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("bash", {"nproc_per_node": "2"}, "auto", (), True), "--nproc-per-node: with your own launch command"),
+        (("bash", {}, "spawn", (), True), "--launch spawn: with your own launch command"),
+        (("bash", {}, "auto", ("nsys", "profile"), True), "nsys: with your own launch command"),
+        (("./x.sh", {"module": True}, "auto", (), False), "--no-python and -m"),
+        (("no-such-program-xyz", {}, "auto", (), True), "no-such-program-xyz: no such program"),
+    ],
+)
+def test_the_launcher_form_refuses_what_it_cannot_honour_in_one_line(args, words) -> None:
+    with pytest.raises(DdpdoctorError) as e:
+        command.check_launcher(*args)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_launcher_form_takes_a_program_on_path() -> None:
+    command.check_launcher("bash", {"nproc_per_node": None, "standalone": False}, "auto", (), True)

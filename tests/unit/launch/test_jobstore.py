@@ -1,4 +1,4 @@
-"""Where a multi-node job's store is (launch/jobstore.py, its pure part; the JobLink thread is exercised by
+"""Where a multi-node job's store is (launch/jobstore/, its pure part; the JobLink thread is exercised by
 the e2e multi-node tests): none for a single node, the rendezvous endpoint's port + 1, the master address,
 an explicit --job-store or DDPDOCTOR_JOB_STORE, IPv6 addresses; the node a run directory is."""
 
@@ -93,10 +93,7 @@ def test_a_node_never_joins_another_jobs_store(tmp_path: Path) -> None:
         assert any(n.get("foreign") and n.get("unreachable") for n in notes)  # multinode.partial-view reads it
     finally:
         for link in links.values():
-            link._stop.set()
-            link._wake.set()
-            link._thread.join(timeout=15)
-            link._close()
+            link.close()
         gc.unfreeze()
 
 

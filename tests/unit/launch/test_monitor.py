@@ -57,3 +57,26 @@ def test_the_monitor_follows_the_newest_attempt_and_counts_the_restarts_left(tmp
     record = SimpleNamespace(manifest={"attempt": 2, "torchrun_args": ["--max-restarts", "3"]})
     assert attempt_text(record) == "attempt 2 (restart 2 of 3)"
     assert attempt_text(SimpleNamespace(manifest={})) == ""
+
+
+def test_the_launcher_form_starts_the_users_command_or_torchrun_no_python() -> None:
+    """The launcher form runs the user's command as it is; --no-python runs the user's program in each rank
+    under torchrun, with the run directory's logs as for any torchrun run."""
+    own = LaunchSpec("accelerate", ("launch", "t.py"), (), "launcher")
+    assert torchrun_cmd(own, "/run") == ["accelerate", "launch", "t.py"]
+    nopy = LaunchSpec("./rank.sh", ("a",), ("--nproc-per-node", "2"), "launcher")
+    cmd = torchrun_cmd(nopy, "/run")
+    assert cmd[cmd.index("--tee") :] == ["--tee", "3", "--no-python", "./rank.sh", "a"]
+
+
+def test_a_launch_commands_lines_all_reach_the_terminal_until_the_monitor_ends_it() -> None:
+    import threading
+
+    ending = threading.Event()
+    out, log = io.BytesIO(), io.BytesIO()
+    _forward(io.BytesIO(b"epoch 1\n[default0]:x\n"), out, log, every=ending)
+    assert out.getvalue() == log.getvalue() == b"epoch 1\n[default0]:x\n"
+    ending.set()
+    out2, log2 = io.BytesIO(), io.BytesIO()
+    _forward(io.BytesIO(b"Received 15 death signal\n"), out2, log2, every=ending)
+    assert (out2.getvalue(), log2.getvalue()) == (b"", b"Received 15 death signal\n")

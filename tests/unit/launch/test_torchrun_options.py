@@ -91,7 +91,6 @@ def test_the_command_line_wins_over_a_pet_variable():
 @pytest.mark.parametrize(
     "opts, words",
     [
-        ({"no_python": True}, "--no-python: the script is not run by Python"),
         ({"redirects": "7"}, "--redirects must be 0-3"),
         ({"tee": "x:1"}, "--tee must be 0-3"),
     ],
@@ -100,6 +99,12 @@ def test_an_option_the_tool_cannot_honour_is_one_line(opts, words):
     with pytest.raises(DdpdoctorError) as e:
         _line(opts)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_no_python_is_the_monitors_to_add_around_the_users_program():
+    """--no-python runs the user's program in each rank (the launcher path, rank/enter.py): torchrun gets it
+    from the monitor (launch/monitor.py torchrun_cmd), right before the program, never among the options."""
+    assert "--no-python" not in _line({"no_python": True}).torchrun_args
 
 
 def test_run_path_is_honoured_in_effect_with_one_line():

@@ -252,10 +252,7 @@ def test_in_process_judge_ignores_a_foreign_value_and_reads_a_node(tmp_path):
         link.exchange.read_nodes()
         assert sorted(link.exchange.remote_ranks()) == [3]
     finally:  # end the link's thread and the store (the exchange of records is tested with real nodes)
-        link._stop.set()
-        link._wake.set()
-        link._thread.join(timeout=10)
-        link._close()
+        link.close()
     notes = (tmp_path / "run" / "monitor.jsonl").read_text()
     assert "another job id" in notes
 
@@ -439,10 +436,7 @@ def test_the_other_nodes_draw_the_job_table_the_judge_shares(tmp_path):
         assert view_from_dict({"rows": [{"label": 1}]}) is None  # what the store says is checked
     finally:
         for link in links:
-            link._stop.set()
-            link._wake.set()
-            link._thread.join(timeout=10)
-            link._close()
+            link.close()
 
 
 def test_a_node_value_is_a_header_line_then_its_ranks(tmp_path):

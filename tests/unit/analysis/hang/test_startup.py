@@ -86,3 +86,29 @@ def test_a_rank_killed_before_init_is_left_to_the_crash_finding_not_called_undis
 
     (f,) = unexplained(load_run(str(b.root)), [])
     assert f.id == "crash.abnormal-exit" and f.culprits == (1,)
+
+
+def _launcher_run(tmp_path, ranks, local_world_size=None, returncode=0):
+    b = RunBuilder(tmp_path / "run", mode="launcher", torchrun_args=[])
+    for r in ranks:
+        b.add(r, "events.jsonl", "start", 0.0, pid=999999, local_rank=r, local_world_size=local_world_size)
+        b.add(r, "events.jsonl", "init", 0.1, global_rank=r, world_size=4, backend="gloo")
+        b.finish(r, 1.0)
+    b.add(None, "monitor.jsonl", "exit", 2.0, returncode=returncode)
+    return load_run(str(tmp_path / "run"))
+
+
+def test_the_launcher_forms_ranks_that_never_reported_in_are_named(tmp_path):
+    (f,) = startup.not_entered(_launcher_run(tmp_path, [0, 2], local_world_size=4), Config())
+    assert f.id == "launch.rank-not-entered" and f.culprits == (1, 3) and "ranks 1, 3" in f.message
+
+
+def test_ranks_on_other_nodes_are_not_the_launchers_to_enter_here(tmp_path):
+    assert startup.not_entered(_launcher_run(tmp_path, [0, 1], local_world_size=2), Config()) == []
+
+
+def test_a_launch_command_that_ran_no_entered_rank_is_never_ok(tmp_path):
+    from ddpdoctor.analysis import diagnose
+
+    report = diagnose(_launcher_run(tmp_path, [], returncode=0), Config(), "hang")
+    assert [f.id for f in report.findings] == ["launch.rank-not-entered"] and report.exit_code == 4
