@@ -77,8 +77,9 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
     ``state`` at "scheduled": the group's status is what moves). p2p entries are left to the wrappers."""
     status: dict[str, Any] = dump["pg_status"] if isinstance(dump.get("pg_status"), dict) else {}
     names = ((dump.get("ddpdoctor") or {}).get("groups") or {}) if isinstance(dump.get("ddpdoctor"), dict) else {}
-    out = []
-    seen = set()  # (group, position): a build whose two recorders both saw a call lists it once
+    # one entry per (group, position), the newest: a group destroyed and made again under the same name
+    # starts its positions over, and a build whose two recorders both saw a call lists it once
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     raw = dump.get("entries")
     for e in raw if isinstance(raw, list) else ():
         if not isinstance(e, dict) or e.get("is_p2p"):
@@ -87,9 +88,6 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
         gid = str(e.get("pg_id"))
         pg = e.get("process_group")
         group = str(pg[0]) if isinstance(pg, list) and pg else (names.get(gid) or [gid])[0]
-        if (group, pos) in seen:
-            continue
-        seen.add((group, pos))
         st = status.get(gid)
         try:
             done = int(st.get("last_completed_collective", -1)) if isinstance(st, dict) else -1
@@ -102,30 +100,27 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
             t = 0.0
         sizes = e.get("input_sizes")
         dtypes = e.get("input_dtypes")
-        out.append(
-            {
-                "v": schema.LINE_VERSION,
-                "kind": schema.K_COLL,
-                "rank": rank,
-                "t": t,
-                "t0": t,
-                "op": op_name(e),
-                "group": group,
-                "seq": [pos, pos],
-                "shapes": sizes if isinstance(sizes, list) else [],
-                "dtypes": [dtype_name(d) for d in dtypes] if isinstance(dtypes, list) else [],
-                "site": user_frame(e.get("frames"), user_dirs),
-                "st": schema.ST_DONE if completed else schema.ST_ISSUED,
-                "src": "flight",
-                # the group's description: a DeviceMesh's groups name their dimension there ("mesh_tp")
-                **(
-                    {"gdesc": str(pg[1])}
-                    if isinstance(pg, list) and len(pg) > 1 and pg[1] not in ("", "undefined")
-                    else {}
-                ),
-            }
-        )
-    return out
+        out.pop((group, pos), None)
+        out[(group, pos)] = {
+            "v": schema.LINE_VERSION,
+            "kind": schema.K_COLL,
+            "rank": rank,
+            "t": t,
+            "t0": t,
+            "op": op_name(e),
+            "group": group,
+            "seq": [pos, pos],
+            "shapes": sizes if isinstance(sizes, list) else [],
+            "dtypes": [dtype_name(d) for d in dtypes] if isinstance(dtypes, list) else [],
+            "site": user_frame(e.get("frames"), user_dirs),
+            "st": schema.ST_DONE if completed else schema.ST_ISSUED,
+            "src": "flight",
+            # the group's description: a DeviceMesh's groups name their dimension there ("mesh_tp")
+            **(
+                {"gdesc": str(pg[1])} if isinstance(pg, list) and len(pg) > 1 and pg[1] not in ("", "undefined") else {}
+            ),
+        }
+    return list(out.values())
 
 
 def merge(ledger: list[dict[str, Any]], flight: list[dict[str, Any]]) -> list[dict[str, Any]]:
