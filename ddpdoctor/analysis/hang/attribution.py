@@ -195,35 +195,25 @@ def _token(sl: Slot) -> tuple:
 
 
 def routine(record: RunRecord, div: Divergence) -> Attribution | None:
-    """The ranks that left their own routine first (see the module's docstring), or None where the calls
-    before the parting do not repeat, or every rank left it."""
+    """The ranks that left their own routine first (see the module's docstring; ``judge.routine``), or None
+    where the calls before the parting do not repeat, or every rank left it."""
     if div.at or len(div.slots) < 2:
         return None  # positions shifted by p2p: no common numbering to compare periods in
     lo = max(1, div.seq - _LOOK)
     seqs = {r: sequence(record, r, div.group, div.seq, lo) for r in div.slots}
-    first = next((s for s in range(lo, div.seq + 1) if len({_token(q[s]) for q in seqs.values()}) > 1), None)
-    if first is None:
+    tokens = {r: [_token(q[s]) for s in range(lo, div.seq + 1)] for r, q in seqs.items()}
+    got = judge.routine(tokens)
+    if got is None:
         return None
-    ref = seqs[min(seqs)]  # before ``first`` every rank's calls are the same
-    period = next(
-        (
-            p
-            for p in range(1, (first - lo) // 2 + 1)
-            if ref[first - p].op not in (INTERNAL, ABSENT)
-            and all(_token(ref[first - 1 - k]) == _token(ref[first - 1 - k - p]) for k in range(p))
-        ),
-        None,
-    )
-    if period is None:
+    first, left, _token_there = got
+    pos = lo + first
+    expected = seqs[next(r for r in seqs if r not in left)][pos]
+    if expected.op in (INTERNAL, ABSENT):
         return None
-    expected = ref[first - period]
-    left = tuple(sorted(r for r, q in seqs.items() if _token(q[first]) != _token(expected)))
-    if not left or len(left) == len(seqs):
-        return None
-    ev = {"culprits": list(left), "how": "routine", "position": first, "period": period}
+    ev = {"culprits": list(left), "how": "routine", "position": pos}
     if expected.site:
         ev["expected_site"] = list(expected.site)
-    return Attribution(left, "routine", evidence=ev, routine=(first, expected))
+    return Attribution(left, "routine", evidence=ev, routine=(pos, expected))
 
 
 def explain(f: Finding, att: Attribution) -> Finding:

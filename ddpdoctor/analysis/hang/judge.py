@@ -175,6 +175,34 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
     return n if all(same(x, y) for x, y in zip(a[:n], b[:n])) else None
 
 
+def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ...], Hashable] | None:
+    """Training repeats itself: each rank's calls, index by index (a token per call: what must agree and the
+    line), read for the first index where the ranks' tokens differ; the smallest period of the calls before
+    it that repeats at least twice whole gives the token each rank's own earlier steps had there. Returns
+    (that index, the ranks whose token is not it, the token), or None where the calls before do not repeat
+    or every rank (or none) left it. The ledger's attribution and the flight recorder's dumps ask it where
+    the ranks part with calls of the same kind from different lines (a rank that skips a block's forward
+    under FSDP meets the others' forward all-gather with its backward one)."""
+    if len(calls) < 2:
+        return None
+    n = min(len(c) for c in calls.values())
+    first = next((i for i in range(n) if len({c[i] for c in calls.values()}) > 1), None)
+    if first is None:
+        return None
+    ref = calls[min(calls)]  # before ``first`` every rank's calls are the same
+    period = next(
+        (p for p in range(1, first // 2 + 1) if all(ref[first - 1 - k] == ref[first - 1 - k - p] for k in range(p))),
+        None,
+    )
+    if period is None:
+        return None
+    expected = ref[first - period]
+    left = tuple(sorted(r for r, c in calls.items() if c[first] != expected))
+    if not left or len(left) == len(calls):
+        return None
+    return first, left, expected
+
+
 @dataclass(frozen=True)
 class Parting(Generic[P]):
     """A position where the ranks' calls part: what each rank holds there, the ranks that left the common

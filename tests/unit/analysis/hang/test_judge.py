@@ -127,3 +127,13 @@ def test_sparse_completed_positions_compare_the_ranks_that_recorded_them() -> No
     assert (p.pos, p.odd, p.kind, sorted(p.slots)) == (("0", 7), (0, 1), "shape-mismatch", [0, 1])
     # read as a contiguous sequence, the same records stop at the first position nobody holds
     assert list(judge.partings([0, 1, 2], positions, at)) == []
+
+
+def test_routine_names_the_rank_that_left_what_every_earlier_step_did():
+    step = ["fwd", "fwd", "bwd", "rs"]
+    calls = {0: step * 3 + ["fwd", "fwd", "bwd"], 1: step * 3 + ["fwd", "bwd", "rs"]}
+    assert judge.routine(calls) == (13, (1,), "fwd")
+    # no repetition before the parting, or every rank left it: no answer
+    assert judge.routine({0: ["a", "b", "c"], 1: ["a", "b", "d"]}) is None
+    assert judge.routine({0: step * 2 + ["x"], 1: step * 2 + ["y"]}) is None
+    assert judge.routine({0: step * 2, 1: step * 2}) is None
