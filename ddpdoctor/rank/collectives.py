@@ -238,9 +238,12 @@ def _wrap(op: str, orig: Callable) -> Callable:
     get_ident = threading.get_ident
     getframe = sys._getframe
     now_ns = time.time_ns  # the ledger's times as decimal text of integer ns: float repr costs 3x more
+    from torch.compiler import is_compiling
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():  # dynamo tracing into the call: the original's, as bare (rank/compiled.py)
+            return orig(*args, **kwargs)
         p = _active.probe
         if p is None or p.depth or get_ident() != p.main_ident:
             return orig(*args, **kwargs)
@@ -383,6 +386,23 @@ def _run_traced(p: Any, orig: Callable, call: _Call, s0: int, ns: str, args: tup
         p.ncoll += 1
     _ended(p, call, s0, ns, out, args, kwargs, waited=sync_nccl)
     return out
+
+
+def register_with_dynamo() -> None:
+    """Dynamo turns a call of a collective inside a compiled function into torch's traceable collective by
+    the function's identity (``traceable_collective_remaps``): each wrapper maps where its original maps,
+    so the compiled graph is bare's (and its collective does not pass the wrapper; rank/compiled.py)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    from torch.distributed._functional_collectives import traceable_collective_remaps as remaps
+
+    for op in WRAPPED:
+        fn = getattr(dist, op, None)
+        orig = getattr(fn, "__ddpdoctor_wrapped__", None)
+        if orig is not None and orig in remaps:
+            remaps[fn] = remaps[orig]
 
 
 def install(dist: Any) -> None:

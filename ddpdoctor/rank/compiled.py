@@ -1,0 +1,135 @@
+"""What torch.compile sees of the rank probes: nothing (issue 51).
+
+Dynamo decides for every frame it meets, and for every call it traces into, whether to trace it; its
+decisions by file are ``torch._dynamo.trace_rules``. Left alone, it traced ddpdoctor's ``DDP.forward``
+wrapper (``torch.compile(ddp_model)`` picks its top frame by ``trace_rules.check(model.forward)``), guarded
+on the probe's counters, recompiled every step, and warned about the thread clock; a ``dist.all_reduce``
+inside a compiled function reached the wrapper instead of torch's traceable collective. So, once dynamo is
+imported (a rank that never compiles never loads it: ~0.8 s):
+
+- ddpdoctor's package joins dynamo's skipped directories: a ddpdoctor frame that runs while a compiled
+  region's frame callback is set is never traced, counted or compiled;
+- the two files whose wrappers stand where torch's own functions stood and are called from traced code
+  (``wrappers.py``: ``DDP.forward``; ``collectives.py``) are inlined when called, as ``torch.nn`` and
+  ``torch.distributed`` are: the wrapper's first test, ``torch.compiler.is_compiling()``, is a constant
+  there and the traced call is the original's, so the graph, its guards and its breaks are bare's;
+- each collective wrapper maps to the traceable collective its original maps to
+  (``collectives.register_with_dynamo``);
+- the bookkeeping that such a wrapper runs eagerly inside a compiled region (around ``DDP.forward``,
+  check's fingerprint after ``DDP._pre_forward``) is ``eager``: it runs under ``torch._dynamo.disable``,
+  so whatever it calls (probes, the standard library) is no frame dynamo converts.
+
+``torch.compiler.disable`` on the wrappers themselves would not do: a disabled function is a graph break
+where bare has none (with ``recursive=True`` the user's module under ``DDP.forward`` would not be compiled
+at all; with ``recursive=False`` every function the wrapper calls becomes a compiled frame).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.rank import active, failures
+
+DYNAMO = "torch._dynamo"
+_registered = False
+
+
+class Eager:
+    """A bookkeeping function that runs with dynamo's frame callback off once dynamo is loaded (before, there
+    is no callback to turn off): called from a wrapper that a compiled region runs eagerly (the remainder
+    after a graph break), none of the frames it calls (probes, the standard library) is converted."""
+
+    __slots__ = ("fn", "call")
+    made: list[Eager] = []
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = self.call = fn
+        Eager.made.append(self)
+        if _registered and DYNAMO in sys.modules:  # made after dynamo's import (a probe installed late)
+            self.off_dynamo(sys.modules[DYNAMO].disable)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(*args, **kwargs)
+
+    def off_dynamo(self, disable: Any) -> None:
+        """From now on through ``disable`` (torch._dynamo.disable: ~0.3 µs a call more)."""
+        self.call = disable(self.fn)
+
+
+def eager(fn: Any) -> Eager:
+    """``fn``, run off dynamo once dynamo is loaded (see ``Eager``)."""
+    return Eager(fn)
+
+
+def install() -> None:
+    """Hide the probes from dynamo now if it is loaded, else the moment it is imported (a finder on
+    ``sys.meta_path`` that takes itself off at that import)."""
+    if DYNAMO in sys.modules:
+        register()
+    elif not any(isinstance(f, _DynamoFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoFinder())
+
+
+class _DynamoFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: at the import of ``torch._dynamo`` it asks the finders after it for the spec
+    and has ``register`` run once the module has run."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != DYNAMO:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec  # not a loader we know how to follow: dynamo runs as it is, the probes seen
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            register()
+
+        loader.exec_module = exec_module  # this spec's own loader object
+        return spec
+
+
+def register() -> None:
+    """Tell dynamo about ddpdoctor (once): see the module's docstring. A failure is said, never raised into
+    the user's ``import``."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    try:
+        # called at the end of dynamo's own import: in sys.modules, not yet an attribute of torch
+        dynamo = sys.modules[DYNAMO]
+        from torch._dynamo import trace_rules
+
+        import ddpdoctor
+        from ddpdoctor.rank import collectives, wrappers  # (their bookkeeping made its Eager functions)
+
+        trace_rules.add(ddpdoctor.__name__)  # the package's directory joins dynamo's SKIP_DIRS
+        for module in (wrappers, collectives):  # dynamo compares file names as posix paths
+            trace_rules.BUILTIN_INLINE_WHEN_CALLED.add(Path(os.path.normpath(module.__file__)).as_posix())
+        collectives.register_with_dynamo()
+        for e in Eager.made:
+            e.off_dynamo(dynamo.disable)
+    except Exception as e:
+        p = active.probe
+        if p is not None:
+            failures.report(
+                p,
+                "torch.compile registration",
+                "dynamo may trace the probes' wrappers: recompiles and graph breaks bare would not have",
+                e,
+            )
