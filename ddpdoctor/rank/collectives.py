@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from ddpdoctor.rank import active as _active
-from ddpdoctor.rank import failures, sites
+from ddpdoctor.rank import compiled, failures, sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash, shapes_text
 from ddpdoctor.record.writer import line
@@ -244,10 +244,15 @@ def _wrap(op: str, orig: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if is_compiling():  # dynamo tracing into the call: the original's, as bare (rank/compiled.py)
             return orig(*args, **kwargs)
+        # the caller's frame, here: the rest runs off dynamo (a compiled region's eager remainder converts
+        # no frame of the bookkeeping), one or more frames deeper
+        return recorded(getframe(1), args, kwargs)
+
+    @compiled.eager
+    def recorded(f: Any, args: tuple, kwargs: dict) -> Any:
         p = _active.probe
         if p is None or p.depth or get_ident() != p.main_ident:
             return orig(*args, **kwargs)
-        f = getframe(1)  # the caller's frame, here: the body runs one or two frames deeper
         site = p.cost_collectives
         if site.due():  # one call in cost.SAMPLE: its own thread CPU time, the collective's left out
             return p.cost.timed(site, body, orig, p, f, args, kwargs)

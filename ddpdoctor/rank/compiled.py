@@ -26,6 +26,7 @@ at all; with ``recursive=False`` every function the wrapper calls becomes a comp
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -39,31 +40,24 @@ DYNAMO = "torch._dynamo"
 _registered = False
 
 
-class Eager:
-    """A bookkeeping function that runs with dynamo's frame callback off once dynamo is loaded (before, there
-    is no callback to turn off): called from a wrapper that a compiled region runs eagerly (the remainder
-    after a graph break), none of the frames it calls (probes, the standard library) is converted."""
-
-    __slots__ = ("fn", "call")
-    made: list[Eager] = []
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = self.call = fn
-        Eager.made.append(self)
-        if _registered and DYNAMO in sys.modules:  # made after dynamo's import (a probe installed late)
-            self.off_dynamo(sys.modules[DYNAMO].disable)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.call(*args, **kwargs)
-
-    def off_dynamo(self, disable: Any) -> None:
-        """From now on through ``disable`` (torch._dynamo.disable: ~0.3 µs a call more)."""
-        self.call = disable(self.fn)
+_eager: list[list] = []  # per eager function, a box holding what it runs
 
 
-def eager(fn: Any) -> Eager:
-    """``fn``, run off dynamo once dynamo is loaded (see ``Eager``)."""
-    return Eager(fn)
+def eager(fn: Any) -> Any:
+    """``fn``, run with dynamo's frame callback off once dynamo is loaded (before, there is no callback to
+    turn off): called from a wrapper that a compiled region runs eagerly (the remainder after a graph
+    break), none of the frames it calls (probes, the standard library) is converted. ~0.3 µs a call more
+    once dynamo is loaded (``torch._dynamo.disable``), one call layer before."""
+    box = [fn]
+    _eager.append(box)
+    if _registered and DYNAMO in sys.modules:  # made after dynamo's import (a probe installed late)
+        box[0] = sys.modules[DYNAMO].disable(fn)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return box[0](*args, **kwargs)
+
+    return run
 
 
 def install() -> None:
@@ -122,8 +116,8 @@ def register() -> None:
         for module in (wrappers, collectives):  # dynamo compares file names as posix paths
             trace_rules.BUILTIN_INLINE_WHEN_CALLED.add(Path(os.path.normpath(module.__file__)).as_posix())
         collectives.register_with_dynamo()
-        for e in Eager.made:
-            e.off_dynamo(dynamo.disable)
+        for box in _eager:
+            box[0] = dynamo.disable(box[0])
     except Exception as e:
         p = active.probe
         if p is not None:

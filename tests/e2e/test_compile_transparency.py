@@ -28,6 +28,12 @@ FORMS = ("compile_ddp", "ddp_compiled", "ddp_method", "fsdp2", "collective")
 DDP_FORMS = 4  # every form but fsdp2 steps through DDP.forward
 STEPS = 12
 
+# not the tool's doing: torch 2.13's own abort of a finished gloo rank at exit (~6 % of clean runs); and the
+# script's staircase of compiled code: five forms compiled one after another, each keeping its graphs and
+# generated sources (bare: ~5,700 more Python objects after the last form than after the first), which
+# memleak rightly reads as growth over the run's DDP steps
+SCRIPTS_OWN = {"teardown.gloo-abort", "memleak.python-objects"}
+
 # what dynamo says when it traces what it should not (the tool's wrappers): the lines compared with bare's
 _DYNAMO_SAYS = re.compile(
     r"recompile_limit|does not know how to trace|[Gg]raph break|torch/_dynamo|torch/_logging|UserWarning|ddpdoctor/"
@@ -84,7 +90,7 @@ def test_every_compile_form_compiles_as_bare_under_every_command(tmp_path: Path,
     # and the tool saw the job: every DDP forward of the compiled forms, a clean verdict
     assert r.report is not None
     assert [x["detail"].split("; ")[-1] for x in r.report["ranks"]] == [f"{DDP_FORMS * STEPS} DDP steps"] * 2
-    bad = [f["id"] for f in r.report["findings"] if f["severity"] != "note" and f["id"] != "teardown.gloo-abort"]
+    bad = [f["id"] for f in r.report["findings"] if f["severity"] != "note" and f["id"] not in SCRIPTS_OWN]
     assert bad == [], bad
 
 

@@ -6,7 +6,7 @@ can be compared with a run under plain torchrun.
 
 FORMS: ``all`` or some of, comma-separated, run one after the other (dynamo reset between): ``compile_ddp`` (torch.compile(DDP(model))), ``ddp_compiled`` (DDP(torch.compile(model))),
 ``ddp_method`` (ddp_model.compile()), ``fsdp2`` (fully_shard blocks, each block compiled), ``collective``
-(dist.all_reduce inside a @torch.compile function). ``--plant``: rank 1 makes one metric all_reduce the
+(dist.all_reduce inside a @torch.compile function; dist.broadcast, which dynamo cannot trace, in another). ``--plant``: rank 1 makes one metric all_reduce the
 other rank never makes (a hang).
 """
 
@@ -108,6 +108,11 @@ def train(form, backend, steps, plant, rank):
         dist.all_reduce(t)  # COMPILED_COLLECTIVE
         return t / dist.get_world_size()
 
+    @torch.compile(backend=backend)
+    def from_rank0(t):
+        dist.broadcast(t, 0)  # no traceable collective of its own: dynamo breaks the graph here
+        return t + 1
+
     metric = torch.zeros(1)
     for step in range(steps):
         x = torch.randn(8, 16)
@@ -116,7 +121,7 @@ def train(form, backend, steps, plant, rank):
         opt.step()
         opt.zero_grad()
         if form == "collective":
-            metric = averaged(loss.detach().reshape(1))
+            metric = from_rank0(averaged(loss.detach().reshape(1)))
         if plant and rank == 1 and step == 3:
             dist.all_reduce(metric)  # PLANTED: only rank 1 makes this call
     dist.barrier()

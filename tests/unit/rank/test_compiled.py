@@ -29,7 +29,7 @@ from torch._dynamo import trace_rules
 from torch.distributed._functional_collectives import traceable_collective_remaps as remaps
 
 seen["finder_after"] = any(type(f).__name__ == "_DynamoFinder" for f in sys.meta_path)
-seen["top_skipped"] = trace_rules.check(wrappers._forward_begins.fn)
+seen["top_skipped"] = trace_rules.check(wrappers._forward_begins.__wrapped__)
 seen["forward_inlined"] = not trace_rules.check(wrappers._ddp_forward(lambda self: None), is_inlined_call=True)
 seen["forward_top_skipped"] = trace_rules.check(wrappers._ddp_forward(lambda self: None))
 seen["remapped"] = remaps.get(dist.all_reduce) is remaps[dist.all_reduce.__ddpdoctor_wrapped__]
