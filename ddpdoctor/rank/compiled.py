@@ -27,14 +27,12 @@ at all; with ``recursive=False`` every function the wrapper calls becomes a comp
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.rank import active, failures
+from ddpdoctor.rank import active, failures, imports
 
 DYNAMO = "torch._dynamo"
 _registered = False
@@ -61,40 +59,15 @@ def eager(fn: Any) -> Any:
 
 
 def install() -> None:
-    """Hide the probes from dynamo now if it is loaded, else the moment it is imported (a finder on
-    ``sys.meta_path`` that takes itself off at that import)."""
+    """Hide the probes from dynamo now if it is loaded, else the moment it is imported (rank/imports.py)."""
     if DYNAMO in sys.modules:
         register()
-    elif not any(isinstance(f, _DynamoFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _DynamoFinder())
+    else:
+        imports.after_import(DYNAMO, _dynamo_imported)
 
 
-class _DynamoFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: at the import of ``torch._dynamo`` it asks the finders after it for the spec
-    and has ``register`` run once the module has run."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != DYNAMO:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec  # not a loader we know how to follow: dynamo runs as it is, the probes seen
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            register()
-
-        loader.exec_module = exec_module  # this spec's own loader object
-        return spec
+def _dynamo_imported(_module: Any) -> None:
+    register()
 
 
 def register() -> None:

@@ -79,7 +79,11 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("command", ["hang", "check", "memleak", "profile"])
 def test_every_compile_form_compiles_as_bare_under_every_command(tmp_path: Path, bare: str, command: str) -> None:
     r = ddpdoctor([command, str(SCRIPT), "all"], tmp_path, timeout=300)
-    assert r.code == 0, (r.out + r.err)[-3000:]
+    assert r.report is not None, (r.out + r.err)[-3000:]
+    bad = [f["id"] for f in r.report["findings"] if f["severity"] != "note" and f["id"] not in SCRIPTS_OWN]
+    assert bad == [], bad
+    # 1: memleak's finding on the script's own staircase (SCRIPTS_OWN), the one finding allowed
+    assert r.code == (1 if any(f["severity"] == "error" for f in r.report["findings"]) else 0), r.out[-3000:]
     ours = r.out + r.err
     plain = counters(bare)
     got = counters(ours)
@@ -87,11 +91,8 @@ def test_every_compile_form_compiles_as_bare_under_every_command(tmp_path: Path,
         assert got.get(key) == plain[key], (key, got.get(key), plain[key])
     # nothing dynamo said under the tool that it did not say bare (recompile_limit, untraceable builtins, ...)
     assert dynamo_lines(ours) <= dynamo_lines(bare), sorted(dynamo_lines(ours) - dynamo_lines(bare))
-    # and the tool saw the job: every DDP forward of the compiled forms, a clean verdict
-    assert r.report is not None
+    # and the tool saw the job: every DDP forward of the compiled forms
     assert [x["detail"].split("; ")[-1] for x in r.report["ranks"]] == [f"{DDP_FORMS * STEPS} DDP steps"] * 2
-    bad = [f["id"] for f in r.report["findings"] if f["severity"] != "note" and f["id"] not in SCRIPTS_OWN]
-    assert bad == [], bad
 
 
 def test_a_rank_conditional_collective_in_a_compiled_ddp_job_is_found(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from ddpdoctor.rank import collectives, compiled, wrappers
 
 collectives.install(dist)
 compiled.install()
-seen = {"before": "torch._dynamo" in sys.modules, "finder": any(type(f).__name__ == "_DynamoFinder" for f in sys.meta_path)}
+seen = {"before": "torch._dynamo" in sys.modules, "finder": any(getattr(f, "name", None) == "torch._dynamo" for f in sys.meta_path)}
 
 callbacks = []
 @compiled.eager
@@ -28,7 +28,7 @@ import torch._dynamo  # the user's torch.compile imports it
 from torch._dynamo import trace_rules
 from torch.distributed._functional_collectives import traceable_collective_remaps as remaps
 
-seen["finder_after"] = any(type(f).__name__ == "_DynamoFinder" for f in sys.meta_path)
+seen["finder_after"] = any(getattr(f, "name", None) == "torch._dynamo" for f in sys.meta_path)
 seen["top_skipped"] = trace_rules.check(wrappers._forward_begins.__wrapped__)
 seen["forward_inlined"] = not trace_rules.check(wrappers._ddp_forward(lambda self: None), is_inlined_call=True)
 seen["forward_top_skipped"] = trace_rules.check(wrappers._ddp_forward(lambda self: None))
