@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from ddpdoctor.rank import active as _active
-from ddpdoctor.rank import failures, sites
+from ddpdoctor.rank import compiled, failures, sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.digest import COUNTED_OUT, MASK, MUL, op_hash, shapes_text
 from ddpdoctor.record.writer import line
@@ -238,13 +238,21 @@ def _wrap(op: str, orig: Callable) -> Callable:
     get_ident = threading.get_ident
     getframe = sys._getframe
     now_ns = time.time_ns  # the ledger's times as decimal text of integer ns: float repr costs 3x more
+    from torch.compiler import is_compiling
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():  # dynamo tracing into the call: the original's, as bare (rank/compiled.py)
+            return orig(*args, **kwargs)
+        # the caller's frame, here: the rest runs off dynamo (a compiled region's eager remainder converts
+        # no frame of the bookkeeping), one or more frames deeper
+        return recorded(getframe(1), args, kwargs)
+
+    @compiled.eager
+    def recorded(f: Any, args: tuple, kwargs: dict) -> Any:
         p = _active.probe
         if p is None or p.depth or get_ident() != p.main_ident:
             return orig(*args, **kwargs)
-        f = getframe(1)  # the caller's frame, here: the body runs one or two frames deeper
         site = p.cost_collectives
         if site.due():  # one call in cost.SAMPLE: its own thread CPU time, the collective's left out
             return p.cost.timed(site, body, orig, p, f, args, kwargs)
@@ -383,6 +391,23 @@ def _run_traced(p: Any, orig: Callable, call: _Call, s0: int, ns: str, args: tup
         p.ncoll += 1
     _ended(p, call, s0, ns, out, args, kwargs, waited=sync_nccl)
     return out
+
+
+def register_with_dynamo() -> None:
+    """Dynamo turns a call of a collective inside a compiled function into torch's traceable collective by
+    the function's identity (``traceable_collective_remaps``): each wrapper maps where its original maps,
+    so the compiled graph is bare's (and its collective does not pass the wrapper; rank/compiled.py)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    from torch.distributed._functional_collectives import traceable_collective_remaps as remaps
+
+    for op in WRAPPED:
+        fn = getattr(dist, op, None)
+        orig = getattr(fn, "__ddpdoctor_wrapped__", None)
+        if orig is not None and orig in remaps:
+            remaps[fn] = remaps[orig]
 
 
 def install(dist: Any) -> None:

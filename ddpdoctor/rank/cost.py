@@ -69,6 +69,46 @@ def _timer_cost() -> int:
     return int(best or 0)
 
 
+class Span:
+    """One timed call of a site: ddpdoctor's part of it, its user's part (``pause`` .. ``resume``) left out.
+    A wrapper that cannot hand the user's part to a shim (its halves run apart: ``DDP.forward``'s before and
+    after it, off dynamo's frame callback) holds the span between them."""
+
+    __slots__ = ("cost", "site", "e0", "g0", "t0", "t_paused", "inner_ns")
+
+    def __init__(self, cost: Cost, site: Site) -> None:
+        self.cost, self.site = cost, site
+        self.inner_ns = 0
+        self.e0 = cost.exact_ns
+        self.g0 = _gc_count()
+        self.t_paused = 0
+        self.t0 = _ns()
+
+    def pause(self) -> None:
+        """The user's part begins."""
+        self.t_paused = _ns()
+
+    def resume(self) -> None:
+        """The user's part ended."""
+        self.inner_ns += _ns() - self.t_paused
+
+    def stop(self) -> None:
+        """The call ended: its thread CPU time less the user's part, less what probes added exactly during it,
+        less the timer's own reads, is the site's timed cost."""
+        cost, site = self.cost, self.site
+        spent = _ns() - self.t0 - self.inner_ns - (cost.exact_ns - self.e0) - 3 * cost.timer_ns
+        # a garbage collection ran inside the call: not a measure of the wrapper. The collection costs
+        # what the whole heap (the user's) costs to scan, and the allocation that crossed the threshold
+        # was ours by chance (it would have been the user's next one); one such sample of ~10 ms, scaled
+        # by SAMPLE, read as tens of µs per call on memleak's heap. The next timed call takes its place.
+        # (unless collections land in most of the site's timed calls: then its own allocations set them off)
+        if _gc_count() == self.g0 or site.gc_skipped > site.timed:
+            site.timed_ns += max(0, spent)
+            site.timed += 1
+        else:
+            site.gc_skipped += 1
+
+
 class Cost:
     """One rank's account: the training thread's sites, its exact costs, the heartbeat thread's CPU time."""
 
@@ -91,37 +131,28 @@ class Cost:
         """Work of the training thread a probe timed itself (in thread CPU seconds)."""
         self.exact_ns += int(seconds * 1e9)
 
+    def start(self, site: Site) -> Span:
+        """A timed call of ``site`` begins (thread CPU time, from now): ``pause`` and ``resume`` around the
+        user's part, ``stop`` at its end."""
+        return Span(self, site)
+
     def timed(self, site: Site, body: Callable[..., Any], inner: Callable[..., Any], *args: Any) -> Any:
         """``body(shim, *args)`` with ``inner`` (the user's part: the collective, the forward) reached through
         ``shim``: the thread CPU time of the whole less ``inner``'s, less what probes added exactly during
         it, less the timer's own reads, is the site's timed cost."""
-        spent_inner = 0
+        span = self.start(site)
 
         def shim(*a: Any, **k: Any) -> Any:
-            nonlocal spent_inner
-            s = _ns()
+            span.pause()
             try:
                 return inner(*a, **k)
             finally:
-                spent_inner += _ns() - s
+                span.resume()
 
-        e0 = self.exact_ns
-        g0 = _gc_count()
-        t0 = _ns()
         try:
             return body(shim, *args)
         finally:
-            spent = _ns() - t0 - spent_inner - (self.exact_ns - e0) - 3 * self.timer_ns
-            # a garbage collection ran inside the call: not a measure of the wrapper. The collection costs
-            # what the whole heap (the user's) costs to scan, and the allocation that crossed the threshold
-            # was ours by chance (it would have been the user's next one); one such sample of ~10 ms, scaled
-            # by SAMPLE, read as tens of µs per call on memleak's heap. The next timed call takes its place.
-            # (unless collections land in most of the site's timed calls: then its own allocations set them off)
-            if _gc_count() == g0 or site.gc_skipped > site.timed:
-                site.timed_ns += max(0, spent)
-                site.timed += 1
-            else:
-                site.gc_skipped += 1
+            span.stop()
 
     def train_ns(self) -> int:
         """The training thread's cost so far: the sites' estimates and the exact costs."""

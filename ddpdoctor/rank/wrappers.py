@@ -14,7 +14,7 @@ import time
 import types
 from typing import Any
 
-from ddpdoctor.rank import active, failures, hooks, sites
+from ddpdoctor.rank import active, compiled, failures, hooks, sites
 from ddpdoctor.record import schema
 
 # training frameworks whose layers a diagnosis names (imported by the time they init the process group)
@@ -40,6 +40,7 @@ def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
 
     sites.reset_prefixes()
     collectives.install(dist)
+    compiled.install()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader
@@ -113,33 +114,59 @@ def _run_hooks(hooks_: tuple, model: Any) -> None:
 
 
 def _ddp_forward(fwd: Any) -> Any:
+    from torch.compiler import is_compiling
+
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # dynamo tracing into this call (torch.compile(ddp_model) calls the module from its top frame) finds
+        # a constant here and DDP's own forward after it: no read of the probe, no guard on it, the graph
+        # and its breaks bare's (rank/compiled.py)
+        if is_compiling():
+            return fwd(self, *args, **kwargs)
         p = active.probe
         if p is None:
             return fwd(self, *args, **kwargs)
-        site = p.cost_forward
-        if site.due():  # one call in cost.SAMPLE: the wrapper's and the hooks' thread CPU time, not the model's
-            return p.cost.timed(site, body, fwd, p, self, args, kwargs)
-        return body(fwd, p, self, args, kwargs)
-
-    def body(fwd: Any, p: Any, self: Any, args: tuple, kwargs: dict) -> Any:
-        p.ddp_fwd += 1
-        if p.ddp_fwd <= 4:  # the user's modules inside DDP: roots of memleak's holder search
-            p.ddp_models.add(self)
-            if p.ddp_fwd == 1:  # the loop's start: the cost line's step time counts from it
-                p.cost.t_first_step = time.time()
-        p.counters.set_ddp_fwd(p.ddp_fwd)
-        if p.fwd_before:
-            _run_hooks(p.fwd_before, self)
-        p.in_ddp_fwd = True
+        span = _forward_begins(p, self)
         try:
             return fwd(self, *args, **kwargs)
         finally:
-            p.in_ddp_fwd = False
-            if p.fwd_after:
-                _run_hooks(p.fwd_after, self)
+            _forward_ends(p, self, span)
 
     return forward
+
+
+# both off dynamo once it is loaded (compiled.eager): a compiled region's eager remainder converts no frame
+# of theirs
+@compiled.eager
+def _forward_begins(p: Any, model: Any) -> Any:
+    """The bookkeeping before the user's forward: counts, the loop's start, the probes' hooks. Returns the
+    cost span of a sampled call (one in cost.SAMPLE: the wrapper's and the hooks' thread CPU time, not the
+    model's), paused for the forward, or None."""
+    site = p.cost_forward
+    span = p.cost.start(site) if site.due() else None
+    p.ddp_fwd += 1
+    if p.ddp_fwd <= 4:  # the user's modules inside DDP: roots of memleak's holder search
+        p.ddp_models.add(model)
+        if p.ddp_fwd == 1:  # the loop's start: the cost line's step time counts from it
+            p.cost.t_first_step = time.time()
+    p.counters.set_ddp_fwd(p.ddp_fwd)
+    if p.fwd_before:
+        _run_hooks(p.fwd_before, model)
+    p.in_ddp_fwd = True
+    if span is not None:
+        span.pause()
+    return span
+
+
+@compiled.eager
+def _forward_ends(p: Any, model: Any, span: Any) -> None:
+    """The bookkeeping after the user's forward (returned or raised): the probes' after-hooks."""
+    if span is not None:
+        span.resume()
+    p.in_ddp_fwd = False
+    if p.fwd_after:
+        _run_hooks(p.fwd_after, model)
+    if span is not None:
+        span.stop()
 
 
 def _ddp_join_hook(join_hook: Any) -> Any:

@@ -136,3 +136,18 @@ def test_names_imported_before_the_wrappers_are_pointed_at_them() -> None:
     user_globals = {"all_reduce": all_reduce, "other": len}
     wrappers.rebind_user_imports(fake_dist, (user_globals,))
     assert user_globals["all_reduce"] is wrapped and user_globals["other"] is len
+
+
+def test_traced_by_dynamo_the_forward_is_ddps_own_and_reads_no_probe(
+    probe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While dynamo traces the call (torch.compile(ddp_model) inlines DDP.forward), the wrapper is the plain
+    call: no count, no hook, no cost site touched (a read of the probe would be a guard: a recompile a step)."""
+    import torch.compiler
+
+    h = Hooks()
+    probe.fwd_before, probe.fwd_after = (h.on_forward,), (h.after_forward,)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    fwd = wrappers._ddp_forward(lambda self, x: x * 2)
+    assert fwd(Model(), 3) == 6
+    assert probe.ddp_fwd == 0 and h.seen == [] and probe.cost_forward.calls == 0

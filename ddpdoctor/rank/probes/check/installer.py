@@ -8,7 +8,7 @@ import sys
 import weakref
 from typing import Any
 
-from ddpdoctor.rank import active, failures, sites
+from ddpdoctor.rank import active, compiled, failures, sites
 from ddpdoctor.rank.probes.check import loaders
 from ddpdoctor.rank.probes.check.digests import _rng_digests
 from ddpdoctor.rank.probes.check.state import Checks
@@ -127,6 +127,23 @@ def install(probe: Any, settings: Any = None) -> Checks:
                 seq = None
             c.fingerprint(ddp.module, n, "forward", model, seq)
 
+    # torch.compile(ddp_model) runs DDP._pre_forward in its eager remainder: what the check does there
+    # (a weak dictionary's lookup, the fingerprint) is no frame dynamo converts (rank/compiled.py)
+    @compiled.eager
+    def synced(ddp: Any) -> None:
+        """DDP._pre_forward returned: ``after_sync`` for a DDP this check knows."""
+        st = c.ddp_state.get(ddp)
+        if st is not None and active.probe is not None and c.main_thread():
+            try:
+                after_sync(ddp, st[0], st)
+            except Exception as e:  # a probe bug never reaches the script's forward
+                failures.report(
+                    active.probe,
+                    "check forward fingerprint",
+                    "parameter and buffer fingerprints (drift cannot be judged)",
+                    e,
+                )
+
     # the point after DDP's buffer sync: DDP._pre_forward, wrapped on the class, so that nothing is added
     # to the user's module (a hook there would be pickled with torch.save(model.module) and fail, and it
     # takes every forward off nn.Module's fast path: ~6-8 µs a forward)
@@ -137,17 +154,7 @@ def install(probe: Any, settings: Any = None) -> Checks:
         @functools.wraps(pre_forward)
         def _pre_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = pre_forward(self, *args, **kwargs)
-            st = c.ddp_state.get(self)
-            if st is not None and active.probe is not None and c.main_thread():
-                try:
-                    after_sync(self, st[0], st)
-                except Exception as e:  # a probe bug never reaches the script's forward
-                    failures.report(
-                        active.probe,
-                        "check forward fingerprint",
-                        "parameter and buffer fingerprints (drift cannot be judged)",
-                        e,
-                    )
+            synced(self)
             return out
 
         _pre_forward.__ddpdoctor_checks__ = True  # type: ignore[attr-defined]
