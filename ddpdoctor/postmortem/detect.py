@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
-from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang import judge, programs
 from ddpdoctor.analysis.hang.facts import ABSENT, Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
@@ -30,7 +30,9 @@ from ddpdoctor.analysis.hang.sources.flight import (
     user_frame,
     user_frames,
 )
+from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
+from ddpdoctor.analysis.hang.sources.flight import programs as dump_programs
 from ddpdoctor.analysis.ids import (
     COLLECTIVE_SHAPE_MISMATCH,
     CRASH_ABNORMAL_EXIT,
@@ -310,10 +312,37 @@ def _hang(
     # its peers issued too is one only where no rank's pending call is an extra one
     if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
         return [_unseen(_behind(inp, stuck, roots, missing, unmet), missing)]
+    program = _program(inp, stuck)
+    if program is not None:
+        # every group's own sequence agrees or shows a rank behind, and the waits are a cycle across groups:
+        # the ranks' orders name the rank that made one call more or fewer (a device mesh's tp and dp)
+        return [_unseen(program, missing)]
     keys = {r: (s.pending.group, s.pending.seq) for r, s in stuck.items() if s.pending}
     if len(set(keys.values())) > 1 or any(unmet.values()):
         return [_unseen(_divergence(inp, stuck, keys, unmet), missing)]
     return [_unseen(_same_collective(inp, stuck, world), missing)]
+
+
+def _program(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
+    """The program judge (analysis/hang/programs.py) over the dumps' orders of calls: the rank that made one
+    call more or one fewer, its group by its mesh dimension, its line where the dump has frames."""
+    progs = dump_programs(inp.dumps)
+    part = programs.program_parting(progs) if progs else None
+    if progs is None or part is None:
+        return None
+    told = programs.tell(part, progs, group_descs(inp.dumps))
+    victims = [r for r in sorted(inp.dumps) if r not in part.odd]
+    locs = list(told.locations)
+    where = {}
+    for r in victims:
+        e = stuck[r].pending if r in stuck else None
+        where[r] = f"in {e.call()} (#{e.seq} of group {e.group}){_at(user_frame(e))}" if e else "nothing pending"
+        locs += _loc(r, user_frame(e), "victim") if e else []
+    stranded = "; ".join(f"rank {r} {w}" for r, w in where.items())
+    ev = {"source": "flight recorder"}
+    return programs.finding(
+        part, told, stranded, tuple(sorted(inp.dumps)), tuple(locs), ev, HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE]
+    )
 
 
 def _key(e: Entry | Kind) -> tuple:
