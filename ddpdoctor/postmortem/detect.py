@@ -137,8 +137,23 @@ def _root_causes(fails: dict[int, list[RankError]]) -> list[tuple[int, RankError
             out.append((r, own[0]))
     # torchrun's agent ends the other ranks with SIGTERM once one failed, and its summary may name such a
     # rank as the first failure: a rank ended by SIGTERM is a root cause only when no other rank failed
-    real = [(r, e) for r, e in out if e.frames or e.exitcode != -signal.SIGTERM]
-    return real or out
+    torn = torn_down(fails)
+    real = [(r, e) for r, e in out if r not in torn and (e.frames or e.exitcode != -signal.SIGTERM)]
+    return real or [(r, e) for r, e in out if r not in torn]
+
+
+def _sigterm(e: RankError) -> bool:
+    return not e.frames and e.exitcode == -signal.SIGTERM
+
+
+def torn_down(fails: dict[int, list[RankError]]) -> set[int]:
+    """The ranks torchrun's agent ended (SIGTERM, no traceback) because another rank had exited first: a rank
+    that failed otherwise (a non-zero exit of its own: a watchdog's abort, an exception) is torchrun's first
+    observed failure, and the SIGTERM that followed is the teardown of the rest, never a root cause. A rank
+    SIGTERM'd where no other rank failed otherwise (the scheduler ended the job) is not one."""
+    first = {r for r, es in fails.items() if any(e.exitcode not in (None, 0) and not _sigterm(e) for e in es)}
+    first |= {r for r, es in fails.items() if any(e.frames and not e.victim for e in es)}
+    return {r for r, es in fails.items() if r not in first and es and all(_sigterm(e) for e in es)} if first else set()
 
 
 def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
@@ -295,6 +310,11 @@ def _hang(
 
     waits, unknown = judge.waits_graph(flight_facts(inp, stands, missing), group_members)
     unmet = {r: waits.get(r, set()) for r in stuck}
+    torn = torn_down(_failures(inp)) & set(missing)
+    if torn:
+        first = _first_call_stranded(inp, stuck, torn)
+        if first is not None:
+            return [_unseen(first, sorted(set(missing) - torn))]
     if missing and all(u <= set(missing) for u in unmet.values()):
         return [_no_dump(inp, stands, missing, stuck, "error")]
     # Ranks wait for ranks that wait for others in turn (pipeline, tensor and expert groups): follow who
@@ -342,6 +362,53 @@ def _program(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
     ev = {"source": "flight recorder"}
     return programs.finding(
         part, told, stranded, tuple(sorted(inp.dumps)), tuple(locs), ev, HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE]
+    )
+
+
+def _first_call_stranded(inp: Inputs, stuck: dict[int, Stand], torn: set[int]) -> Finding | None:
+    """The dump-and-exit race: a rank's watchdog dumped and ended it while it waited in its first call on a
+    group (a call it had never made, on a group no other dump shows), and torchrun then ended the ranks that
+    left no dump (``torn``: SIGTERM after that rank's exit) before their own watchdogs dumped. Those ranks are
+    victims of the teardown, not a crash: had they reached that call, it would have completed. The rank in its
+    first call on the group is the culprit, at its line where the dump has frames (the finding never depends
+    on them). None where a dumped rank waits elsewhere or the call is not its first on the group."""
+    if not stuck or len(stuck) != len(inp.dumps):
+        return None
+    pend = {r: s.pending for r, s in stuck.items() if s.pending is not None}
+    fresh = {
+        r: e
+        for r, e in pend.items()
+        if not e.is_p2p
+        and e.seq == 1
+        and not any(e.group in inp.dumps[q].group_index for q in inp.dumps if q != r)
+        and any(g != e.group for g in inp.dumps[r].group_index)
+    }
+    if not fresh or len(fresh) != len(pend):
+        return None
+    said = "; ".join(
+        f"rank {r} waits in {e.call()} (#{e.seq} of group {e.group}){_at(user_frame(e))}" for r, e in fresh.items()
+    )
+    msg = (
+        f"a collective is called on some ranks only: {said}, its first call on that group, which "
+        f"{ranks_phrase(sorted(torn))} never made; {ranks_phrase(sorted(torn))} "
+        f"{'was' if len(torn) == 1 else 'were'} ended by torchrun (SIGTERM) after {ranks_phrase(sorted(fresh))} "
+        "exited: a victim of the teardown, with no dump of its own"
+    )
+    locs = [loc for r, e in sorted(fresh.items()) for loc in _loc(r, user_frame(e), "diverged")]
+    e0 = next(iter(fresh.values()))
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
+        tuple(sorted(set(inp.dumps) | torn)),
+        tuple(locs),
+        {
+            "source": "flight recorder",
+            "divergence": {"group": e0.group, "seq": e0.seq, "diverged": sorted(fresh)},
+            "teardown": sorted(torn),
+        },
+        culprits=tuple(sorted(fresh)),
     )
 
 
@@ -1246,6 +1313,7 @@ def _rank_lines(
     inp: Inputs, stands: dict[int, Stand], world: set[int], fails: dict[int, list[RankError]]
 ) -> list[RankLine]:
     out = []
+    torn = torn_down(fails)
     for r in sorted(world | set(stands) | set(fails)):
         s = stands.get(r)
         own = [e for e in fails.get(r, ()) if _own(e)]
@@ -1253,11 +1321,12 @@ def _rank_lines(
             e = own[0]
             sig = _signal_name(e.exitcode) if not e.frames else ""
             uf = e.user_frame()
+            killed = f"killed by {sig}" + (" (torchrun's teardown, after another rank exited)" if r in torn else "")
             out.append(
                 RankLine(
                     r,
                     "killed" if sig else "crashed",
-                    f"killed by {sig}" if sig else e.message[:120],
+                    killed if sig else e.message[:120],
                     Location(r, uf[0], uf[1], uf[2]) if uf else None,
                 )
             )
