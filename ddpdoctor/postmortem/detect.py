@@ -13,6 +13,8 @@ import math
 import operator
 import os
 import signal
+import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -212,6 +214,17 @@ def _crash(
     tail = ""
     if victims:
         tail = f"; {ranks_phrase(victims)} {'was' if len(victims) == 1 else 'were'} waiting on it"
+        # where each victim waited: its pending call, else its last one (gloo marks a call that failed when
+        # its peer died as completed: a size mismatch's abort leaves the survivor's call there)
+        said = []
+        for v in victims:
+            st = stands.get(v)
+            call = (st.pending or st.last) if st else None
+            if st is not None and call is not None:
+                how = "in" if st.pending else "last called"
+                said.append(f"rank {v} {how} {call.call()} #{call.seq} of group {call.group}{_at(user_frame(call))}")
+        if said:
+            tail += f" ({'; '.join(said)})"
     if nodump:
         tail += f"; {ranks_phrase(nodump)} left no flight-recorder dump (a rank that dies writes none)"
     ev = {
@@ -639,7 +652,33 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> dict[int, tuple[str, int, st
         for r in ranks
         if all(group[r] not in used[o] for o in ranks if o != r) and all(group[o] in used[r] for o in ranks if o != r)
     ]
-    return {r: user_frame(stuck[r].pending) for r in extra} if extra and len(extra) < len(ranks) else {}
+    if extra and len(extra) < len(ranks):
+        return {r: user_frame(stuck[r].pending) for r in extra}
+    return {r: user_frame(stuck[r].pending) for r in _rarer_call(inp, stuck)}
+
+
+def _rarer_call(inp: Inputs, stuck: dict[int, Stand]) -> tuple[int, ...]:
+    """Without a line of its own and where every group was used by every rank (a helper that all-reduces on a
+    side group at step 0 on every rank, and once more under ``if rank == 1:`` at step 2): the ranks waiting on
+    different groups whose pending call (group, op, sizes, dtypes) every rank made fewer times before than the
+    others' pending call, which every rank made at least twice (the loop's regular call). The evidence is the
+    dumps' entries alone, the same in a pickle and a JSON dump: the culprit never depends on the frames."""
+    pend = {r: s.pending for r, s in stuck.items() if s.pending is not None}
+    if len(pend) < 2 or len(pend) != len(stuck) or len({e.group for e in pend.values()}) < 2:
+        return ()
+
+    def key(e: Entry) -> tuple:
+        return (e.group, e.op, compared_sizes(e.op, e.input_sizes), e.dtypes)
+
+    made: dict[int, Counter] = {
+        r: Counter(key(x) for x in inp.dumps[r].entries if not x.is_p2p and x.record_id < e.record_id)
+        for r, e in pend.items()
+    }
+    times = {r: min(made[q][key(e)] for q in pend) for r, e in pend.items()}
+    low = min(times.values())
+    odd = tuple(sorted(r for r, n in times.items() if n == low))
+    rest = [times[r] for r in pend if r not in odd]
+    return odd if rest and min(rest) >= 2 and min(rest) > low else ()
 
 
 def _divergence(
@@ -1231,6 +1270,28 @@ def _lagged(dumps: list[Dump], done: dict[str, int]) -> list[tuple[int, Entry]]:
                 out.append((d.rank, d.entry(i)))
                 break
     return sorted(out, key=lambda x: x[0])
+
+
+def job_tag(k: int, inp: Inputs) -> str:
+    """``job 2 (jobb_rank_0.., 07:56:10)``: one of several jobs' dumps, by its files and its first call's time."""
+    from ddpdoctor.postmortem.inputs import span
+
+    ds = sorted(inp.dumps.values(), key=lambda d: d.rank)
+    first = min((sp[0] for d in ds if (sp := span(d))), default=0)
+    when = time.strftime("%H:%M:%S", time.localtime(first / 1e9)) if first else "?"
+    return f"job {k} ({os.path.basename(ds[0].path) if ds else '?'}.., from {when})"
+
+
+def several_jobs(parts: Sequence[Inputs]) -> str:
+    """The note that the dumps come from several jobs, how far apart, judged each on its own."""
+    from ddpdoctor.postmortem.inputs import span
+
+    starts = [min((sp[0] for d in p.dumps.values() if (sp := span(d))), default=0) for p in parts]
+    gaps = ", ".join(f"{(b - a) / 1e9:.0f} s" for a, b in zip(starts, starts[1:]))
+    return (
+        f"the dumps come from {len(parts)} jobs (or attempts), their calls {gaps} apart: each is judged on its own "
+        "dumps, never one job's over another's"
+    )
 
 
 def _notes(inp: Inputs, known: bool, missing: list[int], done: dict[str, int]) -> list[str]:

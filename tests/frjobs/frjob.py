@@ -16,6 +16,8 @@ Cases (argv[1]):
   helper   both ranks all-reduce on the side group through a helper at step 0; rank 1 alone does it again
            at step 2 (EXTRA_HELPER): the innermost user line (HELPER) is both ranks'
   size     rank 1 all-reduces 4 elements at step 2 where rank 0 reduces 8 (SIZE)
+  size0    rank 0 all-reduces 4 elements at step 2 where rank 1 reduces 8 (SIZE0): gloo aborts rank 0, and rank
+           1's dump holds the call it was in
   dtype    rank 1 all-reduces int32 at step 2 where rank 0 reduces float32 (DTYPE): same bytes, completes
   teardown as extra, but only rank 1's watchdog dumps, and it ends its rank at once: the dump-and-exit race. Rank
            0 fails when rank 1's sockets close and then waits out the timeout its own watchdog would dump at (as
@@ -163,6 +165,8 @@ def train(case: str, rank: int, side: object, progress: list) -> None:
             sync(x, side)  # REGULAR_HELPER
         if case == "size" and rank == 1 and step == 2:
             dist.all_reduce(torch.ones(4))  # SIZE
+        elif case == "size0" and rank == 0 and step == 2:
+            dist.all_reduce(torch.ones(4))  # SIZE0
         elif case == "dtype" and rank == 1 and step == 2:
             dist.all_reduce(torch.ones(8, dtype=torch.int32))  # DTYPE
         else:
