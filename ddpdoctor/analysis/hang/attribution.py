@@ -63,7 +63,9 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
         final = min(final, at + _MAX_TAIL - 1)
         seq = sequence(record, r, div.group, final, at) if final >= at else {}
         if p and p.get("group") == div.group and p.get("seq") and at <= int(p["seq"]) <= final:
-            seq[int(p["seq"])] = Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
+            seq[int(p["seq"])] = Slot(
+                p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"), dtypes=p.get("dtypes")
+            )
         # at least the divergence's own slot: a rank that waits in another group has issued nothing here. p2p
         # ops are left out, as the walk leaves them out (they shift positions on gloo)
         rest = (seq.get(s, Slot(ABSENT)) for s in range(at + 1, final + 1))
