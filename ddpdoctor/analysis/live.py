@@ -15,19 +15,16 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Location, ranks_phrase
-from ddpdoctor.analysis.state import P2P, RECVS, SHAPED, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.analysis.hang.facts import agreement
+from ddpdoctor.analysis.state import P2P, RECVS, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 
 def op_key(p: dict[str, Any]) -> tuple:
-    """What must agree for two ranks' pending collectives to be the same call: the op (shapes, dtypes)."""
-    op = p.get("op")
-    return (
-        op,
-        tuple(map(tuple, p.get("shapes") or ())) if op in SHAPED else None,
-        tuple(p.get("dtypes") or ()) if op in SHAPED else None,
-    )
+    """What must agree for two ranks' pending collectives to be the same call (facts.agreement: the op, shapes
+    and dtypes)."""
+    return agreement(p.get("op"), p.get("shapes"), p.get("dtypes"))
 
 
 def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from ddpdoctor.analysis import check, cost, ending, evidence, figures, hang, memleak, profile, selfcheck
+from ddpdoctor.analysis import check, cost, ending, evidence, figures, hang, memleak, profile, selfcheck, wellformed
 from ddpdoctor.analysis.catalog import VERDICT_RANK, entry, selected
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
@@ -34,6 +34,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     """Run every detector on the record, apply the verdict invariant and pick the exit code."""
     # elastic restarts: each earlier attempt judged on its own records, as a run of its own (record/attempts.py)
     earlier = [diagnose(dataclasses.replace(a, attempts=()), config, command) for a in record.attempts]
+    record, damaged = wellformed.screen(record)  # damaged records set aside, each file's said in one line
     record = complete_errors(record)  # a new record: diagnose never changes its input
     findings: list[Finding] = []
     for det in REGISTRY.values():
@@ -56,7 +57,10 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
         command=command or str(record.manifest.get("command", "analyze")),
         run_dir=record.run_dir,
         ranks=rank_lines(record, config),
-        notes=incomplete(record) + restarts.ended_not_restarted(record) + evidence.recorder_notes(record),
+        notes=tuple(damaged)
+        + incomplete(record)
+        + tuple(restarts.ended_not_restarted(record))
+        + evidence.recorder_notes(record),
         figures=figures.compute(record),
         cost=cost.compute(record),
     )

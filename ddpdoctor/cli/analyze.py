@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -40,10 +41,12 @@ def analyze(
     ddpdoctor analyze /shared/fr-dumps/ torchrun-logs/ --ignore crash
     """
     from ddpdoctor.analysis import diagnose
+    from ddpdoctor.analysis.wellformed import screen
     from ddpdoctor.cli.project import selection
     from ddpdoctor.launch.command import attach_pictures, check_html_path, emit
     from ddpdoctor.postmortem import command as postmortem
-    from ddpdoctor.record.reader import RunDirError, load_runs
+    from ddpdoctor.record.mirror import load_runs
+    from ddpdoctor.record.reader import RunDirError
 
     check_html_path(html_path)
     select, ignore = selection(select, ignore)
@@ -60,10 +63,17 @@ def analyze(
         record = load_runs(dirs)
     except RunDirError as e:
         raise DdpdoctorError(str(e)) from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # a record the loaders fold as they read (the ledger's positions) has a field of the wrong kind: the
+        # run directory is damaged, said in one line (exit 2), never an internal error
+        raise DdpdoctorError(f"{', '.join(dirs)}: a damaged record ({type(e).__name__}: {e})") from None
+    # damaged records set aside for the pictures too; diagnose says which (analysis/wellformed.py)
+    record, damaged = screen(record)
     t = timeout if timeout is not None else float(record.manifest.get("timeout") or 60.0)
     command = str(record.manifest.get("command", "analyze"))
     spec = spec_of(command)
     report = diagnose(record, Config(timeout=t, fail_on=fail_on, select=select, ignore=ignore), command)
+    report = dataclasses.replace(report, notes=tuple(damaged) + tuple(report.notes)) if damaged else report
     if command == "attach":  # the flight-recorder dumps attach took, with the stacks (postmortem/attached.py)
         from ddpdoctor.postmortem.attached import with_flight_recorder
 

@@ -354,7 +354,7 @@ def run_command(
     from ddpdoctor.launch import rundir as rd
     from ddpdoctor.launch.monitor import LaunchSpec, Monitor
     from ddpdoctor.launch.script import check_script, module_path, trainer_devices, uses_mp_spawn
-    from ddpdoctor.record.reader import load_runs
+    from ddpdoctor.record.mirror import load_runs
 
     spec.validate(values)
     wrapper = spec.wrapper(values)

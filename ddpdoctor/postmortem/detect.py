@@ -13,11 +13,13 @@ import math
 import operator
 import os
 import signal
+import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, RankLine, Severity, ranks_phrase
-from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang import judge, programs
 from ddpdoctor.analysis.hang.facts import ABSENT, Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
@@ -30,7 +32,9 @@ from ddpdoctor.analysis.hang.sources.flight import (
     user_frame,
     user_frames,
 )
+from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
+from ddpdoctor.analysis.hang.sources.flight import programs as dump_programs
 from ddpdoctor.analysis.ids import (
     COLLECTIVE_SHAPE_MISMATCH,
     CRASH_ABNORMAL_EXIT,
@@ -135,8 +139,23 @@ def _root_causes(fails: dict[int, list[RankError]]) -> list[tuple[int, RankError
             out.append((r, own[0]))
     # torchrun's agent ends the other ranks with SIGTERM once one failed, and its summary may name such a
     # rank as the first failure: a rank ended by SIGTERM is a root cause only when no other rank failed
-    real = [(r, e) for r, e in out if e.frames or e.exitcode != -signal.SIGTERM]
-    return real or out
+    torn = torn_down(fails)
+    real = [(r, e) for r, e in out if r not in torn and (e.frames or e.exitcode != -signal.SIGTERM)]
+    return real or [(r, e) for r, e in out if r not in torn]
+
+
+def _sigterm(e: RankError) -> bool:
+    return not e.frames and e.exitcode == -signal.SIGTERM
+
+
+def torn_down(fails: dict[int, list[RankError]]) -> set[int]:
+    """The ranks torchrun's agent ended (SIGTERM, no traceback) because another rank had exited first: a rank
+    that failed otherwise (a non-zero exit of its own: a watchdog's abort, an exception) is torchrun's first
+    observed failure, and the SIGTERM that followed is the teardown of the rest, never a root cause. A rank
+    SIGTERM'd where no other rank failed otherwise (the scheduler ended the job) is not one."""
+    first = {r for r, es in fails.items() if any(e.exitcode not in (None, 0) and not _sigterm(e) for e in es)}
+    first |= {r for r, es in fails.items() if any(e.frames and not e.victim for e in es)}
+    return {r for r, es in fails.items() if r not in first and es and all(_sigterm(e) for e in es)} if first else set()
 
 
 def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
@@ -195,6 +214,17 @@ def _crash(
     tail = ""
     if victims:
         tail = f"; {ranks_phrase(victims)} {'was' if len(victims) == 1 else 'were'} waiting on it"
+        # where each victim waited: its pending call, else its last one (gloo marks a call that failed when
+        # its peer died as completed: a size mismatch's abort leaves the survivor's call there)
+        said = []
+        for v in victims:
+            st = stands.get(v)
+            call = (st.pending or st.last) if st else None
+            if st is not None and call is not None:
+                how = "in" if st.pending else "last called"
+                said.append(f"rank {v} {how} {call.call()} #{call.seq} of group {call.group}{_at(user_frame(call))}")
+        if said:
+            tail += f" ({'; '.join(said)})"
     if nodump:
         tail += f"; {ranks_phrase(nodump)} left no flight-recorder dump (a rank that dies writes none)"
     ev = {
@@ -293,6 +323,11 @@ def _hang(
 
     waits, unknown = judge.waits_graph(flight_facts(inp, stands, missing), group_members)
     unmet = {r: waits.get(r, set()) for r in stuck}
+    torn = torn_down(_failures(inp)) & set(missing)
+    if torn:
+        first = _first_call_stranded(inp, stuck, torn)
+        if first is not None:
+            return [_unseen(first, sorted(set(missing) - torn))]
     if missing and all(u <= set(missing) for u in unmet.values()):
         return [_no_dump(inp, stands, missing, stuck, "error")]
     # Ranks wait for ranks that wait for others in turn (pipeline, tensor and expert groups): follow who
@@ -310,10 +345,84 @@ def _hang(
     # its peers issued too is one only where no rank's pending call is an extra one
     if roots and (any(p not in stuck for p in roots) or not _extra(inp, stuck)):
         return [_unseen(_behind(inp, stuck, roots, missing, unmet), missing)]
+    program = _program(inp, stuck)
+    if program is not None:
+        # every group's own sequence agrees or shows a rank behind, and the waits are a cycle across groups:
+        # the ranks' orders name the rank that made one call more or fewer (a device mesh's tp and dp)
+        return [_unseen(program, missing)]
     keys = {r: (s.pending.group, s.pending.seq) for r, s in stuck.items() if s.pending}
     if len(set(keys.values())) > 1 or any(unmet.values()):
         return [_unseen(_divergence(inp, stuck, keys, unmet), missing)]
     return [_unseen(_same_collective(inp, stuck, world), missing)]
+
+
+def _program(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
+    """The program judge (analysis/hang/programs.py) over the dumps' orders of calls: the rank that made one
+    call more or one fewer, its group by its mesh dimension, its line where the dump has frames."""
+    progs = dump_programs(inp.dumps)
+    part = programs.program_parting(progs) if progs else None
+    if progs is None or part is None:
+        return None
+    told = programs.tell(part, progs, group_descs(inp.dumps))
+    victims = [r for r in sorted(inp.dumps) if r not in part.odd]
+    locs = list(told.locations)
+    where = {}
+    for r in victims:
+        e = stuck[r].pending if r in stuck else None
+        where[r] = f"in {e.call()} (#{e.seq} of group {e.group}){_at(user_frame(e))}" if e else "nothing pending"
+        locs += _loc(r, user_frame(e), "victim") if e else []
+    stranded = "; ".join(f"rank {r} {w}" for r, w in where.items())
+    ev = {"source": "flight recorder"}
+    return programs.finding(
+        part, told, stranded, tuple(sorted(inp.dumps)), tuple(locs), ev, HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE]
+    )
+
+
+def _first_call_stranded(inp: Inputs, stuck: dict[int, Stand], torn: set[int]) -> Finding | None:
+    """The dump-and-exit race: a rank's watchdog dumped and ended it while it waited in its first call on a
+    group (a call it had never made, on a group no other dump shows), and torchrun then ended the ranks that
+    left no dump (``torn``: SIGTERM after that rank's exit) before their own watchdogs dumped. Those ranks are
+    victims of the teardown, not a crash: had they reached that call, it would have completed. The rank in its
+    first call on the group is the culprit, at its line where the dump has frames (the finding never depends
+    on them). None where a dumped rank waits elsewhere or the call is not its first on the group."""
+    if not stuck or len(stuck) != len(inp.dumps):
+        return None
+    pend = {r: s.pending for r, s in stuck.items() if s.pending is not None}
+    fresh = {
+        r: e
+        for r, e in pend.items()
+        if not e.is_p2p
+        and e.seq == 1
+        and not any(e.group in inp.dumps[q].group_index for q in inp.dumps if q != r)
+        and any(g != e.group for g in inp.dumps[r].group_index)
+    }
+    if not fresh or len(fresh) != len(pend):
+        return None
+    said = "; ".join(
+        f"rank {r} waits in {e.call()} (#{e.seq} of group {e.group}){_at(user_frame(e))}" for r, e in fresh.items()
+    )
+    msg = (
+        f"a collective is called on some ranks only: {said}, its first call on that group, which "
+        f"{ranks_phrase(sorted(torn))} never made; {ranks_phrase(sorted(torn))} "
+        f"{'was' if len(torn) == 1 else 'were'} ended by torchrun (SIGTERM) after {ranks_phrase(sorted(fresh))} "
+        "exited: a victim of the teardown, with no dump of its own"
+    )
+    locs = [loc for r, e in sorted(fresh.items()) for loc in _loc(r, user_frame(e), "diverged")]
+    e0 = next(iter(fresh.values()))
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
+        tuple(sorted(set(inp.dumps) | torn)),
+        tuple(locs),
+        {
+            "source": "flight recorder",
+            "divergence": {"group": e0.group, "seq": e0.seq, "diverged": sorted(fresh)},
+            "teardown": sorted(torn),
+        },
+        culprits=tuple(sorted(fresh)),
+    )
 
 
 def _key(e: Entry | Kind) -> tuple:
@@ -543,7 +652,33 @@ def _extra(inp: Inputs, stuck: dict[int, Stand]) -> dict[int, tuple[str, int, st
         for r in ranks
         if all(group[r] not in used[o] for o in ranks if o != r) and all(group[o] in used[r] for o in ranks if o != r)
     ]
-    return {r: user_frame(stuck[r].pending) for r in extra} if extra and len(extra) < len(ranks) else {}
+    if extra and len(extra) < len(ranks):
+        return {r: user_frame(stuck[r].pending) for r in extra}
+    return {r: user_frame(stuck[r].pending) for r in _rarer_call(inp, stuck)}
+
+
+def _rarer_call(inp: Inputs, stuck: dict[int, Stand]) -> tuple[int, ...]:
+    """Without a line of its own and where every group was used by every rank (a helper that all-reduces on a
+    side group at step 0 on every rank, and once more under ``if rank == 1:`` at step 2): the ranks waiting on
+    different groups whose pending call (group, op, sizes, dtypes) every rank made fewer times before than the
+    others' pending call, which every rank made at least twice (the loop's regular call). The evidence is the
+    dumps' entries alone, the same in a pickle and a JSON dump: the culprit never depends on the frames."""
+    pend = {r: s.pending for r, s in stuck.items() if s.pending is not None}
+    if len(pend) < 2 or len(pend) != len(stuck) or len({e.group for e in pend.values()}) < 2:
+        return ()
+
+    def key(e: Entry) -> tuple:
+        return (e.group, e.op, compared_sizes(e.op, e.input_sizes), e.dtypes)
+
+    made: dict[int, Counter] = {
+        r: Counter(key(x) for x in inp.dumps[r].entries if not x.is_p2p and x.record_id < e.record_id)
+        for r, e in pend.items()
+    }
+    times = {r: min(made[q][key(e)] for q in pend) for r, e in pend.items()}
+    low = min(times.values())
+    odd = tuple(sorted(r for r, n in times.items() if n == low))
+    rest = [times[r] for r in pend if r not in odd]
+    return odd if rest and min(rest) >= 2 and min(rest) > low else ()
 
 
 def _divergence(
@@ -1137,6 +1272,28 @@ def _lagged(dumps: list[Dump], done: dict[str, int]) -> list[tuple[int, Entry]]:
     return sorted(out, key=lambda x: x[0])
 
 
+def job_tag(k: int, inp: Inputs) -> str:
+    """``job 2 (jobb_rank_0.., 07:56:10)``: one of several jobs' dumps, by its files and its first call's time."""
+    from ddpdoctor.postmortem.inputs import span
+
+    ds = sorted(inp.dumps.values(), key=lambda d: d.rank)
+    first = min((sp[0] for d in ds if (sp := span(d))), default=0)
+    when = time.strftime("%H:%M:%S", time.localtime(first / 1e9)) if first else "?"
+    return f"job {k} ({os.path.basename(ds[0].path) if ds else '?'}.., from {when})"
+
+
+def several_jobs(parts: Sequence[Inputs]) -> str:
+    """The note that the dumps come from several jobs, how far apart, judged each on its own."""
+    from ddpdoctor.postmortem.inputs import span
+
+    starts = [min((sp[0] for d in p.dumps.values() if (sp := span(d))), default=0) for p in parts]
+    gaps = ", ".join(f"{(b - a) / 1e9:.0f} s" for a, b in zip(starts, starts[1:]))
+    return (
+        f"the dumps come from {len(parts)} jobs (or attempts), their calls {gaps} apart: each is judged on its own "
+        "dumps, never one job's over another's"
+    )
+
+
 def _notes(inp: Inputs, known: bool, missing: list[int], done: dict[str, int]) -> list[str]:
     notes = list(inp.notes)
     dumps = list(inp.dumps.values())
@@ -1217,6 +1374,7 @@ def _rank_lines(
     inp: Inputs, stands: dict[int, Stand], world: set[int], fails: dict[int, list[RankError]]
 ) -> list[RankLine]:
     out = []
+    torn = torn_down(fails)
     for r in sorted(world | set(stands) | set(fails)):
         s = stands.get(r)
         own = [e for e in fails.get(r, ()) if _own(e)]
@@ -1224,11 +1382,12 @@ def _rank_lines(
             e = own[0]
             sig = _signal_name(e.exitcode) if not e.frames else ""
             uf = e.user_frame()
+            killed = f"killed by {sig}" + (" (torchrun's teardown, after another rank exited)" if r in torn else "")
             out.append(
                 RankLine(
                     r,
                     "killed" if sig else "crashed",
-                    f"killed by {sig}" if sig else e.message[:120],
+                    killed if sig else e.message[:120],
                     Location(r, uf[0], uf[1], uf[2]) if uf else None,
                 )
             )

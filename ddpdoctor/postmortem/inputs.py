@@ -44,6 +44,7 @@ class Inputs:
     # rank -> a file named like the dumps (same prefix, the rank at its end) that holds nothing: a dump whose
     # writer died before it wrote, or a file emptied since; that rank counts as one without a dump
     blank: dict[int, str] = field(default_factory=dict)
+    every_dump: list[flight.Dump] = field(default_factory=list)  # each dump read, duplicates of a rank too
 
     def empty(self) -> bool:
         """Nothing a post-mortem can use."""
@@ -264,6 +265,7 @@ def _add_dumps(inp: Inputs, paths: list[str], workers: int | None = None) -> Non
 
 
 def _add_dump(inp: Inputs, d: flight.Dump) -> None:
+    inp.every_dump.append(d)
     old = inp.dumps.get(d.rank)
     if old is None:
         inp.dumps[d.rank] = d
@@ -273,3 +275,64 @@ def _add_dump(inp: Inputs, d: flight.Dump) -> None:
     same = set(zip(keep.rid, keep.tns)) >= set(zip(drop.rid, drop.tns))
     inp.dumps[d.rank] = keep
     inp.duplicates.append((d.rank, keep.path, drop.path, same))
+
+
+JOB_GAP_NS = 5_000 * 1_000_000  # one host's clocks, or two nodes' within this much: the CLOCK_SLACK of the judge
+
+
+def span(d: flight.Dump) -> tuple[int, int] | None:
+    """The first and last creation time of a dump's entries (ns), None where it records none."""
+    times = [t for t in d.tns if t]
+    return (min(times), max(times)) if times else None
+
+
+def jobs(inp: Inputs) -> list[Inputs]:
+    """The dumps split into the jobs they come from, oldest first: the ranks of one job make their calls
+    together, so their dumps' spans of creation times overlap (within the clocks' slack); dumps whose spans lie
+    apart, where one rank has a dump on both sides, are of two jobs (or two attempts).
+    Each job gets the error files, summaries and logs whose time is nearest its span (all of them where none
+    has a time: the newest job). One job (the usual case): ``[inp]``."""
+    dumps = [(sp, d) for d in inp.every_dump if (sp := span(d)) is not None]
+    if len(dumps) < 2:
+        return [inp]
+    dumps.sort(key=lambda x: x[0])
+    clusters: list[list[flight.Dump]] = []
+    end = None
+    for (lo, hi), d in dumps:
+        if end is None or lo > end + JOB_GAP_NS:
+            clusters.append([])
+            end = hi
+        clusters[-1].append(d)
+        end = max(end, hi)
+    # one job never holds a rank twice (its pickle and JSON dumps overlap in time): a split that does not put
+    # some rank in two jobs is a long-running group's ring (pipeline stages that went on without a stalled rank)
+    seen: dict[int, int] = {}
+    for k, c in enumerate(clusters):
+        for d in c:
+            seen.setdefault(d.rank, k)
+    if len(clusters) < 2 or not any(seen[d.rank] != k for k, c in enumerate(clusters) for d in c):
+        return [inp]
+    spans = [(min(span(d)[0] for d in c), max(span(d)[1] for d in c)) for c in clusters]  # type: ignore[index]
+
+    def nearest(t: float | None) -> int:
+        if t is None:
+            return len(clusters) - 1
+        ns = t * 1e9
+        return min(
+            range(len(spans)),
+            key=lambda k: 0 if spans[k][0] <= ns <= spans[k][1] else min(abs(ns - spans[k][0]), abs(ns - spans[k][1])),
+        )
+
+    out = []
+    for k, c in enumerate(clusters):
+        part = Inputs(paths=list(inp.paths), notes=[], run_dirs=list(inp.run_dirs))
+        for d in c:
+            _add_dump(part, d)
+        part.dumps = {d.rank: d for d in flight.name_groups(list(part.dumps.values()))}
+        part.errors = [e for e in inp.errors if nearest(e.timestamp) == k]
+        part.summaries = [e for e in inp.summaries if nearest(e.timestamp) == k]
+        if k == len(clusters) - 1:
+            part.local_ranks = dict(inp.local_ranks)
+            part.blank = dict(inp.blank)
+        out.append(part)
+    return out

@@ -16,10 +16,24 @@ def build(inp: Inputs, config: Config) -> Report:
     """The post-mortem of what ``inp`` holds, concluded as a run directory's diagnosis is
     (``registry.conclude``: the same order, ``--select``/``--ignore`` and verdict by the catalog)."""
     from ddpdoctor.analysis.registry import conclude
-    from ddpdoctor.postmortem.inputs import no_gc
+    from ddpdoctor.postmortem.inputs import jobs, no_gc
 
+    parts = jobs(inp)
     with no_gc():
-        found, ranks, notes = detect.findings(inp)
+        judged = [detect.findings(p) for p in parts]
+    if len(judged) == 1:
+        found, ranks, notes = judged[0]
+    else:
+        # the dumps of several jobs (or attempts) in one folder: each judged on its own records, never one
+        # job's healthy dumps read over another's hang
+        found, ranks, notes = [], [], [detect.several_jobs(parts)]
+        for k, (f, rl, n) in enumerate(judged, 1):
+            tag = detect.job_tag(k, parts[k - 1])
+            found += [dataclasses.replace(x, message=f"{tag}: {x.message}") for x in f]
+            ranks += [dataclasses.replace(x, detail=f"{tag}: {x.detail}") for x in rl]
+            notes += [f"{tag}: {x}" for x in n]
+            if not any(x.severity == "error" for x in f):
+                notes.append(f"{tag}: no error in its dumps")
     return conclude(found, config, command="analyze", run_dir=", ".join(inp.paths), ranks=ranks, notes=notes)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
+from typing import Any
 
 from . import nodeview
 from .reader import RankRecord, RunDirError, RunRecord, load_run
@@ -67,3 +68,53 @@ def with_mirrors(record: RunRecord, run_dirs: list[str]) -> RunRecord:
         return record
     monitor.sort(key=lambda e: e.get("t", 0.0))
     return replace(record, ranks=dict(sorted(ranks.items())), monitor=monitor)
+
+
+def load_runs(run_dirs: list[str]) -> RunRecord:
+    """Load the run directories of one job's nodes (each node's ddpdoctor keeps its own ranks) as one
+    record: ranks are global, so they merge; the first directory's manifest speaks for the job."""
+    share: dict[tuple, list[dict[str, Any]]] = {}
+    records = [load_run(d, share) for d in run_dirs]
+    if len(records) == 1:
+        return with_mirrors(records[0], run_dirs)
+    first = records[0]
+    ranks: dict[int, RankRecord] = {}
+    for rec in records:
+        for r, rr in rec.ranks.items():
+            if r in ranks:
+                raise RunDirError(
+                    f"rank {r} appears in {rec.run_dir} and in another run directory: "
+                    "give each node's run directory of one job once"
+                )
+            ranks[r] = rr
+    monitor = sorted((e for rec in records for e in rec.monitor), key=lambda e: e.get("t", 0.0))
+    return with_mirrors(
+        RunRecord(
+            first.run_dir,
+            first.manifest,
+            dict(sorted(ranks.items())),
+            monitor,
+            [e for rec in records for e in rec.launcher],
+            tuple(os.path.join(os.path.basename(rec.run_dir), c) for rec in records for c in rec.cut),
+            attempt=first.attempt,
+            records_dir=first.records_dir,
+            attempts=_merged_attempts(records),
+        ),
+        run_dirs,
+    )
+
+
+def _merged_attempts(records: list[RunRecord]) -> tuple[RunRecord, ...]:
+    """The earlier attempts of a job across nodes: each node's attempt i holds its own ranks of attempt i.
+    Every node's agent restarts with the others (one rendezvous), so the nodes have as many attempts; where
+    one has fewer (a node that joined later), the attempts all of them hold are merged."""
+    n = min(len(r.attempts) for r in records)
+    out = []
+    for i in range(n):
+        parts = [r.attempts[i] for r in records]
+        ranks: dict[int, RankRecord] = {}
+        for p in parts:
+            for r, rr in p.ranks.items():
+                ranks.setdefault(r, rr)
+        out.append(replace(parts[0], ranks=dict(sorted(ranks.items()))))
+    return tuple(out)

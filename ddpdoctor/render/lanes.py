@@ -1,6 +1,8 @@
 """A picture of a hang: one lane per rank over time, each collective a tick, each wait a bar to the verdict,
-the rank that diverged marked at its collective and the first divergence a line across every lane. One
-self-contained SVG, no plotting library. Pure."""
+the rank that diverged marked at its collective and the first divergence a line across every lane. A rank that
+calls on several process groups (a device mesh's tp and dp, a pipeline's stages) gets one row per group in its
+lane, each labelled with the group and its members: a wait on one group and the divergence on another show as
+such. One self-contained SVG, no plotting library. Pure."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ddpdoctor.record import schema
 MAX_LANES = 16  # culprits first, then the lowest ranks; the rest said in one line
 MAX_TICKS = 400  # collectives drawn per lane (the latest)
 LANE_H, LEFT, RIGHT, TOP = 36, 110, 20, 40
+ROW_H = 14  # each further group's row in a rank's lane
 ACTIVE_SHARE = 0.7  # of the width, for the collectives when the wait after them is far longer (broken axis)
 
 
@@ -42,6 +45,18 @@ def _at_seq(rec: Any, group: str, seq: int) -> dict[str, Any] | None:
     return None
 
 
+def groups_of(rec: Any) -> list[str]:
+    """The groups a rank called on, in the order it first did (its pending call's last)."""
+    seen: dict[str, None] = {}
+    for ent in rec.ledger:
+        if ent.get("group") is not None and not ent.get("p2p"):
+            seen.setdefault(str(ent["group"]), None)
+    p = (rec.last_hb or {}).get("pending") or {}
+    if p.get("group") is not None:
+        seen.setdefault(str(p["group"]), None)
+    return list(seen)
+
+
 def applies(record: Any, report: Any) -> bool:
     """A hang (a verdict of hang, a divergence or a rank still waiting): there is something to draw."""
     if report.verdict == "hang" or divergence_of(report):
@@ -67,7 +82,19 @@ def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
     if t_end <= t0:
         t_end = t0 + 1.0
     pw = width - LEFT - RIGHT
-    height = TOP + LANE_H * len(shown) + 40
+    rows = {r: groups_of(record.ranks[r]) for r in shown}
+    # one row per group only where some rank calls on more than one: a one-group job keeps its one line a rank
+    several = any(len(g) > 1 for g in rows.values())
+    members: dict[str, set[int]] = {}
+    for r in record.ranks:
+        for g in groups_of(record.ranks[r]) if several else ():
+            members.setdefault(g, set()).add(r)
+    tops, y_next = {}, float(TOP)
+    for r in shown:
+        tops[r] = y_next
+        y_next += LANE_H + (ROW_H * (len(rows[r]) - 1) if several and rows[r] else 0)
+    lanes_h = y_next - TOP
+    height = int(TOP + lanes_h + 40)
     # A hang's wait is seconds to minutes, its collectives milliseconds apart: on one linear axis every tick
     # fell into the first pixels. The activity (first tick to the last tick or wait start) then gets
     # ACTIVE_SHARE of the width and the wait after it the rest, with the break marked on the axis.
@@ -92,32 +119,43 @@ def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
     group = str(div.get("group")) if div else None
     seq = int(div["seq"]) if div else None
     div_t: float | None = None
-    for i, r in enumerate(shown):
+    for r in shown:
         rec = record.ranks[r]
-        y = TOP + i * LANE_H + 12
+        y = tops[r] + 12
+        row_y = {g: y + k * ROW_H for k, g in enumerate(rows[r])} if several else {}
         cul = r in culprit_set
         label = f"rank {r}{' (culprit)' if cul else ''}"
         out.append(
             f'<g class="lane" data-rank="{r}"{" data-culprit=" + chr(34) + "1" + chr(34) if cul else ""}>'
             f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end"{" fill=" + chr(34) + "#c00" + chr(34) if cul else ""}>'
             f"{escape(label)}</text>"
-            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" stroke="#ddd"/>'
+            + (f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" stroke="#ddd"/>' if not several else "")
         )
+        for g, gy in row_y.items():
+            who = ",".join(map(str, sorted(members.get(g, ()))))
+            out.append(
+                f'<line class="group-row" data-group="{escape(g)}" x1="{LEFT}" y1="{gy:.1f}" x2="{LEFT + pw}" '
+                f'y2="{gy:.1f}" stroke="#ddd"/><text class="group-label" x="{LEFT + pw}" y="{gy - 2:.1f}" '
+                f'text-anchor="end" font-size="9" fill="#777">group {escape(g)} [{who}]</text>'
+            )
         ticks = [e for e in rec.ledger if e.get("t0") is not None][-MAX_TICKS:]
         for ent in ticks:
             x = X(float(ent["t0"]))
+            ty = row_y.get(str(ent.get("group")), y)
             out.append(
-                f'<line class="coll" x1="{x:.1f}" y1="{y - 6:.1f}" x2="{x:.1f}" y2="{y + 6:.1f}" stroke="#888"/>'
+                f'<line class="coll" x1="{x:.1f}" y1="{ty - 6:.1f}" x2="{x:.1f}" y2="{ty + 6:.1f}" stroke="#888"/>'
             )
         p = (rec.last_hb or {}).get("pending") or {}
         note = ""
         if p.get("since") is not None:
             x = X(float(p["since"]))
+            py = row_y.get(str(p.get("group")), y)
             out.append(
-                f'<rect class="wait" x="{x:.1f}" y="{y - 5:.1f}" width="{max(1.0, X(t_end) - x):.1f}" height="10" '
+                f'<rect class="wait" x="{x:.1f}" y="{py - 5:.1f}" width="{max(1.0, X(t_end) - x):.1f}" height="10" '
                 f'fill="{"#f4b6b6" if cul else "#f3d98b"}"/>'
             )
-            note = f"waits in {p.get('op', '?')} #{p.get('seq', '?')}{_where(p.get('site'))}"
+            on = f" of group {p.get('group')}" if several else ""
+            note = f"waits in {p.get('op', '?')} #{p.get('seq', '?')}{on}{_where(p.get('site'))}"
         elif rec.error:
             note = f"raised {rec.error.get('type', '?')}"
         if group is not None and seq is not None and cul:
@@ -125,23 +163,23 @@ def lanes_svg(record: Any, report: Any, width: int = 1000) -> str:
             if ent and ent.get("t0") is not None:
                 x = X(float(ent["t0"]))
                 div_t = float(ent["t0"]) if div_t is None else min(div_t, float(ent["t0"]))
-                out.append(f'<circle class="diverged" cx="{x:.1f}" cy="{y:.1f}" r="5" fill="#c00"/>')
+                cy = row_y.get(group, y)
+                out.append(f'<circle class="diverged" cx="{x:.1f}" cy="{cy:.1f}" r="5" fill="#c00"/>')
                 note = f"#{seq} {ent.get('op', '?')}{_where(ent.get('site'))} (diverged); " + note
         if note:
-            out.append(
-                f'<text class="note" x="{LEFT}" y="{y + 19:.1f}" font-size="10">{escape(note.rstrip("; "))}</text>'
-            )
+            ny = max(row_y.values(), default=y) + 19
+            out.append(f'<text class="note" x="{LEFT}" y="{ny:.1f}" font-size="10">{escape(note.rstrip("; "))}</text>')
         out.append("</g>")
     if div_t is not None:
         x = X(div_t)
-        bottom = TOP + LANE_H * len(shown)
+        bottom = TOP + lanes_h
         out.append(
             f'<line class="divergence" x1="{x:.1f}" y1="{TOP - 4}" x2="{x:.1f}" y2="{bottom}" stroke="#c00" '
             f'stroke-dasharray="4 3"/>'
             f'<text x="{x + 4:.1f}" y="{TOP - 6}" fill="#c00">first divergence: collective #{seq} of group '
             f"{escape(str(group))}</text>"
         )
-    axis_y = TOP + LANE_H * len(shown) + 14
+    axis_y = TOP + lanes_h + 14
     if broken:
         for k in range(4):  # the activity's own scale, then the break, then the verdict
             t = t0 + (t_act - t0) * k / 3

@@ -4,6 +4,7 @@ Each test asserts what the user sees: verdict, exit code, finding, culprit rank 
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,7 +27,15 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert dumped(d) == want, (case, dumped(d), (d / "torchrun.log").read_text()[-2000:])
         return d
 
-    cases = (("extra", None, {0, 1}), ("kill", 8, {0}), ("raise", 8, {0}), ("healthy", None, {0, 1}))
+    cases = (
+        ("extra", None, {0, 1}),
+        ("kill", 8, {0}),
+        ("raise", 8, {0}),
+        ("healthy", None, {0, 1}),
+        ("teardown", None, {1}),
+        ("helper", None, {0, 1}),
+        ("size0", None, {1}),
+    )
     # the worker's base folder made here, before the threads: pytest makes it on first use, and four threads
     # that all find it missing race to make it ("File exists: .../popen-gw1", or "kill-0 is not a normalized
     # and relative path" from the one that lost), where this module is the first of its worker to ask
@@ -82,6 +91,51 @@ def test_exception_from_error_file_with_its_line(jobs, tmp_path):
     assert "loss is nan at step 3" in f["message"]
     assert lines_of(f, 1) == {marker_line(JOB, "RAISE")}
     assert lines_of(f, 0) == {marker_line(JOB, "REGULAR")}
+
+
+@pytest.mark.parametrize("fmt", ["fr", "json"])
+def test_dump_and_exit_race_names_the_rank_that_dumped_not_the_rank_torchrun_ended(jobs, tmp_path, fmt):
+    # rank 1's watchdog dumped and ended it inside its extra all_reduce on group 1; torchrun then SIGTERMed
+    # rank 0 before any dump of its own (frjob.py's teardown case): rank 0 is the teardown's victim
+    d = jobs["teardown"]
+    log = (d / "torchrun.log").read_text()
+    assert "SIGTERM" in log and "exitcode  : 6" in log  # the premise: rank 1 exited, rank 0 was ended
+    res = ddpdoctor(["analyze", str(d / fmt), str(d / "torchrun.log")], tmp_path)
+    assert res.code == 3, res.err + res.out
+    assert [f["id"] for f in res.report["findings"]] == ["hang.rank-conditional-collective"]
+    f = res.report["findings"][0]
+    assert f["culprits"] == [1]
+    assert "#1 of group 1" in f["message"] and "teardown" in f["message"]
+    if fmt == "fr":
+        assert lines_of(f, 1) == {marker_line(JOB, "EXTRA")}
+    rank0 = next(r for r in res.report["ranks"] if r["rank"] == 0)
+    assert "teardown" in rank0["detail"]
+
+
+@pytest.mark.parametrize("fmt", ["fr", "json"])
+def test_extra_call_on_a_side_group_through_a_helper_names_the_rank_without_frames_too(jobs, tmp_path, fmt):
+    # both ranks all-reduce on the side group through a helper at step 0, rank 1 alone again at step 2: the
+    # JSON dumps carry no frames, and the culprit must not depend on them (only the line does)
+    res = ddpdoctor(["analyze", str(jobs["helper"] / fmt)], tmp_path)
+    assert res.code == 3, res.err + res.out
+    f = finding(res.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [1], f["message"]
+    assert "#2 of group 1" in f["message"] or "group 1 (#2)" in f["message"]
+    if fmt == "fr":
+        assert marker_line(JOB, "EXTRA_HELPER") in lines_of(f, 1)
+
+
+def test_size_mismatch_that_aborted_rank_0_shows_the_call_rank_1_was_in(jobs, tmp_path):
+    # rank 0 all-reduces 4 elements where rank 1 reduces 8: gloo aborts rank 0 (no dump); rank 1's dump holds
+    # the call it was in, which gloo marks completed
+    res = ddpdoctor(["analyze", str(jobs["size0"])], tmp_path)
+    assert res.code == 1, res.err + res.out
+    f = finding(res.report, "crash.abnormal-exit")
+    assert f["culprits"] == [0]
+    # pending where the dump came before gloo retired the failed call, else its last (gloo marks it completed)
+    call = rf"rank 1 (in|last called) all_reduce\(\[8\]\) #3 of group 0 at frjob.py:{marker_line(JOB, 'REGULAR')}\b"
+    assert re.search(call, f["message"]), f["message"]
+    assert lines_of(f, 0) == {marker_line(JOB, "SIZE0")} and lines_of(f, 1) == {marker_line(JOB, "REGULAR")}
 
 
 def test_healthy_job_is_ok(jobs, tmp_path):

@@ -16,7 +16,12 @@ Cases (argv[1]):
   helper   both ranks all-reduce on the side group through a helper at step 0; rank 1 alone does it again
            at step 2 (EXTRA_HELPER): the innermost user line (HELPER) is both ranks'
   size     rank 1 all-reduces 4 elements at step 2 where rank 0 reduces 8 (SIZE)
+  size0    rank 0 all-reduces 4 elements at step 2 where rank 1 reduces 8 (SIZE0): gloo aborts rank 0, and rank
+           1's dump holds the call it was in
   dtype    rank 1 all-reduces int32 at step 2 where rank 0 reduces float32 (DTYPE): same bytes, completes
+  teardown as extra, but only rank 1's watchdog dumps, and it ends its rank at once: the dump-and-exit race. Rank
+           0 fails when rank 1's sockets close and then waits out the timeout its own watchdog would dump at (as
+           NCCL's does); torchrun's SIGTERM for rank 1's exit ends it first (no handler): no dump of rank 0
 """
 
 import datetime
@@ -35,6 +40,7 @@ from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
 from torch.distributed.elastic.multiprocessing.errors import record
 
 STALL = float(os.environ.get("FRJOB_STALL", "1.0"))
+TEARDOWN = sys.argv[1:2] == ["teardown"]
 _dumped = threading.Event()
 _lock = threading.Lock()
 
@@ -72,7 +78,8 @@ def watchdog(rank: int, progress: list) -> None:
                 with open(request, "w") as f:
                     f.write(str(rank))
             dump(rank)
-            others_dumped()  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
+            if not TEARDOWN:
+                others_dumped()  # NCCL's watchdog, too, gives the other ranks' dumps time before it aborts
             os._exit(6)
 
 
@@ -95,6 +102,8 @@ def _on_error(rank: int, exc: BaseException) -> None:
     async error. The user's own exception (RAISE) leaves no dump."""
     frames = traceback.extract_tb(exc.__traceback__)
     if frames and "torch/distributed/" in frames[-1].filename:
+        if TEARDOWN:
+            time.sleep(60)  # its watchdog's timeout, before it would dump: torchrun's SIGTERM comes first
         dump(rank)
 
 
@@ -104,7 +113,10 @@ def main() -> None:
     rank = dist.get_rank()
     side = dist.new_group([0, 1])
     progress: list = [None]
-    threading.Thread(target=watchdog, args=(rank, progress), daemon=True).start()
+    if case == "teardown" and rank == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # torchrun's SIGTERM ends it before any dump
+    else:
+        threading.Thread(target=watchdog, args=(rank, progress), daemon=True).start()
     try:
         train(case, rank, side, progress)
     except Exception as e:
@@ -153,12 +165,14 @@ def train(case: str, rank: int, side: object, progress: list) -> None:
             sync(x, side)  # REGULAR_HELPER
         if case == "size" and rank == 1 and step == 2:
             dist.all_reduce(torch.ones(4))  # SIZE
+        elif case == "size0" and rank == 0 and step == 2:
+            dist.all_reduce(torch.ones(4))  # SIZE0
         elif case == "dtype" and rank == 1 and step == 2:
             dist.all_reduce(torch.ones(8, dtype=torch.int32))  # DTYPE
         else:
             dist.all_reduce(x)  # REGULAR
         progress[0] = None
-        if case == "extra" and rank == 1 and step == 2:
+        if case in ("extra", "teardown") and rank == 1 and step == 2:
             progress[0] = time.monotonic()
             dist.all_reduce(x, group=side)  # EXTRA: only rank 1 makes this call
         if case == "helper" and rank == 1 and step == 2:

@@ -17,6 +17,7 @@ TORCH_CASES = JOB.parent / "torchcases.py"  # torch's analyzer test cases as rea
 ZOO_JOB = JOB.parent / "zoojob.py"  # every kind of call a training script makes
 MOE_JOB = JOB.parent / "moejob.py"  # mixture-of-experts routing: all-to-alls with split sizes of each rank
 PIPE_JOB = JOB.parent / "pipejob.py"  # two pipeline stages that send to each other and a rank that does not (3 ranks)
+MESH_JOB = JOB.parent / "meshjob.py"  # a 2-D device mesh (dp x tp) of four ranks
 
 
 def run_job(

@@ -21,6 +21,7 @@ record() {  # NAME COMMAND SCRIPT [OPTIONS...]   (the script's own arguments in 
     rm -rf "$tmp"
     # the run's absolute paths become relative to the repository root
     find "tests/golden/$name" -type f -exec sed -i "s#$PWD/##g" {} +
+    find "tests/golden/$name" -name ledger.jsonl -exec sed -i "s/\x0//g" {} +  # the ring's padding
     echo "$name: $(du -sk "tests/golden/$name" | cut -f1) KiB"
 }
 record healthy check probes/healthy.py
@@ -33,3 +34,8 @@ KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort hang tests/corpus/f22_save_branc
 # rank 1's extra all_reduce on a second group while rank 0 waits in the default one: a cross-group deadlock
 # (tests/unit/analysis/hang/test_cross_group.py)
 record cross_group hang tests/frjobs/attachjob.py
+# a 2-D device mesh (dp x tp) of four ranks: global rank 3 all-reduces once more on its tp group; rank 1 skips
+# its dp all-reduce at one step (tests/unit/analysis/hang/test_programs.py). The job's own watchdog stays out
+# of the way (FRJOB_STALL): ddpdoctor proves the deadlock
+FRJOB_STALL=600 SCRIPT_ARGS="tp-extra" record mesh_tp_extra hang tests/frjobs/meshjob.py --nproc-per-node 4
+FRJOB_STALL=600 SCRIPT_ARGS="dp-skip" record mesh_dp_skip hang tests/frjobs/meshjob.py --nproc-per-node 4

@@ -75,7 +75,10 @@ def tails(record: RunRecord, states: dict[int, RankState], div: Divergence) -> d
                 # the recorder's pending call has the main thread's line now (an async call's wait): the
                 # ledger's entry at its position, with the call's own line, is the better record
                 seq[int(p["seq"])] = Slot(
-                    p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes")
+                    p.get("op", "?"),
+                    tuple(p["site"]) if p.get("site") else None,
+                    p.get("shapes"),
+                    dtypes=p.get("dtypes"),
                 )
         # at least the divergence's own slot: a rank that waits in another group has issued nothing here. p2p
         # ops are left out, as the walk leaves them out (they shift positions on gloo)

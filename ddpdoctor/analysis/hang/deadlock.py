@@ -35,6 +35,7 @@ from ddpdoctor.analysis.hang.hints import (
     uneven_hint,
 )
 from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.programs import program_finding
 from ddpdoctor.analysis.hang.waits import (
     at,
     best_where,
@@ -216,6 +217,11 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                 culprits=tuple(sorted(gone)),
             )
         ]
+    program = program_finding(record, states, ev) if verdict is not None else None
+    if program is not None:
+        # every group's own sequence agrees or only shows a rank behind: the ranks' orders across the groups
+        # name the rank that made one call more or fewer (a device mesh's tp and dp groups)
+        return [program]
     recv = receive_cycle(states)
     if recv is not None and verdict is not None:
         return [recv]

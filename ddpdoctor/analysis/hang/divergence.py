@@ -49,7 +49,9 @@ def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int =
             continue
         if rng[1] < lo:
             break
-        slot = Slot(e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"))
+        slot = Slot(
+            e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"), dtypes=e.get("dtypes")
+        )
         for s in range(max(rng[0], lo), rng[1] + 1):
             out[s] = slot
     for s in range(lo, final_seq + 1):
@@ -117,7 +119,7 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
         p = states[r].pending
         if p and p.get("group") == group and p.get("seq"):
             seqs[r][int(p["seq"])] = Slot(
-                p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes")
+                p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"), dtypes=p.get("dtypes")
             )
             if p.get("site"):
                 sites_of[r].add(tuple(p["site"]))
@@ -182,7 +184,7 @@ def cross_group_divergence(record: RunRecord, states: dict[int, RankState]) -> D
     group = groups.pop()
     seq = min(int(pend[r]["seq"]) for r in extra)
     slots = {
-        r: Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"))
+        r: Slot(p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"), dtypes=p.get("dtypes"))
         if r in extra
         else Slot(AWAY, tuple(p["site"]) if p.get("site") else None)
         for r, p in pend.items()
@@ -225,6 +227,7 @@ def _first_difference(entries: dict[int, list[dict[str, Any]]], ranks: list[int]
                 or a.get("op") != b.get("op")
                 or a.get("site") != b.get("site")
                 or a.get("shapes") != b.get("shapes")
+                or a.get("dtypes") != b.get("dtypes")
             ):
                 break
             i += 1

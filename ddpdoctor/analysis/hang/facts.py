@@ -70,23 +70,36 @@ ABSENT: Final = "<never issued>"  # nothing at this position: the rank never got
 AWAY: Final = "<waits in another group>"  # a live rank with nothing at this position: it waits elsewhere
 
 
+def agreement(op: Any, shapes: Any = None, dtypes: Any = None) -> tuple:
+    """What must agree across ranks for two calls to be the same call: the op, and for a shaped collective its
+    input shapes and dtypes. The one definition: the ledger's walk (``Slot.key``), the live proof
+    (analysis/live.py) and the program judge ask it; the dumps' signature adds what only they record."""
+    shaped = op in SHAPED
+    return (
+        op,
+        tuple(map(tuple, shapes or ())) if shaped else None,
+        tuple(dtypes or ()) if shaped else None,
+    )
+
+
 @dataclass(frozen=True)
 class Slot:
     """What one rank issued at one position of a group's sequence: the op, its line, its shapes, and what
     must agree across ranks where the source computes it (``agree``: the dumps' signature of every entry at
-    the position, a coalesced group's included). Without ``agree``, what must agree is the op, and the shapes
-    of a shaped collective (the ledger's rule)."""
+    the position, a coalesced group's included). Without ``agree``, what must agree is ``agreement``: the op,
+    and the shapes and dtypes of a shaped collective."""
 
     op: str
     site: tuple[Any, ...] | None = None  # the user's line: (file, line[, function])
     shapes: Any = None
     agree: Hashable = None
+    dtypes: Any = None
 
     def key(self) -> Hashable:
-        """What must agree across ranks at this position."""
+        """What must agree across ranks at this position (``agreement``, unless the source computed it)."""
         if self.agree is not None:
             return self.agree
-        return (self.op, tuple(map(tuple, self.shapes)) if self.op in SHAPED and self.shapes else None)
+        return agreement(self.op, self.shapes, self.dtypes)
 
     @property
     def p2p(self) -> bool:

@@ -149,7 +149,7 @@ def test_analyze_compares_ranks_across_nodes_run_directories(tmp_path):
             indices=None,
             site=["/work/train.py", 30, "main"],
         )
-    from ddpdoctor.record.reader import load_runs
+    from ddpdoctor.record.mirror import load_runs
 
     report = diagnose(load_runs([str(tmp_path / "node0"), str(tmp_path / "node1")]), CFG)
     f = next(f for f in report.findings if f.id == "data.sampler-seed-mismatch")

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from builder import RunBuilder
 
 from ddpdoctor.record import attempts, schema
-from ddpdoctor.record.reader import load_run, load_runs
+from ddpdoctor.record.mirror import load_runs
+from ddpdoctor.record.reader import load_run
 
 
 def test_max_restarts_and_restart_count_read_torchruns_spellings():

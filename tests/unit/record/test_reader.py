@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from builder import RunBuilder
 
-from ddpdoctor.record.reader import RunDirError, RunReader, load_run, load_runs, read_manifest
+from ddpdoctor.record.mirror import load_runs
+from ddpdoctor.record.reader import RunDirError, RunReader, load_run, read_manifest
 
 
 def test_refusals_name_the_problem(tmp_path: Path) -> None:

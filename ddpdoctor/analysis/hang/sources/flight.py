@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.hang.facts import MISSING, RUNNING, WAITING, Call, RankFacts
+from ddpdoctor.analysis.hang.programs import Step
 from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
@@ -125,4 +126,36 @@ def facts(inp: Inputs, stands: Mapping[int, Stand], missing: Collection[int]) ->
             out[r] = RankFacts(r, WAITING, call(inp, r, s.pending), d.issued, p2p)
         else:
             out[r] = RankFacts(r, RUNNING, None, d.issued, p2p)
+    return out
+
+
+def programs(dumps: Mapping[int, Dump]) -> dict[int, list[Step]] | None:
+    """Each rank's collectives in the order it issued them, every group's (p2p ops left out), as the program
+    judge (programs.py) compares them: what must agree is the op, its compared sizes, its dtypes and the
+    group's kind (its mesh dimension, ``mesh_tp``; else its name), never the frames a JSON dump lacks; the line
+    is the entry's innermost user frame where it has one. None where a ring lost its oldest entries (its
+    first record id is not 0): the orders would not start together."""
+    out: dict[int, list[Step]] = {}
+    for r, d in dumps.items():
+        if d.n_entries and d.rid[0] != 0:
+            return None
+        steps = []
+        for i in range(d.n_entries):
+            e = d.entry(i)
+            if e.is_p2p:
+                continue
+            kind = e.group_desc if e.group_desc.startswith("mesh_") else e.group
+            agree = (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes, kind)
+            steps.append(Step(e.op, user_frame(e), e.group, e.seq, agree))
+        out[r] = steps
+    return out
+
+
+def descs(dumps: Mapping[int, Dump]) -> dict[str, str]:
+    """Each group's description (``mesh_tp`` where a DeviceMesh made it), by group name."""
+    out: dict[str, str] = {}
+    for d in dumps.values():
+        for k in d.kinds:
+            if k.group_desc:
+                out.setdefault(k.group, k.group_desc)
     return out

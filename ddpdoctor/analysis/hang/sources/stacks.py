@@ -6,12 +6,46 @@ names that left no stacks is missing. Pure."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from ddpdoctor.analysis.findings import Location
 from ddpdoctor.analysis.hang.facts import ENDED, MISSING, RUNNING, WAITING, Call, RankFacts
 
-if TYPE_CHECKING:
-    from ddpdoctor.analysis.hang.attach import View
+
+@dataclass(frozen=True)
+class View:
+    """Where one rank's main thread is, read from its stacks: in a collective, DDP, a wait, elsewhere."""
+
+    rank: int
+    kind: str  # collective | ddp | wait | elsewhere
+    op: str | None
+    site: Location | None
+    moved: bool
+    idle: bool
+
+    def text(self) -> str:
+        """Where the rank is, in words."""
+        at = f" at {self.site.file.rsplit('/', 1)[-1]}:{self.site.line}" if self.site else ""
+        if self.kind == "collective":
+            return f"{self.op}{at}"
+        if self.kind == "ddp":
+            return f"DDP's gradient all-reduce (backward){at}"
+        if self.kind == "wait":
+            return f"a c10d wait (Work.wait / sync){at}"
+        return f"{'running' if self.moved else 'blocked'} outside any collective{at}{_code(self.site)}"
+
+    def key(self) -> tuple:
+        """Ranks with the same key are at the same place."""
+        return (self.kind, self.op, self.site.file if self.site else None, self.site.line if self.site else None)
+
+
+def _code(where: Location | None) -> str:
+    import linecache
+
+    text = linecache.getline(where.file, where.line).strip() if where else ""
+    if " #" in text:
+        text = text[: text.index(" #")].rstrip()
+    return f" (`{text[:60]}`)" if text else ""
 
 
 def call(v: View) -> Call:

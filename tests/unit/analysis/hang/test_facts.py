@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ddpdoctor.analysis.findings import Location
 from ddpdoctor.analysis.hang import judge
-from ddpdoctor.analysis.hang.attach import View
 from ddpdoctor.analysis.hang.facts import ENDED, MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.sources import flight, ledger, stacks
+from ddpdoctor.analysis.hang.sources.stacks import View
 from ddpdoctor.analysis.state import RankState
 from ddpdoctor.postmortem import detect, inputs
 

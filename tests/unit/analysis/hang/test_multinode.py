@@ -27,7 +27,8 @@ from ddpdoctor.launch.launchers import (
     step_ports,
 )
 from ddpdoctor.record import nodeview
-from ddpdoctor.record.reader import load_run, load_runs
+from ddpdoctor.record.mirror import load_runs
+from ddpdoctor.record.reader import load_run
 
 
 @pytest.fixture(autouse=True)

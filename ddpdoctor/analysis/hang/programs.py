@@ -1,0 +1,253 @@
+"""Each rank's calls in program order, across every process group: where one rank made a call the others did
+not, or skipped one they made. Pure.
+
+Every group's own sequence can agree while the job deadlocks: in a 2-D device mesh (dp x tp), global rank 3
+all-reduces once more on its tp group, and its tp peer meets that extra call with the next step's one; each
+group then only shows a rank behind, and every rank waits for another (a cycle), on a different group. The
+order in which a rank makes its calls, whatever group each goes to, still shows it: the ranks run the same
+program, so at each index they make the same call (op and line) on their own group of the same kind. The
+first index where one rank's call differs from the others' is where it left the common path, and how its
+calls after it align with theirs says which way (``judge.insertion``, the rule the per-group walk uses):
+
+- its calls from the next index on are the others' from this one: it made one call more (an extra call);
+- its calls from this index on are the others' from the next one: it made one call fewer (a skipped call).
+
+The odd rank is the rarest call's (``judge.rarest``): two ranks that disagree name no side. The judgement
+needs each rank's whole order (no ledger rotated away) and its lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.analysis.findings import Finding, Location, group_values
+from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang.hints import hint_for
+from ddpdoctor.analysis.hang.waits import best_where, state_text
+from ddpdoctor.analysis.ids import HANG_RANK_CONDITIONAL_COLLECTIVE
+from ddpdoctor.analysis.state import RankState
+from ddpdoctor.record.reader import RunRecord
+from ddpdoctor.record.schema import P2P
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of a rank's program: the group it went to and its position there, its line where the source
+    has one, and what another rank makes at the same index of the same program (``agree``): the ledger's op
+    and line; a dump's op, sizes, dtypes and the group's mesh dimension (never its frames: a JSON dump has
+    none, and the culprit must not depend on the format)."""
+
+    op: str
+    site: tuple[Any, ...] | None
+    group: str
+    seq: int
+    agree: Hashable = None
+
+    def key(self) -> Hashable:
+        """What another rank makes at the same index of the same program."""
+        return self.agree if self.agree is not None else (self.op, self.site)
+
+
+@dataclass(frozen=True)
+class ProgramParting:
+    """Where one rank's program left the others': the index, the odd ranks, ``extra`` (one call more) or
+    ``skipped`` (one call fewer), the odd ranks' step there (the extra call, or the call they made instead of
+    the skipped one) and the others' step there (the call the odd ranks skipped, in the others' groups)."""
+
+    index: int
+    odd: tuple[int, ...]
+    kind: str
+    steps: dict[int, Step | None]
+    expected: Step
+
+    def skipped_at(self, programs: Mapping[int, Sequence[Step]], rank: int) -> tuple[str, int] | None:
+        """The group and position the skipped call would have had on ``rank``: its own group for that op
+        and line, one past the position it had reached there."""
+        own = programs[rank]
+        later = next((s for s in own[self.index :] if s.key() == self.expected.key()), None)
+        return (later.group, later.seq) if later else None
+
+
+def ledger_programs(record: RunRecord, ranks: Sequence[int], states: Mapping[int, RankState]) -> dict[int, list[Step]]:
+    """Each rank's collectives in the order it issued them, every group's (p2p ops left out: a send and its
+    recv sit at different lines), its pending call last where the ledger has not written it yet."""
+    out: dict[int, list[Step]] = {}
+    for r in ranks:
+        seen: set[tuple[str, int]] = set()
+        steps: list[Step] = []
+        entries = list(record.ranks[r].ledger)
+        pending = states[r].pending
+        if pending:
+            entries.append(pending)
+        for e in entries:
+            step = _step(e)
+            if step is None or (step.group, step.seq) in seen:
+                continue
+            seen.add((step.group, step.seq))
+            steps.append(step)
+        out[r] = steps
+    return out
+
+
+def _step(e: Mapping[str, Any]) -> Step | None:
+    seq = e.get("seq")
+    if e.get("group") is None or not seq or not e.get("site") or e.get("op") in P2P:
+        return None
+    last = seq[1] if isinstance(seq, (list, tuple)) else seq
+    return Step(str(e.get("op", "?")), tuple(e["site"]), str(e["group"]), int(last))
+
+
+def program_parting(progs: Mapping[int, Sequence[Step]]) -> ProgramParting | None:
+    """The first index where one rank's program left the others', when its later calls prove one call more
+    or one fewer; None when the orders agree or nothing names a side (fewer than three ranks, two sides).
+    Each program must be whole from the job's start (no ledger or ring rotated away)."""
+    ranks = sorted(progs)
+    if len(ranks) < 3:
+        return None
+    n = max((len(p) for p in progs.values()), default=0)
+    for i in range(n):
+        keys = {r: (p[i].key() if i < len(p) else None) for r, p in progs.items()}
+        if len(set(keys.values())) < 2:
+            continue
+        odd = judge.rarest(keys)
+        if not odd or any(keys[r] is None for r in odd):
+            return None  # a rank whose calls ended here: an exit, judged elsewhere
+        rest = [r for r in ranks if r not in odd]
+        ref = progs[max(rest, key=lambda r: len(progs[r]))]
+        if i >= len(ref):
+            return None
+        kinds = {_which_way(progs[r][i:], ref[i:]) for r in odd}
+        if len(kinds) != 1 or None in kinds:
+            return None
+        kind = kinds.pop()
+        return ProgramParting(i, odd, str(kind), {r: progs[r][i] for r in odd}, ref[i])
+    return None
+
+
+def _which_way(own: Sequence[Step], others: Sequence[Step]) -> str | None:
+    """``extra`` when ``own`` is ``others`` with one call inserted first, ``skipped`` when it is ``others``
+    without their first call; None when neither (or both: nothing after it tells them apart)."""
+
+    def same(a: Step, b: Step) -> bool:
+        return a.key() == b.key()
+
+    extra = judge.insertion(own, others, same)
+    skipped = judge.insertion(others, own, same)
+    if extra and not skipped:
+        return "extra"
+    if skipped and not extra:
+        return "skipped"
+    return None
+
+
+def group_label(group: str, members: Sequence[int] = (), desc: str | None = None) -> str:
+    """A group as the report names it: its mesh dimension where a DeviceMesh made it (torch's group
+    description ``mesh_<dim>``), else its name and members: ``group tp (4: ranks 2,3)``, ``group 4 (ranks 2,3)``."""
+    who = f"ranks {','.join(map(str, sorted(members)))}" if members else ""
+    if desc and desc.startswith("mesh_") and desc != "mesh_default":
+        return f"group {desc[len('mesh_') :]} ({group}{': ' + who if who else ''})"
+    return f"group {group}" + (f" ({who})" if who else "")
+
+
+def members_of(progs: Mapping[int, Sequence[Step]], group: str) -> list[int]:
+    """The ranks whose calls went to ``group``."""
+    return sorted(r for r, p in progs.items() if any(s.group == group for s in p))
+
+
+@dataclass(frozen=True)
+class Told:
+    """A program parting in the report's words: what each odd rank did (``said``), where (``locations``, its
+    line where the source has one) and the group and position the finding's evidence names."""
+
+    said: tuple[str, ...]
+    locations: tuple[Location, ...]
+    group: str | None
+    seq: int | None
+    label: str
+
+
+def tell(part: ProgramParting, progs: Mapping[int, Sequence[Step]], descs: Mapping[str, str]) -> Told:
+    """The odd ranks' extra or skipped call, its group named by its mesh dimension where ``descs`` say it."""
+    said: list[str] = []
+    locs: list[Location] = []
+    group: str | None = None
+    seq: int | None = None
+    label = "its group"
+    for r in part.odd:
+        step = part.steps[r]
+        if part.kind == "extra" and step is not None:
+            group, seq = step.group, step.seq
+            label = group_label(group, members_of(progs, group), descs.get(group))
+            if step.site:
+                locs.append(_loc(r, step.site, "extra call"))
+            said.append(f"rank {r} made one {step.op} more{_on(step.site)}, on {label} #{seq}")
+        else:
+            exp = part.expected
+            where = part.skipped_at(progs, r)
+            group, seq = where if where else (None, None)
+            if group is not None:
+                label = group_label(group, members_of(progs, group), descs.get(group))
+            if exp.site:
+                locs.append(_loc(r, exp.site, "skipped this call"))
+            said.append(
+                f"rank {r} skipped its {exp.op}{_on(exp.site)} on {label}"
+                + (f" (#{seq}: its next one there met the others' #{seq} one call early)" if seq else "")
+            )
+    return Told(tuple(said), tuple(locs), group, seq, label)
+
+
+def program_finding(
+    record: RunRecord, states: Mapping[int, RankState], ev: dict[str, Any], descs: Mapping[str, str] | None = None
+) -> Finding | None:
+    """``hang.rank-conditional-collective`` from the ranks' program orders in the ledger (``program_parting``):
+    the rank that made one call more or one fewer, the group and line where it did, and the ranks stranded on
+    the other groups as its victims. None when the orders name nobody."""
+    ranks = sorted(states)
+    if any(record.ranks[r].ledger_trimmed for r in ranks):
+        return None
+    progs = ledger_programs(record, ranks, states)
+    part = program_parting(progs)
+    if part is None:
+        return None
+    told = tell(part, progs, descs or {})
+    victims = [r for r in ranks if r not in part.odd]
+    locs = list(told.locations) + [l for r in victims if (l := best_where(record, states[r], "victim"))]
+    stranded = group_values({r: state_text(states[r]) for r in victims})
+    return finding(
+        part, told, stranded, tuple(ranks), tuple(locs), ev, hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE)
+    )
+
+
+def finding(
+    part: ProgramParting,
+    told: Told,
+    stranded: str,
+    ranks: tuple[int, ...],
+    locs: tuple[Location, ...],
+    ev: dict[str, Any],
+    hint: str,
+) -> Finding:
+    """The one finding a program parting makes, whichever source gave the programs."""
+    culprits = tuple(sorted(part.odd))
+    msg = f"a collective is called on some ranks only: {'; '.join(told.said)}; stranded: {stranded}"
+    how = {"group": told.group, "seq": told.seq, "diverged": list(culprits), "how": f"program order: {part.kind} call"}
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        hint,
+        ranks,
+        locs,
+        dict(ev, divergence=how, group_label=told.label),
+        culprits=culprits,
+    )
+
+
+def _loc(rank: int, site: tuple[Any, ...], role: str) -> Location:
+    return Location(rank, str(site[0]), int(site[1]), str(site[2]) if len(site) > 2 else "", role)
+
+
+def _on(site: tuple[Any, ...] | None) -> str:
+    return f" at {str(site[0]).rsplit('/', 1)[-1]}:{site[1]}" if site else ""
