@@ -492,7 +492,7 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
     _add_to_manifest(top.report.run_dir, {"scaling": [dc.asdict(p) | {"efficiency": p.efficiency} for p in points]})
     report = dc.replace(top.report, notes=(*top.report.notes, *lines[1:]))
     report = attach_pictures(report, load_runs([top.report.run_dir]), ("html",), html_path)
-    click.echo("\n".join(lines))
+    click.echo("\n  ".join(lines))
     click.echo(f"  report with the scaling curve: {os.path.join(top.report.run_dir, 'report.html')}")
     if json_path:
         emit(report, json_path, None, quiet_text=True)
@@ -556,6 +556,12 @@ def scaling_lines(
     for p in points[1:]:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in p.lost.items())
         out.append(f"{p.line()}; lost {p.lost_ms:.1f} ms of its {p.step_ms:.1f} ms step: {parts}")
+    if any(p.efficiency > 1.05 for p in points[1:]):
+        out.append(
+            f"note: above linear: the run on {points[0].world_size} rank{'s' if points[0].world_size != 1 else ''} "
+            "took longer per sample than a larger one (a busy machine, or caches): each world size ran once, so "
+            "these figures carry that run's noise; rerun on a quiet machine"
+        )
     if bound:
         out.append(f"note: {bound}")
     return out

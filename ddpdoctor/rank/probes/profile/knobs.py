@@ -43,9 +43,8 @@ def install(tl: Any, knobs: dict[str, Any]) -> None:
     @functools.wraps(init)
     def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            bound = sig.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            own = {k: bound.arguments.get(k) for k in DDP_ARGS}
+            bound = sig.bind(self, *args, **kwargs)  # no apply_defaults: DDP sees only what it was given
+            own = {k: bound.arguments.get(k, sig.parameters[k].default) for k in DDP_ARGS}
             bound.arguments.update(ddp_set)
             args, kwargs = bound.args[1:], bound.kwargs
             tl.w.write(schema.K_TUNE_DDP, tl.p.rank, script=own, arm=ddp_set)
@@ -64,7 +63,6 @@ def install(tl: Any, knobs: dict[str, Any]) -> None:
         if threading.get_ident() == tl.main_ident:
             try:
                 bound = dl_sig.bind(self, *args, **kwargs)
-                bound.apply_defaults()
                 ds = bound.arguments.get("dataset")
                 iterable = isinstance(ds, IterableDataset)
                 splits = iterable and _splits_itself(ds)

@@ -184,7 +184,8 @@ class Timeline(LineSamples, RankProbe):
         100th: ``_set_ddp_runtime_logging_sample_rate``, torch/nn/parallel/distributed.py), and a forward
         pre-hook that counts the samples of each forward."""
         try:
-            model._set_ddp_runtime_logging_sample_rate(1)
+            if hasattr(model, "_set_ddp_runtime_logging_sample_rate"):  # every DDP has it (torch >= 1.9)
+                model._set_ddp_runtime_logging_sample_rate(1)
         except Exception as e:
             failures.report(self.p, "profile DDP timers", "DDP's backward timers on every iteration", e)
         try:
