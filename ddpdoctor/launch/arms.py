@@ -44,15 +44,16 @@ class ArmRun:
 
 
 def _arm_spec(knobs: dict[str, Any] | None, pictures: tuple[str, ...]) -> CommandSpec:
-    """profile's spec with the arm's knobs in its probe settings."""
+    """profile's spec with the arm's knobs in its probe settings (None: a ``--scaling`` run, which counts
+    the samples of each step instead)."""
     from ddpdoctor.commands.profile import SPEC
 
     base = SPEC.settings
 
     def settings(v: dict[str, Any]) -> dict[str, Any]:
         out = base(v)
-        if knobs is not None:
-            out["profile"] = {**out["profile"], "knobs": dict(knobs)}
+        extra = {"knobs": dict(knobs)} if knobs is not None else {"count_samples": True}
+        out["profile"] = {**out["profile"], **extra}
         return out
 
     return dataclasses.replace(SPEC, settings=settings, pictures=pictures, run=None)
@@ -310,8 +311,9 @@ def tune(spec: CommandSpec, params: dict[str, Any]) -> Report:
     )
     click.echo("\n".join(lines))
     if json_path:
-        _write_json(
-            json_path,
+        from ddpdoctor.cli.findings import write_json
+
+        write_json(
             {
                 "command": "tune",
                 "script": name,
@@ -333,6 +335,7 @@ def tune(spec: CommandSpec, params: dict[str, Any]) -> Report:
                 "best": winner,
                 "not_tried": skipped,
             },
+            json_path,
         )
     return conclude([], Config(), command="tune", run_dir=parent)
 
@@ -419,18 +422,6 @@ def _tune_lines(
     return out
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=2, default=str) + "\n"
-    if path == "-":
-        click.echo(text, nl=False)
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise DdpdoctorError(f"cannot write {path}: {e.strerror}") from None
-
-
 def parse_sizes(text: str) -> list[int]:
     """``--scaling 1,2,4``: distinct world sizes of at least 1, ascending; a bad list is one line (exit 2)."""
     try:
@@ -457,7 +448,7 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
 
     from ddpdoctor.analysis.profile.scaling import machine_bound, scaling
     from ddpdoctor.analysis.profile.trials import RunFigures
-    from ddpdoctor.launch.command import attach_pictures, emit
+    from ddpdoctor.launch.command import attach_pictures, emit, gpu_count
     from ddpdoctor.record.reader import load_runs
 
     _refuse(dict(params, html_path=None), "profile --scaling")
@@ -484,7 +475,7 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
         runs[n] = arm
     figs: list[RunFigures] = [runs[n].figures for n in sizes]
     points, counted = scaling(figs)
-    gpus = _gpus()
+    gpus = gpu_count()
     bound = machine_bound(sizes, int(threads) if threads.isdigit() else 1, _cores(), gpus)
     lines = scaling_lines(name, points, counted, figs, threads, bound)
     top = runs[sizes[-1]]
@@ -497,19 +488,6 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
     if json_path:
         emit(report, json_path, None, quiet_text=True)
     return dc.replace(report, exit_code=max(r.report.exit_code for r in runs.values()))
-
-
-def _gpus() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0  # no NVML: a CPU machine
 
 
 def _add_to_manifest(run_dir: str, fields: dict[str, Any]) -> None:

@@ -18,7 +18,10 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 SHARE = 0.25  # exposed all-reduce above this share of the typical step ...
-MIN_MS = 1.0  # ... and above this many ms
+MIN_MS = 1.0  # ... and above this many ms ...
+MIN_BYTES = 2**20  # ... of gradients in two buckets or more, or at least this many bytes: one small message's
+# time is latency (on a busy CPU host, scheduling: 8.5 ms for the 2 KiB of probes/healthy.py on gloo, 2 cores),
+# which no DDP knob changes
 
 
 def _size(n: float) -> str:
@@ -59,6 +62,8 @@ def detect(record: RunRecord) -> list[Finding]:
     )
     buckets = [int(b) for b in info.get("buckets") or []]
     cap = info.get("bucket_cap_mb")
+    if len(buckets) < 2 and sum(buckets) < MIN_BYTES:
+        return []
     layout = (
         f"{len(buckets)} bucket{'s' if len(buckets) != 1 else ''} ({', '.join(_size(b) for b in buckets[:6])}"
         f"{', ...' if len(buckets) > 6 else ''}; bucket_cap_mb {cap:g})"

@@ -113,7 +113,9 @@ class Timeline(LineSamples, RankProbe):
         self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
         self.ddp: dict[str, Any] = {}  # what DDP's logger said last
         # samples per optimizer step (the leading size of each DDP.forward's first tensor, micro-batches
-        # summed): what `profile --scaling` counts as throughput; step samples -> steps
+        # summed): what `profile --scaling` counts as throughput; step samples -> steps. Only its runs count
+        # (a forward pre-hook on the DDP model: a script that copies or pickles its DDP object would carry it)
+        self.count_samples = False
         self.step_samples = 0
         self.samples_per_step: collections.Counter = collections.Counter()
         self.comm_hook: str | None = None  # a tune arm's compression hook (knobs.py), registered at the first forward
@@ -181,15 +183,16 @@ class Timeline(LineSamples, RankProbe):
 
     def _first_model(self, model: Any) -> None:
         """The first DDP model: its timers on every iteration (DDP's default is iterations 1-10 and every
-        100th: ``_set_ddp_runtime_logging_sample_rate``, torch/nn/parallel/distributed.py), and a forward
-        pre-hook that counts the samples of each forward."""
+        100th: ``_set_ddp_runtime_logging_sample_rate``, torch/nn/parallel/distributed.py), and in the runs of
+        ``profile --scaling`` a forward pre-hook that counts the samples of each forward."""
         try:
             if hasattr(model, "_set_ddp_runtime_logging_sample_rate"):  # every DDP has it (torch >= 1.9)
                 model._set_ddp_runtime_logging_sample_rate(1)
         except Exception as e:
             failures.report(self.p, "profile DDP timers", "DDP's backward timers on every iteration", e)
         try:
-            model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
+            if self.count_samples:
+                model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
         except Exception as e:
             failures.report(self.p, "profile sample count", "the samples per step (profile --scaling)", e)
         if self.comm_hook:
@@ -362,6 +365,7 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
     probe.timeline = tl
+    tl.count_samples = bool(isinstance(opts, dict) and opts.get("count_samples"))  # a `profile --scaling` run
     if isinstance(opts, dict) and isinstance(opts.get("knobs"), dict):  # a `ddpdoctor tune` arm
         from ddpdoctor.rank.probes.profile import knobs
 

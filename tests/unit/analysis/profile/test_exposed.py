@@ -8,7 +8,7 @@ from ddpdoctor.analysis.profile import exposed, trials
 from ddpdoctor.record.reader import load_run
 
 
-def _run(tmp_path, timers: dict[int, dict], step_ms: float = 30.0):
+def _run(tmp_path, timers: dict[int, dict], step_ms: float = 30.0, buckets: tuple = (262400, 2**20)):
     b = RunBuilder(tmp_path / "run", command="profile")
     for rank, ddp in timers.items():
         b.start(rank)
@@ -24,7 +24,7 @@ def _run(tmp_path, timers: dict[int, dict], step_ms: float = 30.0):
             "profile_info",
             2.0,
             steps=20,
-            buckets=[262400],
+            buckets=list(buckets),
             bucket_cap_mb=25.0,
             ddp=ddp,
             step_samples={"128": 20},
@@ -37,7 +37,13 @@ def test_exposed_allreduce_over_a_quarter_of_the_step_is_named_with_its_buckets(
     [f] = exposed.detect(_run(tmp_path, {0: t, 1: t}))
     assert f.id == "profile.exposed-comm" and f.culprits == (0, 1)
     assert "10.0 ms per step after the backward compute ended" in f.message and "33 % of the 30.0 ms" in f.message
-    assert "1 bucket (256 KiB; bucket_cap_mb 25)" in f.message and "ddpdoctor tune" in f.hint
+    assert "2 buckets (256 KiB, 1.0 MiB; bucket_cap_mb 25)" in f.message and "ddpdoctor tune" in f.hint
+
+
+def test_one_small_bucket_is_latency_no_knob_changes(tmp_path):
+    t = {"backward_ms": 1.0, "comm_ms": 9.0, "overlap_ms": 0.5}
+    assert exposed.exposed_by_rank(_run(tmp_path, {0: t, 1: t}, 10.0, (2304,))) == {0: 8.5, 1: 8.5}
+    assert exposed.detect(_run(tmp_path / "b", {0: t, 1: t}, 10.0, (2304,))) == []
 
 
 def test_a_wait_for_a_slower_rank_is_no_exposed_communication(tmp_path):
