@@ -116,16 +116,23 @@ def _refuse(params: dict[str, Any], command: str) -> None:
             )
 
 
-def _stop_on_failure(arm: ArmRun, what: str) -> Report | None:
-    """The arm's report, printed, when the script itself failed there (every other arm would too)."""
-    if arm.figures is None or arm.report.exit_code not in (0,):
-        if arm.figures is None or any(f.severity == "error" for f in arm.report.findings):
-            from ddpdoctor.render import RENDERERS
+def _failed(arm: ArmRun) -> bool:
+    """The arm has no figures (no steady step) or an error finding (a crash, a hang)."""
+    return arm.figures is None or any(f.severity == "error" for f in arm.report.findings)
 
-            click.echo(f"ddpdoctor: {what} failed; its report:", err=True)
-            click.echo(RENDERERS["text"](arm.report), nl=False)
-            return arm.report
-    return None
+
+def _stop_on_failure(arm: ArmRun, what: str) -> Report | None:
+    """The arm's report, printed, when the unchanged script failed there (every other arm would too); a run
+    that ended well but made no steady optimizer step gives nothing to measure: exit code 4, never 0."""
+    if not _failed(arm):
+        return None
+    from ddpdoctor.render import RENDERERS
+
+    click.echo(f"ddpdoctor: {what} failed or made no steady optimizer step; its report:", err=True)
+    click.echo(RENDERERS["text"](arm.report), nl=False)
+    if arm.report.exit_code == 0:
+        return dataclasses.replace(arm.report, exit_code=ExitCode.NOT_RUN)
+    return arm.report
 
 
 def _script_text(params: dict[str, Any], command: str) -> tuple[str, str]:
@@ -286,11 +293,11 @@ def tune(spec: CommandSpec, params: dict[str, Any]) -> Report:
             if lab in BASELINES and (stopped := _stop_on_failure(arm, f"{lab} of repetition {rep + 1}")):
                 return stopped
             fig = arm.figures
-            bad = fig is None or any(f.severity == "error" for f in arm.report.findings)
-            times[lab].append(None if bad else fig.step_ms)
-            if bad:
+            if fig is None or _failed(arm):
+                times[lab].append(None)
                 failures.setdefault(lab, arm.report.summary or arm.report.verdict)
             else:
+                times[lab].append(fig.step_ms)
                 spreads[lab].append(fig.spread_ms)
                 hook = fig.facts.get("hook") or {}
                 if hook and not hook.get("registered"):

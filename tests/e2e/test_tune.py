@@ -64,6 +64,35 @@ def test_a_healthy_compute_bound_job_gets_no_invented_gain(tmp_path):
 
 
 @pytest.mark.extended
+def test_the_bucket_sweep_runs_each_size_in_place_of_the_scripts_own(tmp_path):
+    """The script sets bucket_cap_mb=1; each sweep arm's DDP was built with the arm's size (DDP's own logger
+    says so), the script's value is left out of the sweep, and whatever the verdicts, each is one of the
+    rule's (bucket size does not matter beyond noise on gloo here: docs/how-it-works.md)."""
+    r = ddpdoctor(
+        ["tune", "--knobs", "bucket_cap_mb", "--reps", "2", "--steps", "20", str(SCRIPTS / "tune_small_buckets.py")],
+        tmp_path,
+        timeout=900,
+    )
+    assert r.code == 0, r.err[-3000:]
+    arms = r.report["arms"]
+    assert [a for a in arms if a.startswith("bucket")] == ["bucket_cap_mb=5", "bucket_cap_mb=25", "bucket_cap_mb=100"]
+    assert all(arms[a]["verdict"] in ("faster", "slower", "within noise") for a in arms if a.startswith("bucket"))
+
+    def cap_of(folder: Path) -> float:
+        infos = [
+            e
+            for e in map(json.loads, (folder / "ranks" / "0" / "timeline.jsonl").read_text().splitlines())
+            if e["kind"] == "profile_info"
+        ]
+        return infos[-1]["bucket_cap_mb"]
+
+    assert cap_of(r.run_dir / "survey") == 1
+    for cap in (5, 25, 100):
+        [folder] = [d for d in r.run_dir.iterdir() if d.name.startswith("rep0-") and d.name.endswith(f"={cap}")]
+        assert cap_of(folder) == cap
+
+
+@pytest.mark.extended
 def test_scaling_on_one_and_two_ranks(tmp_path):
     r = ddpdoctor(
         ["profile", "--scaling", "1,2", "--steps", "30", str(SCRIPTS / "tune_compute_bound.py")], tmp_path, timeout=600
@@ -96,3 +125,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     r = ddpdoctor([*args, str(script)], tmp_path, json_report=False)
     assert r.code == 2 and words in r.err and "Traceback" not in r.err
     assert not Path(r.run_dir).exists() or not any(Path(r.run_dir).iterdir())
+
+
+def test_a_script_that_fails_unchanged_stops_tune_after_the_survey(tmp_path):
+    """One short job (default tier): the survey run crashes, so every arm would; tune prints that run's
+    report with its finding and exit code, and runs no arm."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\ndist.init_process_group('gloo')\nraise ValueError('bad config')  # CRASH\n"
+    )
+    r = ddpdoctor(["tune", str(script)], tmp_path, json_report=False)
+    assert r.code == 1, r.err[-3000:]
+    assert "the survey run (the script unchanged) failed" in r.err
+    assert "crash.exception" in r.out and "bad config" in r.out
+    assert [d.name for d in r.run_dir.iterdir()] == ["survey"]
