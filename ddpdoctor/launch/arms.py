@@ -322,6 +322,8 @@ def tune(spec: CommandSpec, params: dict[str, Any]) -> Report:
 
         write_json(
             {
+                "schema": "ddpdoctor.tune",
+                "version": 1,
                 "command": "tune",
                 "script": name,
                 "run_dir": parent,
