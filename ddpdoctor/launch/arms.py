@@ -136,23 +136,17 @@ def _stop_on_failure(arm: ArmRun, what: str) -> Report | None:
 
 
 def _script_text(params: dict[str, Any], command: str) -> tuple[str, str]:
-    """The script's name and source text (for ``register_comm_hook``)."""
-    from ddpdoctor.cli.options import run_command
-    from ddpdoctor.commands import COMMANDS
-    from ddpdoctor.launch.command import probe_path
+    """The script's name and source text (for ``register_comm_hook``). ``ddpdoctor CMD -- COMMAND...`` (the
+    user's own launcher line): the command's first ``.py`` word, if any."""
+    from ddpdoctor.launch.command import split_script
     from ddpdoctor.launch.script import module_path
 
     p = dict(params)
-    if p.get("probe"):
-        path = probe_path(f"{p['probe']}.py")
-        name = path
+    if p.get("launch_command"):
+        words = [str(w) for w in p.get("script_args") or ()]
+        name, path = " ".join(words), next((w for w in words if w.endswith(".py")), "")
     else:
-        args = list(p.get("script_args") or ())
-        if not args:
-            from ddpdoctor.cli.options import split_script
-
-            split_script(run_command(COMMANDS[command]), p)  # says "no script" in one line
-        name = args[0]
+        name, _args = split_script(command, p)  # no script: one line, exit 2
         path = module_path(name) if p.get("module") else name
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -462,8 +456,11 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
 
     _refuse(dict(params, html_path=None), "profile --scaling")
     sizes = parse_sizes(str(params.pop("scaling")))
-    if params.get("nproc_per_node") or params.get("nnodes"):
-        raise DdpdoctorError("--scaling sets the number of ranks of each run: leave out --nproc-per-node and --nnodes")
+    if params.get("nproc_per_node") or params.get("nnodes") or params.get("launch_command"):
+        raise DdpdoctorError(
+            "--scaling sets the number of ranks of each run: leave out --nproc-per-node and --nnodes, and give "
+            "the script itself rather than a launcher command"
+        )
     steps = int(params.get("steps") or 30)
     params = dict(params, steps=steps)
     html_path, json_path = params.get("html_path"), params.get("json_path")
