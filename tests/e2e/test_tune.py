@@ -99,7 +99,9 @@ def test_scaling_on_one_and_two_ranks(tmp_path):
     )
     assert r.code == 0, r.err[-3000:]
     m = re.search(r"^  2 ranks: (\d+\.\d\d)x of 2x \((\d+) %\)", r.out, re.M)
-    assert m and 0.2 < float(m.group(1)) < 2.5 and abs(float(m.group(1)) / 2 * 100 - int(m.group(2))) <= 1
+    assert m and float(m.group(1)) > 0 and abs(float(m.group(1)) / 2 * 100 - int(m.group(2))) <= 1
+    # on a busy shared host the 1-rank run can be the slow one: the report must then say it is above linear
+    assert ("note: above linear" in r.out) == (float(m.group(1)) / 2 > 1.05)
     assert "OMP_NUM_THREADS=1 in every run" in r.out
     assert "128 per rank per step at 1 rank" in r.out  # the forward's batch of 128 samples, counted
     assert re.search(r"lost \d+\.\d ms of its \d+\.\d ms step: exposed communication", r.out)
