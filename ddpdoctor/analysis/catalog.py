@@ -81,6 +81,7 @@ from ddpdoctor.analysis.ids import (
     POSTMORTEM_NO_DUMP,
     PROBE_INTERNAL_ERROR,
     PROFILE_DATALOADER_BOUND,
+    PROFILE_EXPOSED_COMM,
     PROFILE_LOW_GPU_UTIL,
     PROFILE_STRAGGLER,
     PROFILE_SUMMARY,
@@ -307,6 +308,12 @@ _ENTRIES = (
     # profile
     _e(PROFILE_STRAGGLER, "profile", "warning", "a rank is slower than the others in one phase"),
     _e(PROFILE_DATALOADER_BOUND, "profile", "warning", "steps wait on the DataLoader"),
+    _e(
+        PROFILE_EXPOSED_COMM,
+        "profile",
+        "warning",
+        "the gradient all-reduce runs on after backward: a large share of the step",
+    ),
     _e(PROFILE_LOW_GPU_UTIL, "profile", "warning", "median GPU utilisation below 90 %"),
     _e(PROFILE_SUMMARY, "profile", "note", "each rank's median step split into phases"),
     # ddpdoctor's own probes

@@ -98,6 +98,7 @@ LAUNCH_RANK_NOT_ENTERED: Final = "launch.rank-not-entered"
 
 # profile
 PROFILE_DATALOADER_BOUND: Final = "profile.dataloader-bound"
+PROFILE_EXPOSED_COMM: Final = "profile.exposed-comm"
 PROFILE_LOW_GPU_UTIL: Final = "profile.low-gpu-util"
 PROFILE_STRAGGLER: Final = "profile.straggler"
 PROFILE_SUMMARY: Final = "profile.summary"

@@ -11,7 +11,8 @@ import click
 from ddpdoctor.analysis.catalog import FAMILIES
 
 
-def _json_out(doc: dict, path: str) -> None:
+def write_json(doc: dict, path: str) -> None:
+    """``doc`` as indented JSON into ``path`` ('-': standard output); a file that cannot be written is one line."""
     text = json.dumps(doc, indent=1) + "\n"
     if path == "-":
         click.echo(text, nl=False)
@@ -84,7 +85,7 @@ def findings(finding_id: str | None, family: str | None, json_path: str | None) 
         e = CATALOG[finding_id]
         text = page_text(e.id)
         if json_path:
-            _json_out({"schema": "ddpdoctor.finding", "version": 1, **_row(e), "text": text}, json_path)
+            write_json({"schema": "ddpdoctor.finding", "version": 1, **_row(e), "text": text}, json_path)
             sys.exit(0)
         if text is None:  # an install without the pages: say where they are, where anyone knows
             where = f"it is at {e.url}" if e.url else f"it is {e.page} in ddpdoctor's source"
@@ -96,7 +97,7 @@ def findings(finding_id: str | None, family: str | None, json_path: str | None) 
         sys.exit(0)
     entries = [e for e in CATALOG.values() if family is None or e.family == family]
     if json_path:
-        _json_out({"schema": "ddpdoctor.findings", "version": 1, "findings": [_row(e) for e in entries]}, json_path)
+        write_json({"schema": "ddpdoctor.findings", "version": 1, "findings": [_row(e) for e in entries]}, json_path)
         sys.exit(0)
     width = max(len(e.id) for e in entries)
     for e in entries:

@@ -328,7 +328,7 @@ def run_command(spec: CommandSpec) -> click.Command:
         # the project's [tool.ddpdoctor] here, not in run_params: doctor's self-test must not take it
         params["select"], params["ignore"] = selection(params.get("select", ()), params.get("ignore", ()))
         params["launch_command"] = bool(click.get_current_context().meta.get("ddpdoctor.launcher"))
-        sys.exit(run_params(spec, params).exit_code)
+        sys.exit((spec.run or run_params)(spec, params).exit_code)
 
     for opt in reversed(spec.options):
         callback = click.option(*opt.decls, **opt.kwargs)(callback)

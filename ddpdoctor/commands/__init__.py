@@ -56,12 +56,15 @@ class CommandSpec:
     validate: Callable[[Values], None] = _no_check  # raises DdpdoctorError on a bad combination
     wrapper: Callable[[Values], tuple[str, ...]] = _no_wrapper  # a program each rank runs under (nsys)
     pictures: tuple[str, ...] = ()  # render.pictures names written into the run directory
+    # a command that runs several arms of the script (tune, profile --scaling) drives the runs itself:
+    # (spec, click parameters) -> Report; None: one run (launch.command.run_params)
+    run: Callable[[CommandSpec, Values], Any] | None = None
 
 
 def _registry() -> dict[str, CommandSpec]:
-    from ddpdoctor.commands import check, hang, memleak, profile
+    from ddpdoctor.commands import check, hang, memleak, profile, tune
 
-    return {s.name: s for s in (hang.SPEC, check.SPEC, memleak.SPEC, profile.SPEC)}
+    return {s.name: s for s in (hang.SPEC, check.SPEC, memleak.SPEC, profile.SPEC, tune.SPEC)}
 
 
 COMMANDS: dict[str, CommandSpec] = _registry()

@@ -29,6 +29,18 @@ def _nsys(v: Values) -> tuple[str, ...]:
     return (nsys, "profile", "-t", "cuda,nvtx,osrt", "--force-overwrite", "true", *extra, "-o", "NSYS_OUTPUT")
 
 
+def _run(spec: CommandSpec, params: Values) -> object:
+    """One run, or with --scaling one run per world size (launch/arms.py)."""
+    if params.get("scaling"):
+        from ddpdoctor.launch.arms import scaling_run
+
+        return scaling_run(spec, params)
+    from ddpdoctor.launch.command import run_params
+
+    params.pop("scaling", None)
+    return run_params(spec, params)
+
+
 SPEC = CommandSpec(
     name="profile",
     help="""Where each rank's step time goes: phases, stragglers, data waits.
@@ -38,6 +50,7 @@ SPEC = CommandSpec(
     \b
     ddpdoctor profile --steps 200 train.py            # own timeline: trace.json (Perfetto)
     ddpdoctor profile --nsys train.py                 # plus one nsys report per rank
+    ddpdoctor profile --scaling 1,2,4 train.py        # throughput and efficiency per world size
     """,
     options=(
         Opt(
@@ -67,6 +80,14 @@ SPEC = CommandSpec(
                 help="Time each DDP bucket's all-reduce.  [default: with --nsys]",
             ),
         ),
+        Opt(
+            ("--scaling",),
+            dict(
+                metavar="N,N...",
+                default=None,
+                help="Run at each world size (1,2,4): efficiency vs the smallest.",
+            ),
+        ),
     ),
     settings=lambda v: {
         "profile": {"nsys": bool(v.get("use_nsys")), "bucket_ranges": bool(v.get("bucket_ranges") or v.get("use_nsys"))}
@@ -74,4 +95,5 @@ SPEC = CommandSpec(
     stop=lambda v: Stop(steps=v.get("steps")),
     wrapper=_nsys,
     pictures=("trace", "html"),
+    run=_run,
 )

@@ -27,19 +27,21 @@ def _default_nproc() -> str:
 
     if (n := default_nproc(os.environ)) is not None:
         return n
+    return str(gpus) if (gpus := gpu_count()) > 0 else "2"
+
+
+def gpu_count() -> int:
+    """The GPUs the driver sees through NVML (0 without NVML or a driver)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            n = pynvml.nvmlDeviceGetCount()
+            return int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-        if n > 0:
-            return str(n)
     except Exception:
-        pass
-    return "2"
+        return 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,6 +128,9 @@ K_CUDA_SNAPSHOT = "cuda_snapshot"  # a --snapshot dump written (or "none": no CU
 # profile (timeline.jsonl)
 K_SAMPLES = "samples"  # main-thread line samples per phase (deltas)
 K_PROFILE_INFO = "profile_info"  # steps, buckets, AMP, sampling period
+K_TUNE_DDP = "tune_ddp"  # tune: the script's own DDP arguments, and the ones the arm set
+K_TUNE_LOADER = "tune_loader"  # tune: a DataLoader's num_workers (script's, arm's), its dataset's kind
+K_TUNE_HOOK = "tune_hook"  # tune: the compression hook registered, or why not
 
 # files the tool writes into the run directory after the run
 TRACE_JSON = "trace.json"  # Perfetto/Chrome trace of every rank's ranges

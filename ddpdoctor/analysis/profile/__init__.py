@@ -10,6 +10,7 @@ from ddpdoctor.record.reader import RunRecord
 
 def detect(record: RunRecord, config: Config) -> list[Finding]:
     """Every finding of the profile family."""
-    from ddpdoctor.analysis.profile import backward, breakdown
+    from ddpdoctor.analysis.profile import backward, breakdown, exposed
 
-    return backward.add(breakdown.detect(record, config), record)  # + a straggler inside backward
+    # + a straggler inside backward; + the all-reduce the backward did not hide
+    return backward.add(breakdown.detect(record, config), record) + exposed.detect(record)

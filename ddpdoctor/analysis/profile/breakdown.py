@@ -362,7 +362,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
     ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
     if ddp.get("comm_ms") is not None:
         tuning += (
-            f"; DDP's own timers (rank {r0}, sampled): backward "
+            f"; DDP's own timers (rank {r0}, averaged over the iterations DDP timed): backward "
             f"compute {ddp.get('backward_ms', 0):.2f} ms, gradient all-reduce {ddp['comm_ms']:.2f} ms, "
             f"{ddp.get('overlap_ms', 0):.2f} ms of it overlapped"
         )

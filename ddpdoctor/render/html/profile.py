@@ -37,7 +37,16 @@ LANE = {
 COMM = ("comm", "#9467bd")
 
 
-def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
+EXPOSED = "#d62728"  # the part of backward+comm that is all-reduce after the backward compute ended
+LOST = [  # profile --scaling: the parts of the lost step time (analysis/profile/scaling.py LOST_PARTS)
+    ("exposed communication", EXPOSED),
+    ("waiting for a slower rank", "#e377c2"),
+    ("data wait", "#8c564b"),
+    ("rest", "#bcbd22"),
+]
+
+
+def _bars(rows: list[tuple[str, dict[str, float], bool]], exposed: dict[str, float] | None = None) -> str:
     left, right, bar_h, gap, width = 190, 90, 18, 8, 900
     top = 10
     scale_max = max([sum(float(m.get(p, 0) or 0) for p, _c in PHASES) for _l, m, _s in rows] + [1e-9])
@@ -64,6 +73,13 @@ def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
                     f"<title>{e(label)}: {e(phase)} {v:.1f} ms</title></rect>"
                 )
             x += w
+            xp = min(float((exposed or {}).get(label, 0.0)), v) / scale_max * pw
+            if phase == "backward+comm" and xp > 0.2:  # its end: the all-reduce the backward did not hide
+                out.append(
+                    f'<rect x="{x - xp:.1f}" y="{y + bar_h // 2}" width="{xp:.1f}" height="{bar_h - bar_h // 2}" '
+                    f'fill="{EXPOSED}"><title>{e(label)}: gradient all-reduce after the backward compute ended '
+                    f"{float((exposed or {})[label]):.1f} ms</title></rect>"
+                )
         total = sum(float(m.get(p, 0) or 0) for p, _c in PHASES)
         out.append(f'<text x="{x + 6:.1f}" y="{y + bar_h - 5}">{total:.1f} ms</text>')
         if slow:
@@ -72,8 +88,86 @@ def _bars(rows: list[tuple[str, dict[str, float], bool]]) -> str:
                 f'fill="none" stroke="#b3261e" stroke-width="2"/>'
             )
     out.append("</svg>")
-    legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{e(p)}</span>' for p, c in PHASES)
+    shown = [*PHASES, ("exposed all-reduce (part of backward+comm)", EXPOSED)] if exposed else PHASES
+    legend = "".join(f'<span><i class="sw" style="background:{c}"></i>{e(p)}</span>' for p, c in shown)
     return f'<div class="bar-legend">{legend}</div>' + "".join(out)
+
+
+def _scaling(points: list[dict[str, Any]]) -> str:
+    """profile --scaling: the speedup per world size against linear (left), and each world size's step as
+    the smallest run's step plus the lost parts, stacked (right)."""
+    pts = sorted((p for p in points if isinstance(p, dict)), key=lambda p: int(p.get("world_size") or 0))
+    if len(pts) < 2:
+        return ""
+    w, h, pad = 360, 240, 44
+    top_x = max(float(p["ideal"]) for p in pts)
+    top_y = max(top_x, max(float(p["speedup"]) for p in pts))
+
+    def xy(ideal: float, y: float) -> tuple[float, float]:
+        return pad + (ideal - 1) / max(top_x - 1, 1e-9) * (w - 2 * pad), h - pad - y / top_y * (h - 2 * pad)
+
+    x0, y0 = xy(float(pts[0]["ideal"]), float(pts[0]["ideal"]))
+    x1, y1 = xy(top_x, top_x)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-size="12" role="img" '
+        f'aria-label="scaling against linear">',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#656d76"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#656d76"/>',
+        f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" stroke="#656d76" stroke-dasharray="4 3">'
+        "<title>linear</title></line>",
+        f'<text x="{x1 - 4:.1f}" y="{y1 - 6:.1f}" text-anchor="end" fill="#656d76">linear</text>',
+    ]
+    line = []
+    for p in pts:
+        x, y = xy(float(p["ideal"]), float(p["speedup"]))
+        line.append(f"{x:.1f},{y:.1f}")
+        n = int(p["world_size"])
+        out.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#1f77b4"><title>{n} ranks: {float(p["speedup"]):.2f}x '
+            f"of {float(p['ideal']):g}x ({100 * float(p.get('efficiency') or 0):.0f} %)</title></circle>"
+            f'<text x="{x:.1f}" y="{h - pad + 16}" text-anchor="middle">{n}</text>'
+            f'<text x="{x + 6:.1f}" y="{y + 14:.1f}" fill="#1f77b4">{100 * float(p.get("efficiency") or 0):.0f} %</text>'
+        )
+    out.append(f'<polyline points="{" ".join(line)}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
+    out.append(f'<text x="{w / 2:.0f}" y="{h - 8}" text-anchor="middle" fill="#656d76">ranks</text>')
+    out.append(f'<text x="12" y="{pad - 12}" fill="#656d76">speedup (throughput vs the smallest run)</text></svg>')
+    # stacked steps: the smallest run's step scaled (what a perfect scaling keeps), then the lost parts
+    bw, bh = 520, 26 * len(pts) + 30
+    longest = max(float(p["step_ms"]) for p in pts) or 1.0
+    bars = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{bw}" height="{bh}" font-size="12" role="img" '
+        'aria-label="step time per world size: ideal and lost parts">'
+    ]
+    for i, p in enumerate(pts):
+        y = 8 + i * 26
+        lost = p.get("lost") or {}
+        ideal = max(0.0, float(p["step_ms"]) - float(p.get("lost_ms") or 0.0))
+        x = 80.0
+        n = int(p["world_size"])
+        bars.append(f'<text x="72" y="{y + 14}" text-anchor="end">{n} rank{"s" if n != 1 else ""}</text>')
+        for name, c, v in [("as the smallest run", "#1f77b4", ideal)] + [
+            (k, c, float(lost.get(k) or 0)) for k, c in LOST
+        ]:
+            wd = v / longest * (bw - 160)
+            if wd > 0.2:
+                bars.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{wd:.1f}" height="18" fill="{c}"><title>{e(name)} '
+                    f"{v:.1f} ms</title></rect>"
+                )
+            x += wd
+        bars.append(f'<text x="{x + 6:.1f}" y="{y + 14}">{float(p["step_ms"]):.1f} ms</text>')
+    bars.append("</svg>")
+    legend = "".join(
+        f'<span><i class="sw" style="background:{c}"></i>{e(n)}</span>'
+        for n, c in [("step as the smallest run", "#1f77b4"), *LOST]
+    )
+    return (
+        "<h3>Scaling (profile --scaling)</h3><p>Throughput against the smallest run, and linear; each world "
+        "size's step: what the smallest run's pace gives, then the lost part split by the records.</p>"
+        + "".join(out)
+        + f'<div class="bar-legend">{legend}</div>'
+        + "".join(bars)
+    )
 
 
 def _steps_of(timeline: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -250,6 +344,8 @@ def section(report: Report, record: Any, src: Sources) -> str:
         return ""
     slow = {r for f in report.findings if f.id == PROFILE_STRAGGLER for r in f.culprits}
     out = ['<section id="profile"><h2>Where the step time goes</h2>']
+    if isinstance(record.manifest.get("scaling"), list):
+        out.append(_scaling(record.manifest["scaling"]))
     if medians:
         per = {int(r): m for r, m in medians.items() if isinstance(m, dict)}
         rows: list[tuple[str, dict[str, float], bool]] = []
@@ -264,8 +360,21 @@ def section(report: Report, record: Any, src: Sources) -> str:
             rest = [r for r in per if r not in pick]
             med = {p: statistics.median(float(per[r].get(p, 0) or 0) for r in rest) for p, _c in PHASES}
             rows.append((f"median of {ranks_label(rest)}", med, False))
-        out.append("<p>Median milliseconds per step in the steady state, by phase; the straggler is outlined.</p>")
-        out.append(_bars(rows))
+        from ddpdoctor.analysis.profile.exposed import exposed_by_rank
+
+        by_rank = exposed_by_rank(record)
+        ranked = [(label, int(label.split()[1])) for label, _m, _s in rows if label.startswith("rank ")]
+        marked = {label: by_rank[r] for label, r in ranked if r in by_rank}
+        out.append(
+            "<p>Median milliseconds per step in the steady state, by phase; the straggler is outlined"
+            + (
+                "; in red inside backward+comm, the gradient all-reduce after the backward compute ended (DDP's timers)"
+                if marked
+                else ""
+            )
+            + ".</p>"
+        )
+        out.append(_bars(rows, marked))
     if any(r.timeline for r in record.ranks.values()):
         step_ms = {int(r): float(m.get("step", 0) or 0) for r, m in (medians or {}).items() if isinstance(m, dict)}
         if not step_ms and len(record.ranks) > MAX_LANES:  # past 64 ranks the summary keeps no medians

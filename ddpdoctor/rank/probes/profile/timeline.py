@@ -112,6 +112,13 @@ class Timeline(LineSamples, RankProbe):
         self.bucket_ranges = False  # a timing comm hook per DDP model (--bucket-ranges, --nsys)
         self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
         self.ddp: dict[str, Any] = {}  # what DDP's logger said last
+        # samples per optimizer step (the leading size of each DDP.forward's first tensor, micro-batches
+        # summed): what `profile --scaling` counts as throughput; step samples -> steps. Only its runs count
+        # (a forward pre-hook on the DDP model: a script that copies or pickles its DDP object would carry it)
+        self.count_samples = False
+        self.step_samples = 0
+        self.samples_per_step: collections.Counter = collections.Counter()
+        self.comm_hook: str | None = None  # a tune arm's compression hook (knobs.py), registered at the first forward
         self.init_samples()
 
     # a range is (name, category, thread id, start ns, end ns, payload)
@@ -153,6 +160,9 @@ class Timeline(LineSamples, RankProbe):
             self.buf.append(("step", None, _native_id(), self.step_t0, now, self.step))
             self.kept_steps += 1
         self.step += 1
+        if len(self.samples_per_step) < 64 or self.step_samples in self.samples_per_step:
+            self.samples_per_step[self.step_samples] += 1
+        self.step_samples = 0
         self.keep = keep_step(self.step)
         self.step_t0 = now
         self.step_rid = self._nvtx_start("step", None, self.step)
@@ -165,10 +175,43 @@ class Timeline(LineSamples, RankProbe):
         self.amp = self.amp or self._autocast()
         if self.model_ref is None:
             self.model_ref = weakref.ref(model)
+            self._first_model(model)
         if self.bucket_ranges:
             ensure_bucket_hook(model, self)
         self.fwd_stack.append((self.start("forward", "compute"), self.phase))
         self.phase = "forward"
+
+    def _first_model(self, model: Any) -> None:
+        """The first DDP model: its timers on every iteration (DDP's default is iterations 1-10 and every
+        100th: ``_set_ddp_runtime_logging_sample_rate``, torch/nn/parallel/distributed.py), and in the runs of
+        ``profile --scaling`` a forward pre-hook that counts the samples of each forward."""
+        try:
+            if hasattr(model, "_set_ddp_runtime_logging_sample_rate"):  # every DDP has it (torch >= 1.9)
+                model._set_ddp_runtime_logging_sample_rate(1)
+        except Exception as e:
+            failures.report(self.p, "profile DDP timers", "DDP's backward timers on every iteration", e)
+        try:
+            if self.count_samples:
+                model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
+        except Exception as e:
+            failures.report(self.p, "profile sample count", "the samples per step (profile --scaling)", e)
+        if self.comm_hook:
+            from ddpdoctor.rank.probes.profile import knobs
+
+            try:
+                knobs.register_hook(self, model)
+            except Exception as e:
+                failures.report(self.p, "tune comm hook", "the arm's compression hook (this arm ran without it)", e)
+
+    def _count_samples(self, _module: Any, args: tuple, kwargs: dict) -> None:
+        """The leading size of the forward's first tensor argument (a batch's samples), added to the step's."""
+        if threading.get_ident() != self.main_ident:
+            return
+        for a in (*args, *kwargs.values()):
+            shape = getattr(a, "shape", None)
+            if shape is not None and len(shape) >= 1:
+                self.step_samples += int(shape[0])
+                return
 
     def after_forward(self, model: Any) -> None:
         if threading.get_ident() != self.main_ident or not self.fwd_stack:
@@ -251,6 +294,7 @@ class Timeline(LineSamples, RankProbe):
             nvtx=self.dom is not None,
             samples=self.n_samples,
             sample_ms=self.period * 1000.0,
+            step_samples={str(k): v for k, v in self.samples_per_step.items()},
         )
 
     def on_tick(self) -> None:
@@ -321,6 +365,11 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
     probe.timeline = tl
+    tl.count_samples = bool(isinstance(opts, dict) and opts.get("count_samples"))  # a `profile --scaling` run
+    if isinstance(opts, dict) and isinstance(opts.get("knobs"), dict):  # a `ddpdoctor tune` arm
+        from ddpdoctor.rank.probes.profile import knobs
+
+        knobs.install(tl, opts["knobs"])
     main = probe.main_ident
 
     # backward: wraps torch.autograd.backward (Tensor.backward calls it); ends after DDP's final
