@@ -452,7 +452,7 @@ def scaling_run(spec: CommandSpec, params: dict[str, Any]) -> Report:
     from ddpdoctor.analysis.profile.scaling import machine_bound, scaling
     from ddpdoctor.analysis.profile.trials import RunFigures
     from ddpdoctor.launch.command import attach_pictures, emit, gpu_count
-    from ddpdoctor.record.reader import load_runs
+    from ddpdoctor.record.mirror import load_runs
 
     _refuse(dict(params, html_path=None), "profile --scaling")
     sizes = parse_sizes(str(params.pop("scaling")))
