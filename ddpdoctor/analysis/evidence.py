@@ -3,6 +3,9 @@ ddpdoctor's collective wrappers where it was off, and the ranks whose flight rec
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from ddpdoctor.analysis.findings import ranks_phrase
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -36,3 +39,53 @@ def recorder_notes(record: RunRecord) -> tuple[str, ...]:
             "their collectives come from their heartbeats and ddpdoctor's ledger"
         )
     return tuple(notes)
+
+
+def _final(rec: Any, group: str) -> int:
+    """The last position of ``group`` the rank's own records say it reached (heartbeat, finish, ledger)."""
+    out = 0
+    for src in (rec.last_hb, rec.event(schema.K_FINISH)):
+        seq = (src or {}).get("seq")
+        if isinstance(seq, dict) and isinstance(seq.get(group), int):
+            out = max(out, seq[group])
+    for e in rec.ledger[-8:]:
+        rng = e.get("seq")
+        if e.get("group") == group and isinstance(rng, list) and rng and isinstance(rng[-1], int):
+            out = max(out, rng[-1])
+    return out
+
+
+def harmonized(record: RunRecord) -> RunRecord:
+    """The record with each rank's calls comparable across ranks. A rank that left no flight record (killed
+    or aborted before its dump) knows of its collectives only the ones the wrappers saw; the positions torch
+    filled in between are unknown there. Another rank's flight entry at such a position (DDP's bucket, FSDP's
+    all-gather: a call torch made) is set aside, so that both read "a call torch made" and a culprit never
+    rests on what only one rank's records carry. Positions beyond what that rank reached stay (it never got
+    there: that is evidence). The input is not changed: the ranks whose ledgers change are copies."""
+    have = {r for r, rec in record.ranks.items() if rec.flight is not None}
+    lacking = [rec for r, rec in record.ranks.items() if r not in have and rec.event(schema.K_INIT) is not None]
+    if not have or not lacking:
+        return record
+    unknown: dict[str, set[int]] = {}  # group -> positions some rank without a flight record has no entry for
+    groups = {e.get("group") for r in have for e in record.ranks[r].ledger if e.get("src") == "flight"}
+    for rec in lacking:
+        for g in groups:
+            if not isinstance(g, str):
+                continue
+            covered: set[int] = set()
+            for e in rec.ledger:
+                rng = e.get("seq")
+                if e.get("group") == g and isinstance(rng, list) and len(rng) == 2:
+                    covered.update(range(int(rng[0]), int(rng[1]) + 1))
+            unknown.setdefault(g, set()).update(p for p in range(1, _final(rec, g) + 1) if p not in covered)
+    ranks = dict(record.ranks)
+    for r in have:
+        rec = ranks[r]
+        kept = [
+            e
+            for e in rec.ledger
+            if not (e.get("src") == "flight" and e.get("seq") and e["seq"][0] in unknown.get(str(e.get("group")), ()))
+        ]
+        if len(kept) != len(rec.ledger):
+            ranks[r] = dataclasses.replace(rec, ledger=kept)
+    return dataclasses.replace(record, ranks=ranks)

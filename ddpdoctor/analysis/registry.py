@@ -36,6 +36,7 @@ def diagnose(record: RunRecord, config: Config, command: str | None = None) -> R
     earlier = [diagnose(dataclasses.replace(a, attempts=()), config, command) for a in record.attempts]
     record, damaged = wellformed.screen(record)  # damaged records set aside, each file's said in one line
     record = complete_errors(record)  # a new record: diagnose never changes its input
+    record = evidence.harmonized(record)  # a rank without a flight record: the others' torch-made calls set aside
     findings: list[Finding] = []
     for det in REGISTRY.values():
         findings += det(record, config)
