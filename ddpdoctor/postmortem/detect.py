@@ -848,6 +848,10 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         guarded = {} if rare else _guarded(pend, len(world))
         if guarded and len(guarded) < len(pend):
             return _guarded_finding(pend, shapes, guarded, ev)
+        if not rare:
+            routine = _routine(inp, pend, e0.group, e0.seq)
+            if routine is not None:
+                return routine
         left = () if rare else _new_call(inp, pend, shapes)
         odd = part.odd
         fid = HANG_SHAPE_MISMATCH if part.kind == "shape-mismatch" else HANG_DIVERGENT_COLLECTIVE
@@ -895,6 +899,52 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         tuple(locs),
         ev,
         culprits=(),
+    )
+
+
+_LOOK = 512  # calls looked back for a routine (analysis/hang/attribution.py looks as far)
+
+
+def _routine(inp: Inputs, pend: dict[int, Entry], group: str, seq: int) -> Finding | None:
+    """The ranks that left the routine of their earlier steps on ``group`` (``judge.routine`` over each
+    rank's calls by sequence id: op and sizes, and the line where the dump has frames), named at the call the
+    routine had there: a rank that skips a block's forward under FSDP meets the others' forward all-gather
+    with its backward one. None where the calls before do not repeat or every rank left them."""
+    ents: dict[int, dict[int, Entry]] = {}
+    for r in pend:
+        es = [e for e in inp.dumps[r].collectives(group) if not e.is_p2p and seq - _LOOK <= e.seq <= seq]
+        ents[r] = {e.seq: e for e in es}
+    lo = max((min(by) for by in ents.values() if by), default=seq)
+    calls = {r: [_key(by[s]) if s in by else None for s in range(lo, seq + 1)] for r, by in ents.items()}
+    got = judge.routine(calls)
+    if got is None:
+        return None
+    first, left, _expected = got
+    at = lo + first
+    keep = next(r for r in sorted(ents) if r not in left)
+    want = ents[keep].get(at)
+    if want is None:
+        return None
+    want_f = user_frame(want)
+    locs = [loc for r in left for loc in _loc(r, user_frame(ents[r][at]) if at in ents[r] else None, "diverged")]
+    locs += [loc for r in left for loc in _loc(r, want_f, "skipped here")]
+    locs += [loc for r in sorted(pend) if r not in left for loc in _loc(r, user_frame(pend[r]), "waiting")]
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        f"{ranks_phrase(left)} left the routine of the earlier steps on group {group} at #{at}: every earlier "
+        f"step, and the other ranks, made {want.op}{_at(want_f)} there; the calls parted at #{seq} "
+        f"({'; '.join(f'rank {r}: {e.op}{_at(user_frame(e))}' for r, e in sorted(pend.items()))})",
+        HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
+        tuple(sorted(pend)),
+        tuple(locs),
+        {
+            "source": "flight recorder",
+            "group": group,
+            "seq": at,
+            "attribution": {"how": "routine", "culprits": list(left)},
+        },
+        culprits=left,
     )
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from frjobs.jobs import dumped, run_job
 from helpers import ROOT, TESTS, ddpdoctor, finding, marker_line
 
 FSDP2 = TESTS / "scripts" / "fsdp2_faults.py"
+FSDP2_JOB = TESTS / "frjobs" / "fsdp2job.py"  # the same shapes under plain torchrun, dumped by its own watchdog
 
 
 def _run(tmp_path, fault: str, env: dict | None = None, script=FSDP2, extra: tuple = ()):
@@ -75,3 +77,23 @@ def test_recorder_off_falls_back_to_the_wrappers_and_says_so(tmp_path):
     assert f["culprits"] == [0], f["message"]
     assert not list(r.run_dir.glob("ranks/*/flight.json"))
     assert any("flight recorder was not read" in n and "TORCH_FR_BUFFER_SIZE" in n for n in r.report["notes"])
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("case,culprit,marker", [("skip", 1, "SKIPPED"), ("metric", 0, "METRIC")])
+def test_fsdp2_faults_from_the_jobs_own_dumps(tmp_path, case, culprit, marker):
+    """The job never ran under ddpdoctor: its watchdog dumped torch's recorder (pickle and JSON). The culprit
+    from either format; its line only from the pickle, which has the frames."""
+    for attempt in range(2):  # the dumps race the agent's end of the job: one rerun on a lost race
+        out = run_job(case, tmp_path / f"{case}-{attempt}", job=FSDP2_JOB)
+        if dumped(out) == {0, 1}:
+            break
+    assert dumped(out) == {0, 1}, (out / "torchrun.log").read_text()[-2000:]
+    for fmt in ("fr", "json"):
+        r = ddpdoctor(["analyze", str(out / fmt)], tmp_path)
+        assert r.code == 3, r.out + r.err
+        f = finding(r.report, "hang.rank-conditional-collective")
+        assert f["culprits"] == [culprit], f["message"]
+        lines = {l["line"] for l in f["locations"] if l["rank"] == culprit}
+        if fmt == "fr":
+            assert marker_line(FSDP2_JOB, marker) in lines, f["locations"]

@@ -175,6 +175,9 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
     return n if all(same(x, y) for x, y in zip(a[:n], b[:n])) else None
 
 
+_ROUTINE_SPAN = 6
+
+
 def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ...], Hashable] | None:
     """Training repeats itself: each rank's calls, index by index (a token per call: what must agree and the
     line), read for the first index where the ranks' tokens differ; the smallest period of the calls before
@@ -190,8 +193,15 @@ def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ..
     if first is None:
         return None
     ref = calls[min(calls)]  # before ``first`` every rank's calls are the same
+    # the smallest period that the calls before repeat over at least one whole period and _ROUTINE_SPAN calls
+    # (a short run of equal calls, two all-reduces in a row, is no routine)
     period = next(
-        (p for p in range(1, first // 2 + 1) if all(ref[first - 1 - k] == ref[first - 1 - k - p] for k in range(p))),
+        (
+            p
+            for p in range(1, first // 2 + 1)
+            if first - max(p, _ROUTINE_SPAN) - p >= 0
+            and all(ref[first - 1 - k] == ref[first - 1 - k - p] for k in range(max(p, _ROUTINE_SPAN)))
+        ),
         None,
     )
     if period is None:

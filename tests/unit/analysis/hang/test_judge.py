@@ -136,4 +136,7 @@ def test_routine_names_the_rank_that_left_what_every_earlier_step_did():
     # no repetition before the parting, or every rank left it: no answer
     assert judge.routine({0: ["a", "b", "c"], 1: ["a", "b", "d"]}) is None
     assert judge.routine({0: step * 2 + ["x"], 1: step * 2 + ["y"]}) is None
+    # two equal calls in a row are no routine of period 1: the step's own period decides
+    step = ["ag", "ag", "ag", "ar", "ag", "ar", "ar"]
+    assert judge.routine({0: step * 3 + ["metric"], 1: step * 3 + ["ag"]}) == (21, (0,), "ag")
     assert judge.routine({0: step * 2, 1: step * 2}) is None
