@@ -118,6 +118,10 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     for r in ranks:
         p = states[r].pending
         if p and p.get("group") == group and p.get("seq"):
+            if p.get("source") == "flight":
+                # a call torch made (DDP's bucket, FSDP's), seen by the recorder: the ledger's entry there where the
+                # rank's flight record has it, else as unknown as the other ranks' unrecorded positions
+                continue
             seqs[r][int(p["seq"])] = Slot(
                 p.get("op", "?"), tuple(p["site"]) if p.get("site") else None, p.get("shapes"), dtypes=p.get("dtypes")
             )
