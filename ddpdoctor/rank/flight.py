@@ -7,7 +7,7 @@ module reads that record instead of re-recording it:
 
 - at every heartbeat, each group's status (``_dump_fr_trace_json(False, False)``: the last position enqueued
   and completed per group, about 20 us): the rank's position on every group, FSDP's included;
-- when a group's position stays in flight for a beat, the entry there (JSON, no frames, once per position):
+- when a group's position stays in flight for a second, the entry there (JSON, no frames, once per position):
   the op the rank waits in, for the live judge;
 - when the monitor asks for stacks, when the rank raises and at its end, every entry with its frames
   (``_dump_fr_trace``), written to ``ranks/<r>/flight.json`` as JSON in the shape of torch's own dump, so that
@@ -33,6 +33,11 @@ from ddpdoctor.record.writer import write_json_atomic
 # torch's default ring size where neither variable is set (torch/csrc/distributed/c10d/FlightRecorder.hpp)
 DEFAULT_BUFFER = 2000
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+# a call in flight this long (s) is read as the rank's pending call; the entries (a JSON read of the whole ring: about
+# 40 ms for 2,000 entries on gloo, whose entries never leave "scheduled", so onlyActive filters nothing) at most once
+# per READ_EVERY: a slow step's all-reduces on a loaded host would otherwise cost the heartbeat a read at every beat
+PENDING_AFTER = 1.0
+READ_EVERY = 2.0
 
 
 class _Source(NamedTuple):
@@ -102,6 +107,8 @@ class Recorder:
         self.on = not self.off_reason
         self.names: dict[str, list[str]] = {}  # the recorder's group id -> [group name, description]
         self._flight: tuple[str, int] | None = None  # (group id, position) in flight at the last beat
+        self._flight_since = 0.0  # since when (monotonic) that position has been in flight
+        self._read_at = -READ_EVERY  # the last read of the entries for a pending call (monotonic)
         self._entry: tuple[tuple[str, int], dict[str, Any] | None] | None = None  # the entry read for it
 
     def status(self) -> dict[str, tuple[int, int]]:
@@ -152,18 +159,24 @@ class Recorder:
         return {self.names[gid][0]: enq for gid, (enq, _done) in status.items() if gid in self.names}
 
     def pending(self, status: dict[str, tuple[int, int]], where: list | None) -> dict[str, Any] | None:
-        """The collective the rank has been in since the last beat at least (a position enqueued and not
-        completed at two beats in a row), as the heartbeat's ``pending``; the entry is read once per
-        position. ``where``: the main thread's line now (the recorder's frames are only in full dumps)."""
+        """The collective the rank has been in for PENDING_AFTER seconds at least (a position enqueued and
+        not completed), as the heartbeat's ``pending``; the entry is read once per position, and at most once
+        per READ_EVERY. ``where``: the main thread's line now (the recorder's frames are only in full dumps)."""
         flight = None
         for gid, (enq, done) in status.items():
             if enq > done:
                 flight = (gid, done + 1)
                 break
-        last, self._flight = self._flight, flight
-        if flight is None or flight != last:
+        now = time.monotonic()
+        if flight != self._flight:
+            self._flight, self._flight_since = flight, now
             return None
+        if flight is None or now - self._flight_since < PENDING_AFTER:
+            return None  # a call in flight for less than that is a step's own all-reduce, not a wait
         if self._entry is None or self._entry[0] != flight:
+            if now - self._read_at < READ_EVERY:
+                return None  # one read of the entries (tens of ms for a full ring) per READ_EVERY at most
+            self._read_at = now
             found = None
             for prefix, e in reversed(self._entries_json()):
                 if prefix + str(e.get("pg_id")) == flight[0] and position(e) == flight[1]:
