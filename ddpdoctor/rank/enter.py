@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from ddpdoctor.rank import imports
 from ddpdoctor.record.schema import ENTER_ENV as ENV
 
 # a process started as one of these is a launcher, whatever RANK/WORLD_SIZE its environment holds (a site's
@@ -57,7 +58,7 @@ def arm(cfg: dict[str, Any], entry: str) -> None:
     _cfg = {**cfg, "entry": entry}
     if looks_like_rank(os.environ, list(getattr(sys, "orig_argv", sys.argv))):
         restore_env(os.environ, _cfg)
-    sys.meta_path.insert(0, _Finder())
+    imports.after_import("torch.distributed", _wrap_init)
 
 
 def restore_env(env: Any, cfg: dict[str, Any]) -> None:
@@ -73,39 +74,6 @@ def restore_env(env: Any, cfg: dict[str, Any]) -> None:
         env["PYTHONPATH"] = rest
     else:
         env.pop("PYTHONPATH", None)
-
-
-class _Finder:
-    """Finds nothing itself: when ``torch.distributed`` is imported, it has its loader wrap
-    ``init_process_group`` once the module is executed, and leaves ``sys.meta_path``."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "torch.distributed":
-            return None
-        spec = None
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _leave(self)
-            _wrap_init(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _leave(finder: Any) -> None:
-    if finder in sys.meta_path:
-        sys.meta_path.remove(finder)
 
 
 def _wrap_init(dist: Any) -> None:
