@@ -4,9 +4,12 @@ thread CPU per ``dist.all_reduce`` of one float (benchmarks/collective_cost.py),
 - ``off``: bare torchrun with the recorder switched off (``TORCH_FR_BUFFER_SIZE=0``);
 - ``on`` and ``on-again``: bare torchrun with torch's default recorder, twice (the A/A pair: what the host's
   own noise makes of nothing);
-- one arm per ddpdoctor command named (``hang``, ``check``, ``memleak``, ``profile``), the recorder on.
+- one arm per ddpdoctor command named (``hang``, ``check``, ``memleak``, ``profile``), the recorder on;
+  ``COMMAND:recorder`` runs it with ``DDPDOCTOR_COLLECTIVES=recorder`` (the ops torch's recorder records leave
+  the wrappers: docs/how-it-works.md).
 
     python benchmarks/recorder_cost.py --reps 5 hang check memleak profile
+    python benchmarks/recorder_cost.py --reps 7 hang hang:recorder
     python benchmarks/recorder_cost.py --reps 5 --calls 5000 hang --json out.json
 
 Order: the arms' list rotated by one each rep (a cyclic Latin square). Per arm: the median over the reps of
@@ -40,8 +43,11 @@ def _run(arm: str, calls: int, tmp: str) -> float:
     if arm in BASE:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *job]
     else:
-        run_dir = tempfile.mkdtemp(prefix=f"{arm}-", dir=tmp)
-        cmd = [sys.executable, "-m", "ddpdoctor", arm, "--run-dir", run_dir, "--nproc-per-node", "2", *job]
+        command, _, mode = arm.partition(":")
+        if mode:
+            env["DDPDOCTOR_COLLECTIVES"] = mode
+        run_dir = tempfile.mkdtemp(prefix=f"{command}-", dir=tmp)
+        cmd = [sys.executable, "-m", "ddpdoctor", command, "--run-dir", run_dir, "--nproc-per-node", "2", *job]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp)
     for line in p.stdout.splitlines():
         at = line.find("{")  # torchrun's prefix ("[default0]:") where --tee or the tool's capture adds one

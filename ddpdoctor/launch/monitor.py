@@ -461,17 +461,20 @@ class Monitor:
         with os.fdopen(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write("1")
         os.replace(path + ".tmp", path)
-        deadline = time.time() + self.timings.dump_wait
-        while time.time() < deadline:
+        asked = time.time()
+        deadline = asked + self.timings.dump_wait
+        flight_deadline = asked + self.timings.flight_wait
+        while time.time() < flight_deadline:
             record = reader.refresh()
-            pending = [
-                r
-                for r, rec in record.ranks.items()
-                if rec.event(schema.K_FINISH) is None
-                and not (rec.stacks and rec.stacks.get("request", 0) >= 1)
-                and self._alive(rec.pid)
-            ]
-            if not pending:
+            live = {
+                r: rec for r, rec in record.ranks.items() if rec.event(schema.K_FINISH) is None and self._alive(rec.pid)
+            }
+            stacks = [r for r, rec in live.items() if not (rec.stacks and rec.stacks.get("request", 0) >= 1)]
+            if stacks and time.time() < deadline:
+                time.sleep(0.05)
+                continue
+            # a rank writes its flight record after its stacks: waited for where its recorder is on
+            if not any(_flight_due(reader.run_dir, r, rec, asked) for r, rec in live.items() if r not in stacks):
                 return
             time.sleep(0.05)
 
@@ -508,6 +511,18 @@ class Monitor:
             except psutil.Error:
                 pass
         terminate(left, self.timings.grace)
+
+
+def _flight_due(run_dir: str, rank: int, rec: Any, asked: float) -> bool:
+    """Does ``rank`` still owe the flight record of a stack request made at ``asked``? Where its recorder is on
+    and its process group was made (before that, torch has recorded nothing)."""
+    fl = (rec.event(schema.K_START) or {}).get("flight")
+    if not (isinstance(fl, dict) and fl.get("on")) or rec.event(schema.K_INIT) is None:
+        return False
+    try:
+        return os.stat(os.path.join(run_dir, schema.RANKS_DIR, str(rank), schema.FLIGHT)).st_mtime < asked
+    except OSError:
+        return True
 
 
 def _epochs(events: list[dict[str, Any]]) -> int:

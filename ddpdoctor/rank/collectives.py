@@ -28,6 +28,10 @@ _ProcessGroup: Any = None  # torch.distributed.ProcessGroup
 _default_pg: Any = None  # cached once init_process_group has run
 _json_cache: dict[Any, str] = {}
 _op_hashes: dict[tuple, int] = {}  # (op, shapes text, file, line) -> its hash in the running digest
+_wrappers: dict[str, Callable] = {}  # op -> its wrapper (install), kept while the recorder has the op
+# the ops torch's flight recorder records in this job (hand_off): the recorder is their record, and a wrapper
+# that a user's module still holds passes their calls straight to torch (issue 54)
+_recorded: frozenset[str] = frozenset()
 
 
 def _describe(args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -242,7 +246,9 @@ def _wrap(op: str, orig: Callable) -> Callable:
 
     @functools.wraps(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():  # dynamo tracing into the call: the original's, as bare (rank/compiled.py)
+        # dynamo tracing into the call: the original's, as bare (rank/compiled.py); an op the recorder records:
+        # torch's own record, nothing more here
+        if is_compiling() or op in _recorded:
             return orig(*args, **kwargs)
         # the caller's frame, here: the rest runs off dynamo (a compiled region's eager remainder converts
         # no frame of the bookkeeping), one or more frames deeper
@@ -393,6 +399,22 @@ def _run_traced(p: Any, orig: Callable, call: _Call, s0: int, ns: str, args: tup
     return out
 
 
+def hand_off(dist: Any, ops: frozenset[str]) -> None:
+    """The collectives torch's flight recorder records in this job (``ops``: rank/flight.py ``recorded_ops``)
+    leave the wrappers: ``dist``'s names are torch's own functions again, so a call costs what bare torch's
+    costs, recorder included, and nothing more; the others (gloo's p2p, a backend without a recorder) keep
+    their wrappers. Decided again at each new default group (an init after a destroy may change backend)."""
+    global _recorded
+    _recorded = ops
+    for op, w in _wrappers.items():
+        setattr(dist, op, w.__ddpdoctor_wrapped__ if op in ops else w)  # type: ignore[attr-defined]
+    c10d = getattr(dist, "distributed_c10d", None)
+    for op in ("isend", "irecv"):  # torch checks a P2POp's function by identity (install): the module's too
+        w = _wrappers.get(op)
+        if c10d is not None and w is not None:
+            setattr(c10d, op, getattr(dist, op))
+
+
 def register_with_dynamo() -> None:
     """Dynamo turns a call of a collective inside a compiled function into torch's traceable collective by
     the function's identity (``traceable_collective_remaps``): each wrapper maps where its original maps,
@@ -420,7 +442,8 @@ def install(dist: Any) -> None:
         fn = getattr(dist, op, None)
         if fn is None or hasattr(fn, "__ddpdoctor_wrapped__"):
             continue
-        setattr(dist, op, _wrap(op, fn))
+        _wrappers[op] = w = _wrap(op, fn)
+        setattr(dist, op, w)
     # torch checks a P2POp's function by identity against its module's own isend and irecv
     # (``dist.P2POp(dist.isend, ...)``, then ``op.op is isend`` in batch_isend_irecv): the module's names
     # must be the very wrappers the script holds, or every batched p2p raises "Invalid op" under the tool.

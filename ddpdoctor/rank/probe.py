@@ -96,6 +96,10 @@ class Probe:
 
         # torch's flight recorder: every group's positions at each beat, its entries with frames in flight.json
         self.flight = Recorder()
+        # the collective wrappers stay on every op unless the run asks for the recorder alone
+        # (DDPDOCTOR_COLLECTIVES=recorder: the ops torch records leave the wrappers, rank/collectives.py
+        # hand_off); a profile keeps them (its communication ranges are the wrappers' timings)
+        self.keep_wrappers = bool(manifest.get("profile")) or os.environ.get("DDPDOCTOR_COLLECTIVES") != "recorder"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

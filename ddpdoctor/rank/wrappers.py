@@ -86,14 +86,22 @@ def record_init(p: Any, dist: Any, site: list | None) -> None:
         pg = dist.distributed_c10d._get_default_group()
         p.groups.setdefault(getattr(pg, "group_name", None) or "default", pg)
         p.init_seen = True
+        backend = str(dist.get_backend())
+        from ddpdoctor.rank import collectives
+
+        # the ops torch's recorder records leave the wrappers here (issue 54); a profile keeps them (its
+        # communication ranges are the wrappers' timings), and so does a run that asks for them
+        recorded = frozenset() if p.keep_wrappers else p.flight.recorded_ops(backend)
+        collectives.hand_off(dist, recorded)
         p.events.write(
             schema.K_INIT,
             p.rank,
             global_rank=dist.get_rank(),
             world_size=dist.get_world_size(),
-            backend=str(dist.get_backend()),
+            backend=backend,
             site=site,
             frameworks=[m for m in FRAMEWORKS if m in sys.modules],
+            recorded=sorted(recorded),
         )
     except Exception as e:
         failures.report(

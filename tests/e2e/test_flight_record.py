@@ -97,3 +97,51 @@ def test_fsdp2_faults_from_the_jobs_own_dumps(tmp_path, case, culprit, marker):
         lines = {l["line"] for l in f["locations"] if l["rank"] == culprit}
         if fmt == "fr":
             assert marker_line(FSDP2_JOB, marker) in lines, f["locations"]
+
+
+# DDPDOCTOR_COLLECTIVES=recorder: the ops torch's recorder records leave the wrappers (rank/collectives.py
+# hand_off); the verdicts stand on the recorder's entries alone
+RECORDER = {"DDPDOCTOR_COLLECTIVES": "recorder"}
+
+
+def _ledger_ops(run_dir, rank: int) -> list[str]:
+    path = run_dir / "ranks" / str(rank) / "ledger.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(x).get("op") for x in lines if x.strip() and '"op"' in x]
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize(
+    "script,fault,culprit,role,marker",
+    [
+        (FSDP2, "skip", 1, "skipped here", "FORWARD"),
+        (FSDP2, "metric", 0, "diverged", "METRIC"),
+        (ROOT / "probes" / "rank_conditional.py", "", 0, "diverged", "EXTRA"),
+    ],
+    ids=["fsdp2-skip", "fsdp2-metric", "ddp-rank-conditional"],
+)
+def test_recorder_alone_names_the_culprit_and_its_line(tmp_path, script, fault, culprit, role, marker):
+    r = _run(tmp_path, fault, env=RECORDER, script=script)
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [culprit], f["message"]
+    assert marker_line(script, marker) in {line for rank, line in _roles(f, role) if rank == culprit}, f["locations"]
+    for rank in (0, 1):
+        init = next(
+            json.loads(x)
+            for x in (r.run_dir / "ranks" / str(rank) / "events.jsonl").read_text().splitlines()
+            if '"kind":"init"' in x.replace(" ", "")
+        )
+        assert "all_reduce" in init["recorded"] and "send" not in init["recorded"]
+        # the wrappers passed the recorded ops through: nothing of theirs in the ledger
+        assert not {"all_reduce", "broadcast", "barrier"} & set(_ledger_ops(r.run_dir, rank))
+
+
+@pytest.mark.extended
+def test_recorder_alone_keeps_the_wrappers_for_gloos_p2p(tmp_path):
+    probe = ROOT / "probes" / "recv_deadlock.py"
+    r = _run(tmp_path, "", env=RECORDER, script=probe)
+    assert r.code == 3, r.out + r.err[-3000:]
+    f = finding(r.report, "hang.p2p-deadlock")
+    assert marker_line(probe, "WAIT") in {l["line"] for l in f["locations"]}, f["locations"]
+    assert "irecv" in {op for rank in (0, 1) for op in _ledger_ops(r.run_dir, rank)}

@@ -73,3 +73,62 @@ def test_a_torch_without_the_bindings_leaves_the_rank_to_the_wrappers(monkeypatc
     assert not rec.on and "no flight-recorder bindings" in rec.off_reason
     assert rec.status() == {}
     assert rec.pending({"0": (3, 2)}, None) is None and rec.pending({"0": (3, 2)}, None) is None  # no entry to read
+
+
+def _gloo_calls(t: torch.Tensor) -> dict[str, Any]:
+    """One call of each collective the table says gloo's recorder records, runnable in a world of one."""
+    return {
+        "all_reduce": lambda: dist.all_reduce(t),
+        "broadcast": lambda: dist.broadcast(t, 0),
+        "reduce": lambda: dist.reduce(t, 0),
+        "all_gather": lambda: dist.all_gather([torch.zeros(3)], t),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.zeros(3), t),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(torch.zeros(3), t),
+        "gather": lambda: dist.gather(t, [torch.zeros(3)], 0),
+        "scatter": lambda: dist.scatter(torch.zeros(3), [t], 0),
+        "all_to_all_single": lambda: dist.all_to_all_single(torch.zeros(3), t),
+        "barrier": lambda: dist.barrier(),
+        "all_gather_object": lambda: dist.all_gather_object([None], {"a": 1}),
+        "broadcast_object_list": lambda: dist.broadcast_object_list([1], 0),
+    }
+
+
+def _enqueued(rec: flight.Recorder) -> int:
+    return sum(enq for enq, _done in rec.status().values())
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch 2.13 deprecates two of the names the table holds
+def test_every_op_the_table_says_gloo_records_is_in_the_recorder(world: Any) -> None:
+    rec = flight.Recorder(env={})
+    ops = rec.recorded_ops("gloo")
+    assert "send" not in ops and "monitored_barrier" not in ops and "all_reduce" in ops
+    assert rec.recorded_ops("undefined") == ops  # init_device_mesh's group: torch's per-device defaults
+    assert rec.recorded_ops("mpi") == frozenset()
+    assert flight.Recorder(env={"TORCH_FR_BUFFER_SIZE": "0"}).recorded_ops("gloo") == frozenset()
+    t = torch.ones(3)
+    for op, call in _gloo_calls(t).items():
+        assert op in ops
+        before = _enqueued(rec)
+        call()
+        assert _enqueued(rec) > before, f"{op} left no entry in gloo's recorder"
+
+
+def test_hand_off_gives_the_recorded_ops_back_to_torch_and_keeps_the_others_wrapped(world: Any) -> None:
+    from ddpdoctor.rank import collectives
+
+    saved = {op: getattr(dist, op) for op in collectives.WRAPPED if hasattr(dist, op)}
+    originals = {op: getattr(fn, "__ddpdoctor_wrapped__", fn) for op, fn in saved.items()}
+    try:
+        collectives.install(dist)
+        collectives.hand_off(dist, flight.Recorder(env={}).recorded_ops("gloo"))
+        assert dist.all_reduce is originals["all_reduce"]  # torch's own function: no Python of ours per call
+        assert getattr(dist.send, "__ddpdoctor_wrapped__", None) is originals["send"]  # gloo records no p2p
+        assert dist.distributed_c10d.isend is dist.isend  # torch's P2POp identity check still holds
+        collectives.hand_off(dist, frozenset())
+        assert getattr(dist.all_reduce, "__ddpdoctor_wrapped__", None) is originals["all_reduce"]
+    finally:
+        collectives.hand_off(dist, frozenset())
+        for op, fn in saved.items():
+            setattr(dist, op, fn)
+        for op in ("isend", "irecv"):
+            setattr(dist.distributed_c10d, op, originals[op])
