@@ -36,9 +36,11 @@ def test_ring_bounds_the_files_and_the_divergence_is_still_found(tmp_path, monke
         assert 256 <= kept <= 2 * 256, kept
         hb = d / schema.HEARTBEAT
         assert _lines(hb) + _lines(Path(prev_path(str(hb)))) <= 2 * 16
-    # the reader sees the ring's last collectives, the newest last, each returned but the barrier it waits in
+    # the reader sees the ring's last collectives, the newest last, each returned but the barrier it waits in;
+    # torch's recorder kept its own ring of the same calls (flight.json, 2,000 entries), merged beside them
     rec = reader.load_run(str(r.run_dir)).ranks[1]
-    assert rec.ledger_trimmed and 256 <= len(rec.ledger) <= 2 * 256
+    wrapped = [e for e in rec.ledger if e.get("src") != "flight"]
+    assert rec.ledger_trimmed and 256 <= len(wrapped) <= 2 * 256
     assert rec.ledger[-1]["op"] == "barrier" and rec.ledger[-1]["st"] == "issued"
     assert all(e["st"] == "done" for e in rec.ledger[:-1])
 

@@ -57,6 +57,12 @@ def test_finished_and_crashed() -> None:
 def test_transport_errors_make_victims() -> None:
     assert is_transport_error({"type": "RuntimeError", "message": "[pair.cc:553] Connection closed by peer"})
     assert is_transport_error({"type": "DistBackendError", "message": "x"})
+    # gloo aborts the rank a peer's other call reached (a barrier met by an all_reduce): a victim of the parting
+    for what in (
+        "op.preamble.length <= op.nbytes. 4 vs 0",
+        "op.preamble.roffset + op.preamble.length <= op.buf->size_",
+    ):
+        assert is_transport_error({"type": "FatalSignal", "message": f"[enforce fail at pair.cc:446] {what}"})
     assert not is_transport_error({"type": "ValueError", "message": "bad batch"}) and not is_transport_error(None)
 
 
