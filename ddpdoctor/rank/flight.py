@@ -20,11 +20,14 @@ report says which evidence it judged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ddpdoctor.record import schema
@@ -77,6 +80,39 @@ def _sources() -> list[_Source]:
         if cuda:
             out.append(_Source("nccl:", c10d._dump_nccl_trace_json, c10d._dump_nccl_trace))
     return out
+
+
+_lazy_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_inductor_import() -> Iterator[None]:
+    """torch's symbolizer asks ``hasattr(torch, "_inductor")`` at every dump with frames, to map the frames of
+    Inductor's generated code (torch/csrc/profiler/python/combined_traceback.cpp); torch's lazy module
+    ``__getattr__`` answers by importing torch._inductor: 3 to 8 s of one core on this host, the first time in
+    a process. Where torch._inductor is not loaded, no frame can be its generated code: for the dump's few ms
+    that one lazy name reads as absent (an ``import torch._inductor`` meanwhile goes through the import system,
+    not this lookup, and is not affected)."""
+    torch = sys.modules.get("torch")
+    if torch is None or "torch._inductor" in sys.modules:
+        yield
+        return
+    with _lazy_lock:
+        lazy = torch.__dict__.get("__getattr__")
+        if lazy is None:
+            yield
+            return
+
+        def getattr_(name: str) -> Any:
+            if name == "_inductor":
+                raise AttributeError(name)
+            return lazy(name)
+
+        torch.__getattr__ = getattr_
+        try:
+            yield
+        finally:
+            torch.__getattr__ = lazy
 
 
 def buffer_size(env: dict[str, str] | os._Environ[str]) -> int:
@@ -193,7 +229,7 @@ class Recorder:
         flight = None
         for gid, (enq, done) in status.items():
             if enq > done:
-                flight = (gid, done + 1)
+                flight = (gid, max(done, 0) + 1)  # -1: nothing completed yet (positions count from 1)
                 break
         now = time.monotonic()
         if flight != self._flight:
@@ -233,7 +269,9 @@ class Recorder:
         for src in self.sources if self.on else ():
             try:
                 # our own process's dump, made by torch's C++ a moment ago: not foreign input
-                raw = _plain(pickle.loads(src.dump_pickle(True, frames, False)))
+                with _no_inductor_import() if frames else contextlib.nullcontext():
+                    blob = src.dump_pickle(True, frames, False)
+                raw = _plain(pickle.loads(blob))
             except Exception:
                 continue
             self.learn(raw.get("entries") or [], src.prefix)

@@ -247,6 +247,10 @@ class Probe:
             # a call the wrappers did not see (DDP's buckets, FSDP's, a name they do not know): the recorder's
             # entry, with the main thread's line (a call the wrappers saw has its own line in the ledger)
             pending = self.flight.pending(status, sites.user_site(frame))
+            if pending is not None and not _inside_c10d(frame):
+                # the main thread is not inside the call: issued asynchronously, its Work (or a sync point) waited
+                # on; where it was issued is in flight.json's frames, not here
+                awaiting, pending = {**pending, "site": None, "n": 1, "sends": 0}, None
         self.hb.write(
             schema.K_HB,
             self.rank,
@@ -311,6 +315,15 @@ class Probe:
         if not alive:
             self.events.write(schema.K_ORPHANED, self.rank, monitor_pid=self.monitor_pid)
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _inside_c10d(frame: Any) -> bool:
+    """Is the thread of ``frame`` inside one of torch.distributed's collective functions?"""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Counters:
