@@ -156,9 +156,25 @@ class Recorder:
         self._read_at = -READ_EVERY  # the last read of the entries for a pending call (monotonic)
         self._entry: tuple[tuple[str, int], dict[str, Any] | None] | None = None  # the entry read for it
 
+    def settled(self) -> bool:
+        """May the recorder be read from another thread now? torch 2.13 adds a group's status to the recorder's
+        table at the group's first recorded op without holding the recorder's lock (``FlightRecorder::record``),
+        so a dump iterating that table at that moment can crash the process (seen once, a rank's heartbeat in
+        ``status()`` while its main thread made DDP's first collective). Read only while every process group
+        has made its first op: a group made later is then the only window left, and it lasts one insertion."""
+        dist = sys.modules.get("torch.distributed")
+        try:
+            groups = list(dist.distributed_c10d._world.pg_map) if dist is not None else []
+            return all(pg._get_sequence_number_for_group() > 0 for pg in groups)
+        except Exception:  # a torch without this table or these counters: read as before
+            return True
+
     def status(self) -> dict[str, tuple[int, int]]:
-        """Per group id, (last position enqueued, last position completed); {} where it cannot say."""
+        """Per group id, (last position enqueued, last position completed); {} where it cannot say (and
+        while a group has yet to make its first op: :meth:`settled`)."""
         out: dict[str, tuple[int, int]] = {}
+        if not self.settled():
+            return out
         for src in self.sources if self.on else ():
             try:
                 raw = json.loads(src.dump_json(False, False))
