@@ -64,6 +64,7 @@ def reset_prefixes() -> None:
     global _LIB_PREFIXES
     _LIB_PREFIXES = ()
     _cache.clear()
+    _lines.clear()
 
 
 def user_site(frame: FrameType | None) -> list | None:
@@ -73,6 +74,29 @@ def user_site(frame: FrameType | None) -> list | None:
         code = f.f_code
         if is_user_file(code.co_filename):
             return [code.co_filename, f.f_lineno, code.co_name]
+        f = f.f_back
+    return None
+
+
+_lines: dict[tuple, list] = {}  # (code, f_lasti) -> [file, line, func]: user_site_at's call sites
+LINES_KEPT = 4096  # call sites remembered (past this the cache starts again: a script has few hot ones)
+
+
+def user_site_at(frame: FrameType | None) -> list | None:
+    """``user_site`` for a hot path (a call per step): the user frame's line is looked up once per call site.
+    ``f_lineno`` decodes the code's line table up to the instruction (O(the function's length): ~10 µs at
+    line 200 of a long training function), ``f_lasti`` is one read. The list returned is shared: read-only."""
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if is_user_file(code.co_filename):
+            key = (code, f.f_lasti)
+            site = _lines.get(key)
+            if site is None:
+                if len(_lines) >= LINES_KEPT:
+                    _lines.clear()
+                site = _lines[key] = [code.co_filename, f.f_lineno, code.co_name]
+            return site
         f = f.f_back
     return None
 

@@ -149,7 +149,7 @@ class Checks(RankProbe):
         if self._grad_enabled():
             if model.require_backward_grad_sync:
                 self.synced += 1
-                self.fwd_site = sites.user_site(sys._getframe(1))
+                self.fwd_site = sites.user_site_at(sys._getframe(1))  # per forward: the line once per site
             else:
                 self.unsynced += 1
 
@@ -256,7 +256,7 @@ class Checks(RankProbe):
         on_forward when this forward came through DDP, found from ``frame`` otherwise)."""
         site, self.fwd_site = self.fwd_site, None
         if site is None:
-            site = sites.user_site(frame)
+            site = sites.user_site_at(frame)
         key = tuple(site[:2]) if site else None
         d = self.micro[model]
         d[key] = d.get(key, 0) + 1

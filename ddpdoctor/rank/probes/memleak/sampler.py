@@ -44,14 +44,14 @@ from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, line
 
 LOCAL_EVERY = 5  # at most one graph scan per this many steps
-SCAN_BUDGET = 0.005  # share of the loop's time the graph scans may take
+SCAN_BUDGET = 0.002  # share of the loop's time the graph scans may take (steady state, nothing growing)
 EARLY_SCAN_BUDGET = 0.02  # ... in the first EARLY_STEPS steps, and while the graphs it sees grow
 EARLY_STEPS = 64  # the graph scan's early budget lasts this many steps
 FREE_CENSUS_STEPS = 32  # censuses at 1, 2, 4, ..., 32 while the probes' time so far is at most
 FREE_CENSUS_S = 2.0  # ... this, or FREE_SHARE of the run's time so far; later doublings within a budget
 FREE_SHARE = 0.1
-BUDGET = 0.0025  # share of the time a census may take in steady state
-DOUBLING_BUDGET = 0.005  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
+BUDGET = 0.0015  # share of the time a census may take in steady state
+DOUBLING_BUDGET = 0.003  # ... at steps 128, 256, ... (1, 2, ..., 64: free)
 RSS_BUDGET = 0.10  # ... while RSS grows
 GROWTH_BUDGET = 0.05  # ... while the censuses see tensors or graph nodes set new highs
 RSS_TRIGGER = 4 * 2**20  # RSS growth since the last census that makes one due (with RSS_BUDGET)
@@ -64,7 +64,7 @@ PLANNED = 8  # evenly spaced censuses when the run's length is known
 FLOOR_RATIO = 4
 FLOOR_CAP = 0.25
 FLUSH_S = 0.2  # the per-step lines are written together this often
-SAMPLE_EVERY_S = 0.01  # a memory line at most this often after the first EARLY_STEPS (each of those steps has one)
+SAMPLE_EVERY_S = 0.02  # a memory line at most this often after the first EARLY_STEPS (each of those steps has one)
 NVML_EVERY_S = 0.5  # NVML's figures at most this often (each call costs tens of microseconds)
 SNAPSHOT_ENTRIES = 100_000  # the allocator history's ring for --snapshot
 

@@ -7,11 +7,18 @@ USS (private pages) and PSS do. Reading them takes ``/proc/PID/smaps_rollup`` (p
 ``memory_full_info``: a page-table walk, about a millisecond, more on a busy host), so they are sampled on
 the heartbeat thread on a time schedule, never per step: every ``DENSE_S`` for the first ``DENSE`` samples
 of a pass (the copy grows fastest at first; at most ``DENSE_BUDGET`` of the heartbeat thread's CPU time),
-then every ``SAMPLE_S`` (at most ``BUDGET``).
+then every ``SAMPLE_S`` (at most ``BUDGET``); and every ``DENSE_S`` again while a worker's private memory
+reaches new highs, ``MOVED`` or more above its highest before: the copy grows when the workers read, which
+can be late in the pass (a loop whose first steps are slow reads its whole epoch in its last seconds). Batches
+in flight move the figures both ways around a level; only growth makes new highs.
 
-The training thread pays once per pass of a loader with workers (``_MultiProcessingDataLoaderIter._reset``,
-called when the iterator is made and at every epoch of ``persistent_workers``): the worker pids, and on
-the loader's first pass a look at its Dataset's attributes (``stores``).
+The training thread pays twice per pass of a loader with workers: when the pass begins
+(``_MultiProcessingDataLoaderIter._reset``, called when the iterator is made and at every epoch of
+``persistent_workers``): the worker pids, and on the loader's first pass a look at its Dataset's attributes
+(``stores``); and when the iterator shuts its workers down (``_shutdown_workers``): one last sample of
+them, taken before they exit. The analysis judges a worker by its level at the end (the median of its last
+samples), so a pass that copied in its last second still has that level twice (the last beat's sample and
+this one), whatever the heartbeat's schedule managed.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ DENSE_S = 0.5
 SAMPLE_S = 1.0  # then this often
 BUDGET = 0.02  # share of the heartbeat thread's CPU time the samples may take (a slower schedule beyond)
 DENSE_BUDGET = 0.05  # ... while a pass is young: a short epoch still gets its points (the copy fills in seconds)
+END_WAIT = 0.5  # s the training thread waits, at a pass's end, for the heartbeat's sample in progress
+MOVED = 8 << 20  # a worker's USS (PSS) this much above its highest before: the next sample DENSE_S later again
 MIN_ITEMS = 1000  # a Dataset attribute shorter than this is not what a worker copies in bulk
 MIN_BYTES = 1 << 20  # ... nor one whose objects take less than this
 SAMPLE_ITEMS = 32  # elements sized to estimate an attribute's bytes
@@ -44,7 +53,7 @@ MAX_LOADERS = 64  # loaders remembered (past this, the ones already freed are fo
 class _Pass:
     """One iterator's workers, sampled until the iterator shuts them down or is gone."""
 
-    __slots__ = ("it", "loader", "ordinal", "k", "pids", "procs", "n", "gone")
+    __slots__ = ("it", "loader", "ordinal", "k", "pids", "procs", "n", "gone", "high")
 
     def __init__(self, it: Any, loader: int, ordinal: int, k: int, pids: list[int]) -> None:
         self.it = weakref.ref(it)
@@ -52,6 +61,7 @@ class _Pass:
         self.procs: dict[int, Any] = {}  # pid -> psutil.Process, made on the heartbeat thread
         self.n = 0  # samples taken of this pass
         self.gone: set[int] = set()  # workers that exited
+        self.high: dict[int, int] = {}  # pid -> the highest USS (PSS where there is no USS) of its samples
 
 
 class Workers:
@@ -63,6 +73,8 @@ class Workers:
         self.step = step  # the memory probe's step counter (a callable), for the records' context
         self.passes: list[_Pass] = []
         self.lock = threading.Lock()  # the training thread adds passes while the heartbeat thread drops ended ones
+        # one sampler of a pass at a time: the heartbeat's tick, or the training thread's last sample at shutdown
+        self.sampling = threading.Lock()
         self.loaders: dict[int, tuple[int, Any, int]] = {}  # id(loader) -> (ordinal, weakref, passes so far)
         self.n_loaders = 0
         self.iterators = 0
@@ -95,6 +107,25 @@ class Workers:
 
         _reset.__ddpdoctor_wrapped__ = reset  # type: ignore[attr-defined]
         cls._reset = _reset
+        shutdown = cls._shutdown_workers
+        if hasattr(shutdown, "__ddpdoctor_wrapped__"):
+            return
+
+        @functools.wraps(shutdown)
+        def _shutdown_workers(it: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                me.on_end(it)
+            except Exception as e:
+                failures.report(
+                    me.p,
+                    "memleak DataLoader workers",
+                    "the last sample of the DataLoader's workers before they exit (a late copy may go unseen)",
+                    e,
+                )
+            shutdown(it, *args, **kwargs)
+
+        _shutdown_workers.__ddpdoctor_wrapped__ = shutdown  # type: ignore[attr-defined]
+        cls._shutdown_workers = _shutdown_workers
 
     def on_pass(self, it: Any, loader: Any) -> None:
         """A pass of ``loader`` begins on iterator ``it``, whose workers have started: record the pids (and, on
@@ -143,6 +174,24 @@ class Workers:
             self.passes = [ps for ps in self.passes if ps.it() is not it] + [_Pass(it, ordinal, mine, k, pids)]
         self.next_due = 0.0
 
+    def on_end(self, it: Any) -> None:
+        """The iterator ``it`` is about to shut its workers down: sample them once more while they still hold
+        what they copied (on the training thread only: a ``__del__`` run by the collector on another thread, or
+        at the interpreter's exit, takes none; never waits more than ``END_WAIT`` for a sample in progress)."""
+        if getattr(it, "_shutdown", True) or sys.is_finalizing() or threading.get_ident() != self.p.main_ident:
+            return
+        ps = next((p for p in self.passes if p.it() is it), None)
+        if ps is None or not self.sampling.acquire(timeout=END_WAIT):
+            return
+        try:
+            c0 = time.thread_time()
+            self._sample(ps)
+            self.p.cost.add_exact(time.thread_time() - c0)  # the training thread's, once per pass
+        finally:
+            self.sampling.release()
+        with self.lock:
+            self.passes = [p for p in self.passes if p is not ps]
+
     # -- the heartbeat thread --------------------------------------------------------------------
     def tick(self) -> None:
         """Sample the live passes' workers when due (a run without workers returns at once)."""
@@ -151,40 +200,21 @@ class Workers:
         now = time.monotonic()
         if now < self.next_due:
             return
-        import psutil
-
         c0 = time.thread_time()
         snap = list(self.passes)
         done = set()
         dense = False
-        for ps in snap:
-            it = ps.it()
-            if it is None or getattr(it, "_shutdown", False):
-                done.add(ps)
-                continue
-            out = []
-            for wid, pid in enumerate(ps.pids):
-                if pid in ps.gone:
+        with self.sampling:
+            for ps in snap:
+                it = ps.it()
+                if it is None or getattr(it, "_shutdown", False):
+                    done.add(ps)
                     continue
-                try:
-                    proc = ps.procs.get(pid)
-                    if proc is None:
-                        proc = ps.procs[pid] = psutil.Process(pid)
-                    m = proc.memory_full_info()
-                except psutil.Error:  # the worker exited (or its smaps are unreadable): it has no memory to count
-                    ps.gone.add(pid)
+                moved = self._sample(ps)
+                if moved is None:
+                    done.add(ps)
                     continue
-                out.append(
-                    {"pid": pid, "id": wid, "uss": int(m.uss), "pss": int(getattr(m, "pss", 0)), "rss": int(m.rss)}
-                )
-            if not out:
-                done.add(ps)
-                continue
-            ps.n += 1
-            dense = dense or ps.n < DENSE
-            self.w.write(
-                schema.K_WORKER_MEM, self.p.rank, loader=ps.loader, it=ps.ordinal, k=ps.k, step=self.step(), w=out
-            )
+                dense = dense or moved or ps.n < DENSE
         if done:
             with self.lock:
                 self.passes = [ps for ps in self.passes if ps not in done]
@@ -193,6 +223,37 @@ class Workers:
         self.next_due = time.monotonic() + (
             max(DENSE_S, cost / DENSE_BUDGET) if dense else max(SAMPLE_S, cost / BUDGET)
         )
+
+    def _sample(self, ps: _Pass) -> bool | None:
+        """One sample of the pass's live workers, written as a ``worker_mem`` record: whether a worker's private
+        memory rose ``MOVED`` or more above its highest before; None when none of them is left (the caller
+        holds ``self.sampling``)."""
+        import psutil
+
+        out = []
+        moved = False
+        for wid, pid in enumerate(ps.pids):
+            if pid in ps.gone:
+                continue
+            try:
+                proc = ps.procs.get(pid)
+                if proc is None:
+                    proc = ps.procs[pid] = psutil.Process(pid)
+                m = proc.memory_full_info()
+            except psutil.Error:  # the worker exited (or its smaps are unreadable): it has no memory to count
+                ps.gone.add(pid)
+                continue
+            uss, pss = int(m.uss), int(getattr(m, "pss", 0))
+            private = uss or pss
+            high = ps.high.get(pid)
+            moved = moved or (high is not None and private >= high + MOVED)
+            ps.high[pid] = max(private, high or 0)
+            out.append({"pid": pid, "id": wid, "uss": uss, "pss": pss, "rss": int(m.rss)})
+        if not out:
+            return None
+        ps.n += 1
+        self.w.write(schema.K_WORKER_MEM, self.p.rank, loader=ps.loader, it=ps.ordinal, k=ps.k, step=self.step(), w=out)
+        return moved
 
 
 def _is_dataset(v: Any) -> bool:

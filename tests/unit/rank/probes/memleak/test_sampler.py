@@ -20,9 +20,10 @@ from ddpdoctor.record import schema
 def _memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, census_every: int | None) -> Any:
     from ddpdoctor.rank.probes.memleak import sampler
 
-    # the probe wraps the DataLoader's iterator reset: restored after the test
+    # the probe wraps the DataLoader's iterator reset and shutdown: restored after the test
     cls = dl_mod._MultiProcessingDataLoaderIter
     monkeypatch.setattr(cls, "_reset", cls._reset)
+    monkeypatch.setattr(cls, "_shutdown_workers", cls._shutdown_workers)
     p = fakeprobe.make_probe(tmp_path)
     return sampler.Memory(p, census_every)
 
