@@ -13,7 +13,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
-from ddpdoctor.analysis.hang import policy
+from ddpdoctor.analysis.hang import judge, policy
 from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.hang.damage import monitor_lost
 from ddpdoctor.analysis.hang.divergence import (
@@ -298,7 +298,36 @@ class LedgerCase(policy.Case):
         return program_finding(self.record, self.states, self.ev)
 
     def receive_cycle(self) -> Finding | None:
-        return None if self.cut else receive_cycle(self.states)
+        return None if self.cut or self.verdict is None else receive_cycle(self.states)
+
+    def pending_calls_differ(self) -> Finding | None:
+        # the walk found no parting (a rank's flight record lost, its peers' torch-made calls set aside), yet
+        # the ranks' pending calls at one position can never meet: a divergence there, its side unknown
+        got = judge.pending_parting(self.facts) if not self.cut else None
+        if got is None:
+            return None
+        group, seq, calls = got
+        pend = {r: self.states[r].pending or {} for r in calls}
+        slots = {
+            r: Slot(
+                c.op,
+                tuple(pend[r]["site"][:2]) if pend[r].get("site") else None,
+                pend[r].get("shapes"),
+                dtypes=pend[r].get("dtypes"),
+            )
+            for r, c in calls.items()
+        }
+        odd = judge.rarest({r: c.key for r, c in calls.items()}) or tuple(sorted(calls))
+        kind = "shape-mismatch" if len({c.op for c in calls.values()}) == 1 else "op-mismatch"
+        div = Divergence(group, seq, slots, odd, kind)
+        fid = HANG_SHAPE_MISMATCH if kind == "shape-mismatch" else HANG_DIVERGENT_COLLECTIVE
+        what = (
+            "ranks passed different shapes/dtypes to the same collective"
+            if kind == "shape-mismatch"
+            else "ranks wait in different collectives at one position"
+        )
+        f = _from_div(self.record, fid, div, self.states, dict(self.ev, pending_only=True), what)
+        return f if len(odd) < len(calls) else as_suspects(f)
 
     def timeout(self) -> Finding | None:
         if self.cut:

@@ -103,6 +103,24 @@ def one_place(facts: Iterable[RankFacts]) -> bool:
     return len(places) == 1
 
 
+def pending_parting(facts: Mapping[int, RankFacts]) -> tuple[str, int, dict[int, Call]] | None:
+    """The first position (group, sequence id) where two or more waiting ranks' pending calls sit and differ
+    in what must agree (``Call.key``): those calls can never meet, whatever the ranks' histories say. The
+    pending calls at it, by rank. None where no two pending calls share a position, or all that do agree.
+    The evidence is the pending calls alone (a heartbeat's, a dump's): it holds where a rank's history is
+    lost (its flight record never written) and only its position and pending call remain."""
+    at: dict[tuple[str, int], dict[int, Call]] = {}
+    for r in sorted(facts):
+        c = facts[r].pending
+        if facts[r].state != WAITING or c is None or c.p2p or c.group is None or c.seq is None:
+            continue
+        at.setdefault((c.group, c.seq), {})[r] = c
+    for (g, q), calls in sorted(at.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if len(calls) > 1 and len({c.key for c in calls.values()}) > 1:
+            return g, q, calls
+    return None
+
+
 def reached(waits: Mapping[int, Iterable[int]]) -> set[int]:
     """Every rank some waiting rank waits for, directly or through other waiting ranks."""
     seen: set[int] = set()

@@ -35,9 +35,10 @@ STEPS: Final = "steps"  # DDP's forward passes and the DataLoader's length per r
 ENDINGS: Final = "endings"  # which ranks finished or left (ledger's finish events; processes gone before attach)
 FAILURES: Final = "failures"  # torchrun's error files, failure summaries and logs: who failed first
 MOVES: Final = "moves"  # two looks some time apart: whether each rank moved (stacks)
+NOW: Final = "now"  # a look at a running job: how long each rank has waited (the monitor's live case)
 STOPPED: Final = "stopped"  # the monitor stopped the run on a verdict (a live run: ``verdict`` in monitor.jsonl)
 
-SOURCES: Final = ("ledger", "dumps", "stacks")
+SOURCES: Final = ("ledger", "dumps", "stacks", "live")
 
 
 class Case:
@@ -142,6 +143,15 @@ class Case:
         """The ranks wait in different calls."""
         return None
 
+    def pending_calls_differ(self) -> Finding | None:
+        """Waiting ranks' pending calls sit at one position and differ: they can never meet (the evidence
+        when a rank's history is lost and only its position and pending call remain)."""
+        return None
+
+    def overdue(self) -> Finding | None:
+        """A running job's wait, or its lack of progress, has lasted past ``--timeout``."""
+        return None
+
     def timeout(self) -> Finding | None:
         """The monitor stopped a wait that nothing above explains."""
         return None
@@ -191,12 +201,14 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("finished-early", {ENDINGS}, Case.finished_early),
     _rule("behind", {POSITIONS}, Case.behind),
     _rule("program", {POSITIONS, HISTORY}, Case.program),
-    _rule("receive-cycle", {STOPPED}, Case.receive_cycle),
+    _rule("receive-cycle", set(), Case.receive_cycle),
     _rule("all-moved", {MOVES}, Case.all_moved),
     _rule("elsewhere", {MOVES}, Case.elsewhere),
     _rule("none-waiting", {MOVES}, Case.none_waiting),
     _rule("one-place", set(), Case.one_place),
     _rule("different-calls", set(), Case.different_calls),
+    _rule("pending-calls-differ", {POSITIONS, STOPPED}, Case.pending_calls_differ),
+    _rule("overdue", {NOW}, Case.overdue),
     _rule("timeout", {STOPPED}, Case.timeout),
     _rule("no-record", set(), Case.no_record),
     _rule("empty-records", {HISTORY}, Case.empty_records),
