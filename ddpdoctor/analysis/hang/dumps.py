@@ -19,7 +19,7 @@ from ddpdoctor.analysis.hang import judge, policy, programs
 from ddpdoctor.analysis.hang.facts import Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
-from ddpdoctor.analysis.hang.sources.flight import Stand, members, used_groups, user_frame, user_frames
+from ddpdoctor.analysis.hang.sources.flight import Stand, agreement, members, used_groups, user_frame, user_frames
 from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
 from ddpdoctor.analysis.hang.sources.flight import programs as dump_programs
@@ -32,7 +32,7 @@ from ddpdoctor.analysis.ids import (
     POSTMORTEM_NO_DUMP,
 )
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_outputs, compared_sizes
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_outputs
 from ddpdoctor.postmortem.inputs import Inputs
 
 
@@ -265,9 +265,9 @@ def _first_call_stranded(inp: Inputs, stuck: dict[int, Stand], torn: set[int]) -
 
 
 def _key(e: Entry | Kind) -> tuple:
-    """What two ranks' calls at one position share when they are the same call: op, shapes, user line."""
+    """What two ranks' calls at one position share when they are the same call: what must agree, and the line."""
     f = user_frame(e)
-    return (e.op, compared_sizes(e.op, e.input_sizes), f[:2] if f else None)
+    return (*agreement(e), f[:2] if f else None)
 
 
 def _inserted(inp: Inputs, stuck: dict[int, Stand], idle: list[int]) -> Finding | None:
@@ -507,7 +507,7 @@ def _rarer_call(inp: Inputs, stuck: dict[int, Stand]) -> tuple[int, ...]:
         return ()
 
     def key(e: Entry) -> tuple:
-        return (e.group, e.op, compared_sizes(e.op, e.input_sizes), e.dtypes)
+        return (e.group, *agreement(e))
 
     made: dict[int, Counter] = {
         r: Counter(key(x) for x in inp.dumps[r].entries if not x.is_p2p and x.record_id < e.record_id)
@@ -595,9 +595,7 @@ def signature(d: Dump, e: Entry) -> tuple:
     ``coalesced`` entry; comparing the first one only turned a mismatch in the second into a stall."""
     if e.is_p2p:
         return ((e.op, e.input_sizes, e.dtypes, ()),)
-    return d.signature_at(e.group, e.seq) or (
-        (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes, compared_outputs(e.op, e.output_sizes, e.out_dtypes)),
-    )
+    return d.signature_at(e.group, e.seq) or ((*agreement(e), compared_outputs(e.op, e.output_sizes, e.out_dtypes)),)
 
 
 def _sizes(sizes: tuple) -> str:

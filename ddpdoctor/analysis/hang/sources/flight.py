@@ -37,6 +37,14 @@ def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
     return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
 
 
+def agreement(e: Entry | Kind) -> tuple:
+    """What must agree across ranks for two dump entries to be one call: the op, its compared sizes and its
+    dtypes (``facts.agreement``'s question in the dumps' vocabulary, whose op names and size rules are
+    torch's: ``compared_sizes``). Every judgement of the dumps asks this one: the pending call's key, the
+    program order's step, the rarer call, the insertion's call (with its line)."""
+    return (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes)
+
+
 def completed_anywhere(dumps: Collection[Dump]) -> dict[str, int]:
     """Per group, the highest sequence id any rank completed."""
     done: dict[str, int] = {}
@@ -107,7 +115,7 @@ def call(inp: Inputs, r: int, e: Entry) -> Call:
         p2p=e.is_p2p,
         peer=peer(inp, r, e) if e.is_p2p else None,
         sites=tuple(f[:2] for f in user_frames(e)),
-        key=(e.op, compared_sizes(e.op, e.input_sizes)),
+        key=agreement(e),
     )
 
 
@@ -145,7 +153,7 @@ def programs(dumps: Mapping[int, Dump]) -> dict[int, list[Step]] | None:
             if e.is_p2p:
                 continue
             kind = e.group_desc if e.group_desc.startswith("mesh_") else e.group
-            agree = (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes, kind)
+            agree = (*agreement(e), kind)
             steps.append(Step(e.op, user_frame(e), e.group, e.seq, agree))
         out[r] = steps
     return out
