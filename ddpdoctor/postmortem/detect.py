@@ -120,8 +120,9 @@ def torn_down(fails: dict[int, list[RankError]]) -> set[int]:
     return {r for r, es in fails.items() if r not in first and es and all(_sigterm(e) for e in es)} if first else set()
 
 
-def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
-    """The findings, one line per rank, and the notes (what the records cannot tell)."""
+def findings(inp: Inputs, more: Sequence[policy.Case] = ()) -> tuple[list[Finding], list[RankLine], list[str]]:
+    """The findings, one line per rank, and the notes (what the records cannot tell). ``more``: other
+    evidence of the same job (the stacks ``attach`` took with the dumps), judged with the dumps as one."""
     world, known = expected_ranks(inp)
     done = completed_anywhere(list(inp.dumps.values()))
     stands = {r: stand(d, done) for r, d in sorted(inp.dumps.items())}
@@ -134,7 +135,7 @@ def findings(inp: Inputs) -> tuple[list[Finding], list[RankLine], list[str]]:
         out += _crash(inp, stands, fails, roots, missing)
     else:
         # the hang: the one policy over the dumps' evidence (analysis/hang/dumps.py)
-        out += policy.judge(DumpCase(inp, stands, world, known, missing, fails, torn_down(fails)))
+        out += policy.judge(DumpCase(inp, stands, world, known, missing, fails, torn_down(fails)), *more)
     mixed = _mixed(inp)
     if not mixed:
         out += _completed_mismatch(inp)

@@ -12,6 +12,7 @@ every finding says it rests on stacks only.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -197,6 +198,22 @@ class StackCase(policy.Case):
         self.stuck = {r: v for r, v in vs.items() if not v.moved}
         self.waiting = {r: v for r, v in vs.items() if self.facts[r].state == WAITING}
         self.desc = {r: v.text() for r, v in vs.items()}
+
+    def lend(self, f: Finding) -> Finding:
+        # the dumps' finding (a JSON dump holds no lines): each rank it names, at the line its stacks show
+        have = {loc.rank for loc in f.locations}
+        add = [
+            loc
+            for r in sorted(set(f.ranks) | set(f.culprits))
+            if r not in have and r in self.vs
+            for loc in [_loc(self.vs[r], "diverged" if r in f.culprits else "waiting")]
+            if loc is not None
+        ]
+        return dataclasses.replace(
+            f,
+            message=f"{f.message} (from the flight recorder; the stacks give each rank's line)",
+            locations=f.locations + tuple(add),
+        )
 
     def rank_test(self) -> Finding | None:
         # a wait reached under `if rank == ...:` that the other ranks are not in: the waiting ranks diverged

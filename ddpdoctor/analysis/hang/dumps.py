@@ -16,6 +16,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, Severity, ranks_phrase
 from ddpdoctor.analysis.hang import judge, policy, programs
+from ddpdoctor.analysis.hang.attach import STACKS_ONLY
 from ddpdoctor.analysis.hang.facts import Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
@@ -66,6 +67,23 @@ class DumpCase(policy.Case):
         self.can = frozenset(can)
         self._groups: dict[str, set[int]] = {}
         self._waits: tuple[dict[int, set[int]], list[int]] | None = None
+
+    def lend(self, f: Finding) -> Finding:
+        # the stacks' finding: no longer resting on stacks alone; the dumps add each pending call's group and
+        # position (the stacks hold none)
+        said = "; ".join(_pending_phrase(r, p) for r, s in sorted(self.stuck.items()) if (p := s.pending) is not None)
+        msg = f.message.replace(" [stacks only]", "")
+        msg += (
+            f" (the stacks; from the flight recorder: {said})"
+            if said
+            else " (the stacks; the flight recorder shows nothing pending)"
+        )
+        return dataclasses.replace(
+            f,
+            message=msg,
+            hint=f.hint.replace(f" {STACKS_ONLY}", ""),
+            evidence={**f.evidence, "source": "stacks (py-spy) and the flight recorder"},
+        )
 
     def _members(self, g: str) -> set[int]:
         if g not in self._groups:

@@ -54,6 +54,11 @@ class Case:
         """The finding as the source reports it (the dumps name the ranks that left no dump)."""
         return f
 
+    def lend(self, f: Finding) -> Finding:
+        """Another source's finding of the same job with what only this source knows added (the stacks'
+        lines where the dumps hold none; the dumps' groups and positions where the stacks hold none)."""
+        return f
+
     # the questions, in the policy's order (RULES)
     def alone(self) -> Finding | None:
         """One rank's records and nothing that names the others."""
@@ -215,15 +220,24 @@ RULES: Final[tuple[Rule, ...]] = (
 )
 
 
-def judge(case: Case) -> list[Finding]:
-    """The first answer of the rules the case's evidence can be asked, as the source reports it; [] when
-    no rule answers."""
+def judge(case: Case, *more: Case) -> list[Finding]:
+    """The first answer of the rules the cases' evidence can be asked, as its source reports it, with what the
+    other cases of the same job know added (``lend``); [] when no rule answers. Several cases (the dumps and
+    the stacks ``attach`` took of one job) are one evidence: each rule is asked of every case that can tell
+    what it needs, in the order given, before the next rule is, so the strongest evidence of either source
+    decides and no source's report is weighed against another's afterwards."""
+    cases = (case, *more)
     for rule in RULES:
-        if not rule.needs <= case.can:
-            continue
-        f = rule.ask(case)
-        if f is not None:
-            return [case.finish(f)]
+        for i, c in enumerate(cases):
+            if not rule.needs <= c.can:
+                continue
+            f = rule.ask(c)
+            if f is None:
+                continue
+            f = c.finish(f)
+            for other in cases[:i] + cases[i + 1 :]:
+                f = other.lend(f)
+            return [f]
     return []
 
 
