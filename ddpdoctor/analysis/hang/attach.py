@@ -247,8 +247,22 @@ class StackCase(policy.Case):
                 )
         return None
 
+    def _groups(self) -> dict[tuple, list[int]]:
+        groups: dict[tuple, list[int]] = {}
+        for r, v in sorted(self.waiting.items()):
+            groups.setdefault(v.key(), []).append(r)
+        return groups
+
+    def _apart(self) -> bool:
+        """Every rank is stuck inside a call (none moved, none elsewhere), and not all in one place."""
+        w = self.waiting
+        return bool(self.stuck and w) and all(r in w for r in self.vs) and not judge.one_place(self.facts[r] for r in w)
+
     def left_early(self) -> Finding | None:
         gone, waiting = self.gone, self.waiting
+        if not gone and self._apart():
+            # ranks stuck in different calls: a group of them left the loop the others are still in
+            return _departed(self.record, self.vs, self._groups(), self.desc, self.ev)
         if not gone or not waiting:
             return None
         w = next(iter(waiting.values()))
@@ -341,17 +355,15 @@ class StackCase(policy.Case):
         )
 
     def different_calls(self) -> Finding | None:
-        groups: dict[tuple, list[int]] = {}
-        for r, v in sorted(self.waiting.items()):
-            groups.setdefault(v.key(), []).append(r)
-        return _divergence(self.record, self.vs, groups, self.desc, self.ev)
+        return _parting(self.vs, self.desc, self.ev) if self._apart() else None
 
 
-def _divergence(
+def _departed(
     record: RunRecord, vs: dict[int, View], groups: dict[tuple, list[int]], desc: dict[int, str], ev: dict
-) -> Finding:
+) -> Finding | None:
     """Ranks wait in different collectives or lines: an extra call under a rank test inside the loop the
-    others left, an early exit (a group that left the loop the others are still in), or a divergence."""
+    others left, or an early exit (a group that left the loop the others are still in); None where no group
+    of ranks left a loop the others are in."""
     world = max(record.world_size or 0, max(vs) + 1)
     members = list(groups.values())
     for leavers in members:
@@ -408,6 +420,12 @@ def _divergence(
             leavers,
             dict(ev, departure={"file": dep.file, "line": dep.line}),
         )
+    return None
+
+
+def _parting(vs: dict[int, View], desc: dict[int, str], ev: dict) -> Finding:
+    """Ranks wait in different collectives or lines, and no rank left a loop the others are in: the ranks
+    whose call is the odd one where the walk to the first parting names them, else every rank."""
     # the stacks hold no positions: the walk to the first parting reads the one position they show, the call
     # each rank waits in now (what must agree there: where it waits)
     slots = {
