@@ -11,12 +11,13 @@ only after ``timeout`` seconds.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.hang import policy
-from ddpdoctor.analysis.hang.facts import agreement_of
+from ddpdoctor.analysis.hang.facts import RankFacts, agreement_of
 from ddpdoctor.analysis.ids import HANG_DIVERGENT_COLLECTIVE, HANG_EARLY_EXIT, HANG_P2P_DEADLOCK, HANG_TIMEOUT
 from ddpdoctor.analysis.state import P2P, RECVS, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record import schema
@@ -45,6 +46,14 @@ class LiveCase(policy.Case):
     def __init__(self, record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> None:
         self.record, self.states, self.cfg, self.now = record, states, cfg, now
         self._first: tuple[str, str] | None | bool = False  # not looked for yet
+
+    @property
+    def facts(self) -> Mapping[int, RankFacts]:  # type: ignore[override]
+        """The per-rank facts of the live ledger, heartbeats and flight pendings (built when asked for: the
+        proofs read the states they come from, and the judge of a job asks 1,024 ranks every second)."""
+        from ddpdoctor.analysis.hang.sources.ledger import facts
+
+        return facts(self.states)
 
     def _proof(self) -> tuple[str, str] | None:
         if self._first is False:
