@@ -20,7 +20,7 @@ from ddpdoctor.analysis.hang.attach import STACKS_ONLY
 from ddpdoctor.analysis.hang.facts import Slot
 from ddpdoctor.analysis.hang.hints import HINTS
 from ddpdoctor.analysis.hang.paths import guard_in
-from ddpdoctor.analysis.hang.sources.flight import Stand, agreement, members, used_groups, user_frame, user_frames
+from ddpdoctor.analysis.hang.sources.flight import Stand, members, used_groups, user_frame, user_frames
 from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
 from ddpdoctor.analysis.hang.sources.flight import programs as dump_programs
@@ -33,7 +33,7 @@ from ddpdoctor.analysis.ids import (
     POSTMORTEM_NO_DUMP,
 )
 from ddpdoctor.postmortem.errorfiles import RankError
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_outputs
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, agreement, compared_outputs
 from ddpdoctor.postmortem.inputs import Inputs
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ddpdoctor.analysis.hang.facts import MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.programs import Step
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, agreement
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
@@ -35,14 +35,6 @@ def user_frame(e: Entry | Kind | None) -> tuple[str, int, str] | None:
 def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
     """Every frame of the user's code in an entry's stack, innermost first."""
     return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
-
-
-def agreement(e: Entry | Kind) -> tuple:
-    """What must agree across ranks for two dump entries to be one call: the op, its compared sizes and its
-    dtypes (``facts.agreement``'s question in the dumps' vocabulary, whose op names and size rules are
-    torch's: ``compared_sizes``). Every judgement of the dumps asks this one: the pending call's key, the
-    program order's step, the rarer call, the insertion's call (with its line)."""
-    return (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes)
 
 
 def completed_anywhere(dumps: Collection[Dump]) -> dict[str, int]:
