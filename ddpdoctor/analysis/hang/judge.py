@@ -147,7 +147,7 @@ def rarest(keys: Mapping[int, Hashable]) -> tuple[int, ...]:
     rarest among the ranks', when it is rarer than another: those are the odd ones out. () when every key is
     as common as every other (two ranks that disagree, or one key shared by all): the evidence names no side.
 
-    The one copy of this rule for every source: the flight recorder's pending calls (postmortem/detect.py),
+    The one copy of this rule for every source: the flight recorder's pending calls (analysis/hang/dumps.py),
     the stacks of an attached job (attach.py) and the ledger's mismatched position (divergence.py)."""
     counts = Counter(keys.values())
     if len(counts) < 2:
@@ -185,7 +185,7 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
     its first agree (``same``), in order, with ``other``'s from its first. A count > 0 when every call they
     both hold agrees (an insertion: the others' calls, shifted by one), 0 when nothing overlaps, None when
     they contradict it. The ledger's attribution (analysis/hang/attribution.py) and the flight recorder's
-    extra call that completed against another rank's next one (postmortem/detect.py) ask it of their calls."""
+    extra call that completed against another rank's next one (analysis/hang/dumps.py) ask it of their calls."""
     a, b = extra[1:], other
     n = min(len(a), len(b))
     if n == 0:
