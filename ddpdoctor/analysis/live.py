@@ -11,45 +11,108 @@ only after ``timeout`` seconds.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.findings import Location, ranks_phrase
-from ddpdoctor.analysis.hang.facts import agreement
+from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
+from ddpdoctor.analysis.hang import policy
+from ddpdoctor.analysis.hang.facts import RankFacts, agreement_of
+from ddpdoctor.analysis.ids import HANG_DIVERGENT_COLLECTIVE, HANG_EARLY_EXIT, HANG_P2P_DEADLOCK, HANG_TIMEOUT
 from ddpdoctor.analysis.state import P2P, RECVS, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-
-def op_key(p: dict[str, Any]) -> tuple:
-    """What must agree for two ranks' pending collectives to be the same call (facts.agreement: the op, shapes
-    and dtypes)."""
-    return agreement(p.get("op"), p.get("shapes"), p.get("dtypes"))
+op_key = agreement_of  # what must agree for two ranks' pending calls to be one (facts.agreement)
 
 
 def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
-    """A one-line reason when the current waits can never complete, else None.
+    """A one-line reason when the current waits can never complete, else None: the one policy's answer
+    (policy.py) over the live case, where it is a proof."""
+    got = policy.judge(LiveCase(record, states, cfg, now))
+    return got[0].message if got and got[0].evidence.get("live") == "certain" else None
 
-    The first waiting rank (in rank order) that some peer proves stuck, with the first such peer: a member
-    of its group that exited, waits elsewhere, or issued something else at that position. Linear in the
-    ranks: what a peer proves depends only on what the rank waits in (group, position, call), so each
-    distinct wait scans the peers once, not each waiting rank (1,023 ranks waiting in the same barrier
-    while one rank waits elsewhere is the common case of a job across nodes)."""
+
+class LiveCase(policy.Case):
+    """The monitor's look at a running job as the policy's case: each rank's state from its heartbeat, its
+    pending call (a wrapper's, or the flight recorder's) with its group and position, the ledger's calls at a
+    position, the ranks that ended and how long each wait lasts. Its answers are the live verdict: a proof
+    (``evidence["live"] == "certain"``: a peer exited, waits or issued something else at that position, or
+    every rank waits to receive) or a wait past ``--timeout`` (``"timeout"``)."""
+
+    source = "live"
+    can = frozenset({policy.POSITIONS, policy.HISTORY, policy.ENDINGS, policy.NOW})
+
+    def __init__(self, record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> None:
+        self.record, self.states, self.cfg, self.now = record, states, cfg, now
+        self._first: tuple[str, str] | None | bool = False  # not looked for yet
+
+    @property
+    def facts(self) -> Mapping[int, RankFacts]:  # type: ignore[override]
+        """The per-rank facts of the live ledger, heartbeats and flight pendings (built when asked for: the
+        proofs read the states they come from, and the judge of a job asks 1,024 ranks every second)."""
+        from ddpdoctor.analysis.hang.sources.ledger import facts
+
+        return facts(self.states)
+
+    def _proof(self) -> tuple[str, str] | None:
+        if self._first is False:
+            self._first = _first_proof(self.record, self.states, self.cfg, self.now)
+        return self._first  # type: ignore[return-value]
+
+    def exited(self) -> Finding | None:
+        got = self._proof()
+        return _said(HANG_EARLY_EXIT, "certain", got[1]) if got and got[0] == "exited" else None
+
+    def differ(self) -> Finding | None:
+        got = self._proof()
+        return _said(HANG_DIVERGENT_COLLECTIVE, "certain", got[1]) if got and got[0] == "peer" else None
+
+    def receive_cycle(self) -> Finding | None:
+        reason = _receive_all(self.states, self.cfg, self.now)
+        return _said(HANG_P2P_DEADLOCK, "certain", reason) if reason else None
+
+    def overdue(self) -> Finding | None:
+        reason = _overdue(self.record, self.states, self.cfg, self.now)
+        return _said(HANG_TIMEOUT, "timeout", reason) if reason else None
+
+
+def _said(fid: str, mode: str, reason: str) -> Finding:
+    return Finding(fid, "error", reason, "", (), (), {"live": mode})
+
+
+def _waiting(states: dict[int, RankState], cfg: Config, now: float) -> tuple[list[RankState], list[RankState]]:
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
     waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
+    return live, waiting
+
+
+def _receive_all(states: dict[int, RankState], cfg: Config, now: float) -> str | None:
+    """Every rank waits to receive and none has a send outstanding: nobody can ever send."""
+    live, waiting = _waiting(states, cfg, now)
     if (
         live
         and len(waiting) == len(live)
         and len(live) == len(states)
         and all((s.pending or {}).get("op") in RECVS and not (s.pending or {}).get("sends") for s in live)
     ):
-        # every rank waits to receive and none has a send outstanding: nobody can ever send
         text = "; ".join(
             f"{waits_text(s, now)}"
             + (f" from rank {(s.pending or {}).get('peer')}" if (s.pending or {}).get("peer") is not None else "")
             for s in live[:4]
         )
         return f"{text}; every rank waits to receive and none sends"
+    return None
+
+
+def _first_proof(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> tuple[str, str] | None:
+    """The first waiting rank (in rank order) that some peer proves stuck, with the first such peer: a member
+    of its group that exited (``("exited", reason)``), waits elsewhere, or issued something else at that
+    position (``("peer", reason)``). Linear in the ranks: what a peer proves depends only on what the rank
+    waits in (group, position, call), so each distinct wait scans the peers once, not each waiting rank
+    (1,023 ranks waiting in the same barrier while one rank waits elsewhere is the common case of a job across
+    nodes)."""
+    live, waiting = _waiting(states, cfg, now)
     order = list(states.values())
     all_wait = len(waiting) == len(live)  # waiting is a part of live
     exited: dict[Any, tuple[list[float], list[tuple[int, RankState]]]] = {}
@@ -70,10 +133,10 @@ def certain_deadlock(record: RunRecord, states: dict[int, RankState], cfg: Confi
             proof = _peer_proof(record, order, p, cfg, now, all_wait)
         gone = _first_exited(exited, order, g, (a.hb_t or 0) - cfg.settle)
         if gone is not None and (proof is None or gone[0] < proof[0]):
-            return f"{waits_text(a, now)}; rank {gone[1].rank} has exited"
+            return "exited", f"{waits_text(a, now)}; rank {gone[1].rank} has exited"
         if proof is not None:
             pos = "" if a.blocked is not None else f" (#{seq})"
-            return f"{waits_text(a, now)}{pos if proof[1] else ''}{proof[2]}"
+            return "peer", f"{waits_text(a, now)}{pos if proof[1] else ''}{proof[2]}"
     return None
 
 
@@ -181,19 +244,23 @@ def verdict_near(record: RunRecord, cfg: Config, now: float) -> bool:
 def live_verdict(
     record: RunRecord, cfg: Config, now: float, states: dict[int, RankState] | None = None
 ) -> tuple[str, str] | None:
-    """("certain", reason) or ("timeout", reason) when the monitor should stop the run. ``states``:
-    ``all_states(record, now, cfg)`` when the caller has it already."""
+    """("certain", reason) or ("timeout", reason) when the monitor should stop the run: the one policy's
+    answer over the live case. ``states``: ``all_states(record, now, cfg)`` when the caller has it already."""
     states = states if states is not None else all_states(record, now, cfg)
-    reason = certain_deadlock(record, states, cfg, now)
-    if reason:
-        return "certain", reason
+    got = policy.judge(LiveCase(record, states, cfg, now))
+    return (str(got[0].evidence["live"]), got[0].message) if got else None
+
+
+def _overdue(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> str | None:
+    """A wait past ``--timeout``: this node's ranks all ended while torchrun waits for others, no rank made
+    progress, or one rank waited that long."""
     world = record.world_size or 0
     if states and world > len(states) and all(s.ended for s in states.values()):
         # this node's ranks are done but torchrun waits (its exit barrier) for ranks it cannot see
         last = max((s.ended_t or 0.0) for s in states.values())
         if last and now - last >= cfg.timeout:
             unseen = [r for r in range(world) if r not in states]
-            return "timeout", (
+            return (
                 f"every rank on this node ended {now - last:.0f} s ago; torchrun still waits for "
                 f"{ranks_phrase(unseen)} on other nodes"
             )
@@ -201,7 +268,7 @@ def live_verdict(
     if live and all(s.state == "busy" and not s.stale and s.stalled_for >= cfg.timeout for s in live):
         # nobody is inside a collective, yet nobody moves (no step, no collective issued or completed, no
         # CPU time): blocked at a sync point (Work.wait(), .item()) or stuck; never a silent hang
-        return "timeout", (
+        return (
             f"no rank made progress (no step, no collective, no CPU time) for "
             f"{min(s.stalled_for for s in live):.0f} s (--timeout {cfg.timeout:g})"
         )
@@ -214,7 +281,7 @@ def live_verdict(
             else (s.seq_stable_for if s.state == "ddp-wait" else 0.0)
         )
         if waited >= cfg.timeout:
-            return "timeout", f"rank {s.rank} waited {waited:.0f} s (--timeout {cfg.timeout:g})"
+            return f"rank {s.rank} waited {waited:.0f} s (--timeout {cfg.timeout:g})"
     return None
 
 

@@ -77,7 +77,7 @@ def analyze(
     if command == "attach":  # the flight-recorder dumps attach took, with the stacks (postmortem/attached.py)
         from ddpdoctor.postmortem.attached import with_flight_recorder
 
-        report = with_flight_recorder(report, dirs, fail_on, select, ignore)
+        report = with_flight_recorder(report, dirs, fail_on, select, ignore, record)
     report = attach_pictures(report, record, spec.pictures if spec else (), html_path)
     if pm is not None:
         report = postmortem.merge(report, pm)

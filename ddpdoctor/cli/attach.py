@@ -110,7 +110,7 @@ def attach(
         )
         record = load_run(a.run_dir)
         cfg = Config(timeout=interval, fail_on=fail_on, select=select, ignore=ignore)
-        report = with_flight_recorder(diagnose(record, cfg, "attach"), [a.run_dir], fail_on, select, ignore)
+        report = with_flight_recorder(diagnose(record, cfg, "attach"), [a.run_dir], fail_on, select, ignore, record)
         report = attach_pictures(report, record, ("html",), html_path)
         emit(report, json_path, junit_path)
         code = max(code, report.exit_code)

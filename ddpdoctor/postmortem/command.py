@@ -4,9 +4,11 @@ torchrun error files and logs (any mix, with run directories too). Imports no to
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.analysis.hang.policy import Case
 from ddpdoctor.errors import DdpdoctorError
 from ddpdoctor.postmortem import inputs, report
 
@@ -25,18 +27,22 @@ def _exists(p: str) -> bool:
 
 
 def analyze(
-    paths: list[str], fail_on: str, select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()
+    paths: list[str],
+    fail_on: str,
+    select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
+    more: Sequence[Case] = (),
 ) -> tuple[Report | None, list[str]]:
     """The post-mortem report of ``paths`` and the run directories found inside them. DdpdoctorError
     (exit 2, one line) for bad input: a truncated or foreign dump, a pickle that refers to code.
-    ``select``/``ignore``: --select/--ignore."""
+    ``select``/``ignore``: --select/--ignore; ``more``: other evidence of the same job judged with the dumps."""
     try:
         inp = inputs.load(paths)
     except inputs.InputError as e:
         raise DdpdoctorError(str(e)) from None
     if inp.empty():
         return None, inp.run_dirs
-    return report.build(inp, Config(fail_on=fail_on, select=select, ignore=ignore)), inp.run_dirs
+    return report.build(inp, Config(fail_on=fail_on, select=select, ignore=ignore), more), inp.run_dirs
 
 
 def with_html(rep: Report, html_path: str | None) -> Report:

@@ -64,6 +64,13 @@ def compared_sizes(op: str, sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[i
     return () if op in SIZES_DIFFER else sizes
 
 
+def agreement(k: Any) -> tuple:
+    """What must agree across ranks for two entries (or kinds) to be one call: the op, its compared sizes and
+    its dtypes (``analysis/hang/facts.agreement``'s question in the dumps' vocabulary, whose op names and size
+    rules are torch's). The dumps' signature adds the outputs; every judgement of the dumps asks this one."""
+    return (k.op, compared_sizes(k.op, k.input_sizes), k.dtypes)
+
+
 def compared_outputs(op: str, sizes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> tuple:
     """The output sizes and dtypes that must agree across ranks for ``op`` (torch's analyzer compares them
     too: an all-gather's list, a reduce-scatter's output); () for the ops of ``OUTPUTS_DIFFER``."""
@@ -301,14 +308,7 @@ class Dump:
         for i in self.positions(group, seq):
             k = self.kinds[self.kind[i]]
             if not k.op.endswith("coalesced"):
-                out.append(
-                    (
-                        k.op,
-                        compared_sizes(k.op, k.input_sizes),
-                        k.dtypes,
-                        compared_outputs(k.op, k.output_sizes, k.out_dtypes),
-                    )
-                )
+                out.append((*agreement(k), compared_outputs(k.op, k.output_sizes, k.out_dtypes)))
         return tuple(out)
 
     @cached_property

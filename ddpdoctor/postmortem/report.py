@@ -5,22 +5,26 @@ merge of a run directory's report with a post-mortem of other records. Pure: no 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Report
+from ddpdoctor.analysis.hang.policy import Case
 from ddpdoctor.postmortem import detect
 from ddpdoctor.postmortem.inputs import Inputs
 
 
-def build(inp: Inputs, config: Config) -> Report:
+def build(inp: Inputs, config: Config, more: Sequence[Case] = ()) -> Report:
     """The post-mortem of what ``inp`` holds, concluded as a run directory's diagnosis is
-    (``registry.conclude``: the same order, ``--select``/``--ignore`` and verdict by the catalog)."""
+    (``registry.conclude``: the same order, ``--select``/``--ignore`` and verdict by the catalog). ``more``:
+    other evidence of the same job (attach's stacks), judged with the dumps of one job as one."""
     from ddpdoctor.analysis.registry import conclude
     from ddpdoctor.postmortem.inputs import jobs, no_gc
 
     parts = jobs(inp)
     with no_gc():
-        judged = [detect.findings(p) for p in parts]
+        # other evidence of the job (attach's stacks, taken with its dumps at one moment) is the newest job's
+        judged = [detect.findings(p, more if k == len(parts) - 1 else ()) for k, p in enumerate(parts)]
     if len(judged) == 1:
         found, ranks, notes = judged[0]
     else:

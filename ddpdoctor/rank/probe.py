@@ -298,8 +298,11 @@ class Probe:
             for ident, f in frames.items()
             if names.get(ident) != "ddpdoctor-heartbeat"
         ]
-        self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads)
+        # the flight record first: the monitor ends the ranks once each one's stacks of this request are
+        # written (launch/monitor.py's _collect_dumps), and a flight.json still being written then is lost
+        # (a rank's record of FSDP's calls gone, its peer's set aside: a proven deadlock read as a timeout)
         self.write_flight(f"request {req}")
+        self.stacks.write(schema.K_STACKS, self.rank, request=req, threads=threads)
 
     def _check_monitor(self) -> None:
         """If ddpdoctor itself was killed, end this rank rather than leave an orphan."""

@@ -322,38 +322,3 @@ def test_pipe_wait_only_our_code_against_a_fake_writer_not_nccls_watchdog(tmp_pa
         assert "no new dump appeared" in taken[3].why
     finally:
         os.close(reader)
-
-
-def test_combine_keeps_the_dumps_finding_with_the_stacks_lines_and_every_other_finding() -> None:
-    from ddpdoctor.analysis.findings import Finding, Location, Report
-    from ddpdoctor.postmortem.attached import combine
-
-    rc = "hang.rank-conditional-collective"
-    stacks = Report(
-        "attach", "hang", 3, "/run",
-        findings=(
-            Finding(rc, "error", "from stacks [stacks only]", culprits=(1,),
-                    locations=(Location(1, "t.py", 34, "main", "diverged"), Location(0, "t.py", 32, "main", "waiting"))),
-            Finding("attach.running", "note", "rank 2 runs"),
-        ),
-        notes=("stacks note",),
-    )  # fmt: skip
-    fr = Report(
-        "analyze", "hang", 3, "/run/fr",
-        findings=(Finding(rc, "error", "extra all_reduce on group 1", culprits=(1,)),),
-        notes=("from torch's flight recorder: ...", "2 ranks [0,1]: the dump holds no Python stacks (JSON ...)"),
-    )  # fmt: skip
-    out = combine(stacks, fr)
-    assert [f.id for f in out.findings] == [rc, "attach.running"]
-    f = out.findings[0]
-    assert f.message == "extra all_reduce on group 1 (from the flight recorder; the stacks agree)"
-    assert {(loc.rank, loc.line, loc.role) for loc in f.locations} == {(1, 34, "diverged"), (0, 32, "waiting")}
-    assert out.summary == f.message and out.exit_code == 3 and out.run_dir == "/run"
-    assert out.notes == ("stacks note", "from torch's flight recorder: ...")  # the stacks give the lines
-    # different culprits: both are kept, the dumps' first
-    fr2 = Report("analyze", "hang", 3, "/run/fr", findings=(Finding(rc, "error", "dumps say rank 0", culprits=(0,)),))
-    assert [f.message for f in combine(stacks, fr2).findings] == [
-        "dumps say rank 0",
-        "from stacks [stacks only]",
-        "rank 2 runs",
-    ]

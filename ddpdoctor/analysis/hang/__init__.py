@@ -1,7 +1,8 @@
 """The hang family: how the run ended and why it stopped. Every command runs it.
 
 Its detectors, in report order: the job never became distributed (``startup``), a rank raised
-(``crash``), deadlocks and divergent collectives (``deadlock``, with ``divergence`` aligning the ranks'
+(``crash``), deadlocks and divergent collectives (``deadlock``: the ledger's case of the one policy,
+``policy``, that also judges the dumps, ``dumps``, and the stacks; with ``divergence`` aligning the ranks'
 sequences, ``waits`` for hangs without a divergence, ``hints`` for the advice, ``digest`` for sequences
 that differed before the ledger window), collectives that completed with mismatched shapes
 (``collective``), teardown noise (``teardown``), ``ddpdoctor attach``'s stacks-only view (``attach``) and

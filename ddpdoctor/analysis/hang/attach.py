@@ -12,12 +12,13 @@ every finding says it rests on stacks only.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
-from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang import judge, policy
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.facts import WAITING, Slot
 from ddpdoctor.analysis.hang.paths import (
@@ -160,49 +161,81 @@ def _finding(
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
-    """The hang of an attach run directory, from the ranks' stacks alone."""
+    """The hang of an attach run directory, from the ranks' stacks alone, by the one policy (policy.py)."""
     if record.manifest.get("command") != schema.CMD_ATTACH:
         return []
     vs = views(record)
-    gone = sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_GONE))
-    world = max(
-        [record.world_size or 0]
-        + [int(e.get("world_size") or 0) for r in gone if (e := record.ranks[r].event(schema.K_GONE))]
-    )
-    unseen = [r for r in range(world) if r not in vs and r not in gone]
     if not vs:
         return []
-    ev: dict[str, Any] = {
-        "interval": (record.manifest.get("attach") or {}).get("interval"),
-        "moved": sorted(r for r, v in vs.items() if v.moved),
-        "gone": gone,
-        "unseen": unseen,
-    }
-    facts = stacks_facts(vs, gone, unseen)
-    stuck = {r: v for r, v in vs.items() if not v.moved}
-    waiting = {r: v for r, v in vs.items() if facts[r].state == WAITING}
-    desc = {r: v.text() for r, v in vs.items()}
+    return policy.judge(StackCase(record, vs))
 
-    # a wait reached under `if rank == ...:` that the other ranks are not in: the waiting ranks diverged
-    places = {v.key() for v in vs.values()}
-    for r, v in sorted(waiting.items()):
-        if v.kind == "collective" and v.site and (len(places) > 1 or gone):
-            g = rank_guard(record, r, [v.site.file, v.site.line, v.site.func])
-            if g is None:
-                continue
-            div = [q for q, w in waiting.items() if w.key() == v.key()]
-            locs = [_loc(vs[q], "diverged") for q in div] + [
-                _loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere") for q, w in vs.items() if q not in div
-            ]
-            gbase = g[0].rsplit("/", 1)[-1]
-            verb = "waits" if len(div) == 1 else "wait"
-            rest = group_values({q: desc[q] for q in vs if q not in div}) or "no other rank"
-            msg = (
-                f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
-                f"rank test at {gbase}:{g[1]}; {rest}" + (f"; {ranks_phrase(gone)} exited" if gone else "")
-            )
-            return [
-                _finding(
+
+class StackCase(policy.Case):
+    """The stacks ``ddpdoctor attach`` took as the policy's case: where each rank's main thread is in two
+    looks some time apart (``View``), which ranks had exited before it attached, and which the world names
+    that left no stacks. Stacks hold lines and moves, never positions: the questions of positions and
+    histories are left to the ledger and the dumps."""
+
+    source = "stacks"
+    can = frozenset({policy.LINES, policy.ENDINGS, policy.MOVES})
+
+    def __init__(self, record: RunRecord, vs: dict[int, View]) -> None:
+        self.record, self.vs = record, vs
+        gone = sorted(r for r, rec in record.ranks.items() if rec.event(schema.K_GONE))
+        world = max(
+            [record.world_size or 0]
+            + [int(e.get("world_size") or 0) for r in gone if (e := record.ranks[r].event(schema.K_GONE))]
+        )
+        self.gone = gone
+        self.unseen = [r for r in range(world) if r not in vs and r not in gone]
+        self.ev: dict[str, Any] = {
+            "interval": (record.manifest.get("attach") or {}).get("interval"),
+            "moved": sorted(r for r, v in vs.items() if v.moved),
+            "gone": gone,
+            "unseen": self.unseen,
+        }
+        self.facts = stacks_facts(vs, gone, self.unseen)
+        self.stuck = {r: v for r, v in vs.items() if not v.moved}
+        self.waiting = {r: v for r, v in vs.items() if self.facts[r].state == WAITING}
+        self.desc = {r: v.text() for r, v in vs.items()}
+
+    def lend(self, f: Finding) -> Finding:
+        # the dumps' finding (a JSON dump holds no lines): each rank it names, at the line its stacks show
+        have = {loc.rank for loc in f.locations}
+        add = [
+            loc
+            for r in sorted(set(f.ranks) | set(f.culprits))
+            if r not in have and r in self.vs
+            for loc in [_loc(self.vs[r], "diverged" if r in f.culprits else "waiting")]
+            if loc is not None
+        ]
+        return dataclasses.replace(
+            f,
+            message=f"{f.message} (from the flight recorder; the stacks give each rank's line)",
+            locations=f.locations + tuple(add),
+        )
+
+    def rank_test(self) -> Finding | None:
+        # a wait reached under `if rank == ...:` that the other ranks are not in: the waiting ranks diverged
+        record, vs, waiting, gone, desc = self.record, self.vs, self.waiting, self.gone, self.desc
+        places = {v.key() for v in vs.values()}
+        for r, v in sorted(waiting.items()):
+            if v.kind == "collective" and v.site and (len(places) > 1 or gone):
+                g = rank_guard(record, r, [v.site.file, v.site.line, v.site.func])
+                if g is None:
+                    continue
+                div = [q for q, w in waiting.items() if w.key() == v.key()]
+                locs = [_loc(vs[q], "diverged") for q in div] + [
+                    _loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere") for q, w in vs.items() if q not in div
+                ]
+                gbase = g[0].rsplit("/", 1)[-1]
+                verb = "waits" if len(div) == 1 else "wait"
+                rest = group_values({q: desc[q] for q in vs if q not in div}) or "no other rank"
+                msg = (
+                    f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
+                    f"rank test at {gbase}:{g[1]}; {rest}" + (f"; {ranks_phrase(gone)} exited" if gone else "")
+                )
+                return _finding(
                     HANG_RANK_CONDITIONAL_COLLECTIVE,
                     "error",
                     msg,
@@ -210,40 +243,65 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
                     vs,
                     locs,
                     div,
-                    dict(ev, guard=list(g)),
+                    dict(self.ev, guard=list(g)),
                 )
-            ]
+        return None
 
-    if gone and waiting:
+    def _groups(self) -> dict[tuple, list[int]]:
+        groups: dict[tuple, list[int]] = {}
+        for r, v in sorted(self.waiting.items()):
+            groups.setdefault(v.key(), []).append(r)
+        return groups
+
+    def _apart(self) -> bool:
+        """Every rank is stuck inside a call (none moved, none elsewhere), and not all in one place."""
+        w = self.waiting
+        return bool(self.stuck and w) and all(r in w for r in self.vs) and not judge.one_place(self.facts[r] for r in w)
+
+    def left_early(self) -> Finding | None:
+        gone, waiting = self.gone, self.waiting
+        if not gone and self._apart():
+            # ranks stuck in different calls: a group of them left the loop the others are still in
+            return _departed(self.record, self.vs, self._groups(), self.desc, self.ev)
+        if not gone or not waiting:
+            return None
         w = next(iter(waiting.values()))
         exits = loop_exits(w.site.file, w.site.line, every_loop=True) if w.site else ()
         role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
-        locs = [Location(r, w.site.file, x, "", role) for r in gone for x in exits[:3]] if w.site else []
+        locs: list[Location | None] = (
+            [Location(r, w.site.file, x, "", role) for r in gone for x in exits[:3]] if w.site else []
+        )
         locs += [_loc(v, "waiting") for v in waiting.values()]
         base = w.site.file.rsplit("/", 1)[-1] if w.site else "?"
         left = ", ".join(f"{base}:{x}" for x in exits[:3])
         msg = (
-            f"{ranks_phrase(gone)} exited while the others still wait: {group_values({r: desc[r] for r in waiting})}"
-            + (f" (the loop is left at {left})" if exits else "")
+            f"{ranks_phrase(gone)} exited while the others still wait: "
+            f"{group_values({r: self.desc[r] for r in waiting})}" + (f" (the loop is left at {left})" if exits else "")
         )
-        return [_finding(HANG_EARLY_EXIT, "error", msg, hint_for(record, HANG_EARLY_EXIT), vs, locs, gone, ev)]
+        return _finding(
+            HANG_EARLY_EXIT, "error", msg, hint_for(self.record, HANG_EARLY_EXIT), self.vs, locs, gone, self.ev
+        )
 
-    if not stuck:
-        return [
-            Finding(
-                ATTACH_RUNNING,
-                "note",
-                f"every rank moved between the two stack dumps {ev['interval']} s apart: no hang seen "
-                f"({group_values(desc)})",
-                "If the job still looks stuck, attach again later, or run it under `ddpdoctor hang`.",
-                tuple(sorted(vs)),
-                tuple(x for x in (_loc(v, "running") for v in vs.values()) if x),
-                ev,
-            )
-        ]
+    def all_moved(self) -> Finding | None:
+        if self.stuck:
+            return None
+        vs = self.vs
+        return Finding(
+            ATTACH_RUNNING,
+            "note",
+            f"every rank moved between the two stack dumps {self.ev['interval']} s apart: no hang seen "
+            f"({group_values(self.desc)})",
+            "If the job still looks stuck, attach again later, or run it under `ddpdoctor hang`.",
+            tuple(sorted(vs)),
+            tuple(x for x in (_loc(v, "running") for v in vs.values()) if x),
+            self.ev,
+        )
 
-    elsewhere = {r: v for r, v in vs.items() if r not in waiting}
-    if waiting and elsewhere:
+    def elsewhere(self) -> Finding | None:
+        waiting, desc = self.waiting, self.desc
+        elsewhere = {r: v for r, v in self.vs.items() if r not in waiting}
+        if not waiting or not elsewhere:
+            return None
         sev: Severity = "error" if not any(v.moved for v in elsewhere.values()) else "warning"
         msg = (
             f"{group_values({r: desc[r] for r in elsewhere})}; while "
@@ -251,28 +309,31 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             + ("" if sev == "error" else " (a running rank may yet arrive)")
         )
         locs = [_loc(v, "elsewhere") for v in elsewhere.values()] + [_loc(v, "waiting") for v in waiting.values()]
-        return [_finding(HANG_TIMEOUT, sev, msg, HINTS[HANG_TIMEOUT], vs, locs, list(elsewhere), ev)]
+        return _finding(HANG_TIMEOUT, sev, msg, HINTS[HANG_TIMEOUT], self.vs, locs, list(elsewhere), self.ev)
 
-    if not waiting:
+    def none_waiting(self) -> Finding | None:
+        if self.waiting:
+            return None
+        vs = self.vs
         idle = all(v.idle for v in vs.values())
-        msg = f"no rank is inside a collective and none moved: {group_values(desc)}"
+        msg = f"no rank is inside a collective and none moved: {group_values(self.desc)}"
         locs = [_loc(v, "blocked") for v in vs.values()]
-        return [_finding(HANG_TIMEOUT, "error" if idle else "warning", msg, BLOCKED_HINT, vs, locs, list(vs), ev)]
+        return _finding(HANG_TIMEOUT, "error" if idle else "warning", msg, BLOCKED_HINT, vs, locs, list(vs), self.ev)
 
-    groups: dict[tuple, list[int]] = {}
-    for r, v in sorted(waiting.items()):
-        groups.setdefault(v.key(), []).append(r)
-    if judge.one_place(facts[r] for r in waiting):
+    def one_place(self) -> Finding | None:
+        waiting, vs, ev = self.waiting, self.vs, self.ev
+        if not judge.one_place(self.facts[r] for r in waiting):
+            return None
         v = next(iter(waiting.values()))
-        if unseen:
-            msg = f"every rank here waits in {v.text()}; {unseen_phrase(unseen)}"
+        if self.unseen:
+            msg = f"every rank here waits in {v.text()}; {unseen_phrase(self.unseen)}"
             hint = (
                 "A rank on another node is probably elsewhere: run `ddpdoctor attach` on every node and "
                 "merge the run directories with `ddpdoctor analyze DIR1 DIR2 ...`."
             )
-            return [
-                _finding(HANG_TIMEOUT, "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev)
-            ]
+            return _finding(
+                HANG_TIMEOUT, "warning", msg, hint, vs, [_loc(w, "waiting") for w in waiting.values()], [], ev
+            )
         idle = all(w.idle for w in waiting.values())
         # the stacks hold no positions: a rank one call ahead at the same line (its extra call finished against
         # the others' call, as gloo lets a call of fewer bytes do: tests/frjobs/pipejob.py extra) looks the same
@@ -282,26 +343,27 @@ def detect(record: RunRecord, cfg: Config) -> list[Finding]:
             "same: the flight recorder or `ddpdoctor hang` tells them apart"
             + ("" if idle else "; the ranks use CPU, it may still be moving")
         )
-        return [
-            _finding(
-                HANG_TRANSPORT_STALL,
-                "error" if idle else "warning",
-                msg,
-                HINTS[HANG_TRANSPORT_STALL],
-                vs,
-                [_loc(w, "waiting") for w in waiting.values()],
-                [],
-                ev,
-            )
-        ]
-    return [_divergence(record, vs, groups, desc, ev)]
+        return _finding(
+            HANG_TRANSPORT_STALL,
+            "error" if idle else "warning",
+            msg,
+            HINTS[HANG_TRANSPORT_STALL],
+            vs,
+            [_loc(w, "waiting") for w in waiting.values()],
+            [],
+            ev,
+        )
+
+    def different_calls(self) -> Finding | None:
+        return _parting(self.vs, self.desc, self.ev) if self._apart() else None
 
 
-def _divergence(
+def _departed(
     record: RunRecord, vs: dict[int, View], groups: dict[tuple, list[int]], desc: dict[int, str], ev: dict
-) -> Finding:
+) -> Finding | None:
     """Ranks wait in different collectives or lines: an extra call under a rank test inside the loop the
-    others left, an early exit (a group that left the loop the others are still in), or a divergence."""
+    others left, or an early exit (a group that left the loop the others are still in); None where no group
+    of ranks left a loop the others are in."""
     world = max(record.world_size or 0, max(vs) + 1)
     members = list(groups.values())
     for leavers in members:
@@ -358,6 +420,12 @@ def _divergence(
             leavers,
             dict(ev, departure={"file": dep.file, "line": dep.line}),
         )
+    return None
+
+
+def _parting(vs: dict[int, View], desc: dict[int, str], ev: dict) -> Finding:
+    """Ranks wait in different collectives or lines, and no rank left a loop the others are in: the ranks
+    whose call is the odd one where the walk to the first parting names them, else every rank."""
     # the stacks hold no positions: the walk to the first parting reads the one position they show, the call
     # each rank waits in now (what must agree there: where it waits)
     slots = {

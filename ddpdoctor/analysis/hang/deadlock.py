@@ -13,6 +13,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
+from ddpdoctor.analysis.hang import judge, policy
 from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.hang.damage import monitor_lost
 from ddpdoctor.analysis.hang.divergence import (
@@ -36,6 +37,7 @@ from ddpdoctor.analysis.hang.hints import (
 )
 from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import program_finding
+from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
     at,
     best_where,
@@ -102,132 +104,235 @@ def _uneven_finding(
 
 
 def detect(record: RunRecord, cfg: Config) -> list[Finding]:
-    """The hang of a run that ended, explained: the first divergence and what it means, else a wait."""
-    verdict = record.monitor_event(schema.K_VERDICT)
-    errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
-    if any(not is_transport_error(e) for e in errors.values()):
-        return []  # a real exception: crash.detect explains it, the waits are its victims
-    now = float(verdict["t"]) if verdict else record.latest_t()
-    states = all_states(record, now, cfg)
-    if verdict is None and not errors and monitor_lost(record) is None:
-        # no live verdict: the run ended on its own, or torchrun cut it short (with monitor.jsonl lost, the
-        # ranks' pending collectives are all there is, and they are judged as a hang's would be)
-        return _cut_short(record, states, now, cfg)
-    size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
-    states, reached = _reached_by_abort(record, states, size_err)
-    div = first_divergence(record, states) or cross_group_divergence(record, states)
-    uneven = _uneven(record, states)
-    ev = {"reason": verdict.get("reason") if verdict else None, "live": verdict.get("mode") if verdict else None}
-    if size_err:
-        ev["aborted"] = {r: str(errors[r].get("message", ""))[:200] for r in size_err}
-    if reached:
-        ev["reached_by_abort"] = reached
-    lens_differ = bool(uneven and uneven[1] and len(set(uneven[1].values())) > 1)
+    """The hang of a run that ended, explained by the one policy (policy.py) over the ledger's evidence: the
+    first divergence and what it means, else a wait."""
+    case = LedgerCase.read(record, cfg)
+    return policy.judge(case) if case is not None else []
 
-    if div is not None and div.kind == "exited":
-        flipped = _guarded_waiters(record, div)
-        if flipped is not None:
-            # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
-            return [
-                _from_div(
-                    record,
-                    HANG_RANK_CONDITIONAL_COLLECTIVE,
-                    flipped,
-                    states,
-                    ev,
-                    "a collective is called on some ranks only",
-                )
-            ]
-    if div is not None and div.kind != "exited":
-        left = _departed(record, div)
-        if left is not None:
-            if lens_differ:
-                return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
-            return [_early_exit(record, div, states, ev, *left)]
-    if div is not None and lens_differ and any(sl.op == INTERNAL for sl in div.slots.values()):
-        # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
-        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
-    att = attribute(record, states, div) if div is not None else None
-    if att is not None and div is not None:
+
+class LedgerCase(policy.Case):
+    """The ledger's evidence as the policy's case: the rank states at the verdict, the first divergence of the
+    ranks' sequences, the DDP steps and DataLoader lengths, and the ledger's answers to the policy's questions.
+    ``cut``: no verdict, no transport error and the monitor's record whole: the run ended on its own, or
+    torchrun cut it short, and only ``finished_early`` is asked (what the record proves)."""
+
+    source = "ledger"
+
+    def __init__(self, record: RunRecord, cfg: Config, states: dict[int, RankState], now: float) -> None:
+        self.record, self.cfg, self.now = record, cfg, now
+        self.verdict = record.monitor_event(schema.K_VERDICT)
+        self.states = states
+        self.facts = ledger_facts(states)
+        self.cut = False
+        self.div: Divergence | None = None
+        self.steps: tuple[dict[int, int], dict[int, Any]] | None = None
+        self.ev: dict[str, Any] = {}
+        self.size_err: list[int] = []
+        can = {policy.POSITIONS, policy.HISTORY, policy.LINES, policy.STEPS, policy.ENDINGS}
+        if self.verdict is not None:
+            can.add(policy.STOPPED)
+        self.can = frozenset(can)
+
+    @classmethod
+    def read(cls, record: RunRecord, cfg: Config) -> LedgerCase | None:
+        """The case of a run's ledger; None where a rank raised an exception of its own (crash.detect explains
+        it, the waits are its victims)."""
+        verdict = record.monitor_event(schema.K_VERDICT)
+        errors = {r: rec.error for r, rec in record.ranks.items() if rec.error}
+        if any(not is_transport_error(e) for e in errors.values()):
+            return None
+        now = float(verdict["t"]) if verdict else record.latest_t()
+        case = cls(record, cfg, all_states(record, now, cfg), now)
+        if verdict is None and not errors and monitor_lost(record) is None:
+            # no live verdict: the run ended on its own, or torchrun cut it short (with monitor.jsonl lost, the
+            # ranks' pending collectives are all there is, and they are judged as a hang's would be)
+            case.cut = True
+            return case
+        size_err = [r for r, e in errors.items() if SIZE_MISMATCH.search(str(e.get("message", "")))]
+        case.states, reached = _reached_by_abort(record, case.states, size_err)
+        case.size_err = size_err
+        case.facts = ledger_facts(case.states)
+        case.div = first_divergence(record, case.states) or cross_group_divergence(record, case.states)
+        case.steps = _uneven(record, case.states)
+        ev: dict[str, Any] = {
+            "reason": verdict.get("reason") if verdict else None,
+            "live": verdict.get("mode") if verdict else None,
+        }
+        if size_err:
+            ev["aborted"] = {r: str(errors[r].get("message", ""))[:200] for r in size_err}
+        if reached:
+            ev["reached_by_abort"] = reached
+        case.ev = ev
+        return case
+
+    @property
+    def lens_differ(self) -> bool:
+        """The ranks' DataLoaders have different lengths."""
+        u = self.steps
+        return bool(u and u[1] and len(set(u[1].values())) > 1)
+
+    def _uneven_finding(self) -> Finding:
+        assert self.steps is not None
+        return _uneven_finding(self.record, self.states, *self.steps, self.ev)
+
+    def _rc(self, div: Divergence) -> Finding:
+        return _from_div(
+            self.record,
+            HANG_RANK_CONDITIONAL_COLLECTIVE,
+            div,
+            self.states,
+            self.ev,
+            "a collective is called on some ranks only",
+        )
+
+    def rank_test(self) -> Finding | None:
+        div = self.div
+        if self.cut or div is None or div.kind != "exited":
+            return None
+        flipped = _guarded_waiters(self.record, div)
+        # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
+        return self._rc(flipped) if flipped is not None else None
+
+    def left_early(self) -> Finding | None:
+        div = self.div
+        if self.cut or div is None or div.kind == "exited":
+            return None
+        left = _departed(self.record, div)
+        if left is None:
+            return None
+        if self.lens_differ:
+            return self._uneven_finding()
+        return _early_exit(self.record, div, self.states, self.ev, *left)
+
+    def out_of_batches(self) -> Finding | None:
+        div = self.div
+        if div is not None and self.lens_differ and any(sl.op == INTERNAL for sl in div.slots.values()):
+            # a rank out of batches met the others' DDP all-reduce with its end-of-epoch collective
+            return self._uneven_finding()
+        return None
+
+    def extra_call(self) -> Finding | None:
+        div = self.div
+        att = attribute(self.record, self.states, div) if div is not None else None
+        if att is None or div is None:
+            return None
         # the alignment after the divergence or a rank test names the rank whose call is the extra one
         # (stronger than a majority: three ranks may all make the extra call and one meet it)
         div = dataclasses.replace(div, diverged=att.culprits, kind="extra-call", exclusive=True)
         if att.routine is not None:  # where the culprits left their routine, before the calls met
             pos = att.routine[0]
             div = dataclasses.replace(
-                div, seq=pos, slots={r: sequence(record, r, div.group, pos, pos)[pos] for r in div.slots}
+                div, seq=pos, slots={r: sequence(self.record, r, div.group, pos, pos)[pos] for r in div.slots}
             )
-        return [
-            explain(
-                _from_div(
-                    record,
-                    HANG_RANK_CONDITIONAL_COLLECTIVE,
-                    div,
-                    states,
-                    ev,
-                    "a collective is called on some ranks only",
-                ),
-                att,
-            )
-        ]
-    if div is not None and div.exclusive:
-        return [
-            _from_div(
-                record, HANG_RANK_CONDITIONAL_COLLECTIVE, div, states, ev, "a collective is called on some ranks only"
-            )
-        ]
-    if div is not None and (div.kind == "shape-mismatch" or (size_err and div.kind != "exited")):
-        return [
-            _from_div(
-                record,
+        return explain(self._rc(div), att)
+
+    def own_line(self) -> Finding | None:
+        div = self.div
+        return self._rc(div) if div is not None and div.exclusive else None
+
+    def shape(self) -> Finding | None:
+        div = self.div
+        if div is not None and (div.kind == "shape-mismatch" or (self.size_err and div.kind != "exited")):
+            return _from_div(
+                self.record,
                 HANG_SHAPE_MISMATCH,
                 div,
-                states,
-                ev,
+                self.states,
+                self.ev,
                 "ranks passed different shapes/dtypes to the same collective",
             )
-        ]
-    if lens_differ:
-        return [_uneven_finding(record, states, *uneven, ev)]  # type: ignore[misc, call-arg]
-    if div is not None and div.kind == "exited":
-        return [_from_div(record, HANG_EARLY_EXIT, div, states, ev, "rank(s) exited while others waited")]
-    if div is not None:
-        return [
-            as_suspects(
-                _from_div(record, HANG_DIVERGENT_COLLECTIVE, div, states, ev, "ranks issued different collectives")
+        return None
+
+    def uneven(self) -> Finding | None:
+        return self._uneven_finding() if self.lens_differ else None
+
+    def exited(self) -> Finding | None:
+        div = self.div
+        if div is not None and div.kind == "exited":
+            return _from_div(
+                self.record, HANG_EARLY_EXIT, div, self.states, self.ev, "rank(s) exited while others waited"
             )
-        ]
-    if uneven and not uneven[1]:
-        return [_uneven_finding(record, states, *uneven, ev)]
-    ended = [s for s in states.values() if s.state == "finished"]
-    others = [s for s in states.values() if not s.ended or s.state == "crashed"]
-    if ended and others:
+        return None
+
+    def differ(self) -> Finding | None:
+        div = self.div
+        if div is None:
+            return None
+        return as_suspects(
+            _from_div(
+                self.record, HANG_DIVERGENT_COLLECTIVE, div, self.states, self.ev, "ranks issued different collectives"
+            )
+        )
+
+    def uneven_steps(self) -> Finding | None:
+        u = self.steps
+        return _uneven_finding(self.record, self.states, *u, self.ev) if u and not u[1] else None
+
+    def finished_early(self) -> Finding | None:
+        if self.cut:
+            return _cut_short(self.record, self.states, self.now, self.cfg)
+        record, states = self.record, self.states
+        ended = [s for s in states.values() if s.state == "finished"]
+        others = [s for s in states.values() if not s.ended or s.state == "crashed"]
+        if not ended or not others:
+            return None
         locs = [l for s in ended if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in others if (l := best_where(record, s, "waiting"))]
         gone = [s.rank for s in ended]
-        return [
-            Finding(
-                HANG_EARLY_EXIT,
-                "error",
-                f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} still needed them",
-                HINTS[HANG_EARLY_EXIT],
-                tuple(sorted(states)),
-                tuple(locs),
-                ev,
-                culprits=tuple(sorted(gone)),
-            )
-        ]
-    program = program_finding(record, states, ev) if verdict is not None else None
-    if program is not None:
+        return Finding(
+            HANG_EARLY_EXIT,
+            "error",
+            f"{ranks_phrase(gone)} finished while {ranks_phrase([s.rank for s in others])} still needed them",
+            HINTS[HANG_EARLY_EXIT],
+            tuple(sorted(states)),
+            tuple(locs),
+            self.ev,
+            culprits=tuple(sorted(gone)),
+        )
+
+    def program(self) -> Finding | None:
         # every group's own sequence agrees or only shows a rank behind: the ranks' orders across the groups
         # name the rank that made one call more or fewer (a device mesh's tp and dp groups)
-        return [program]
-    recv = receive_cycle(states)
-    if recv is not None and verdict is not None:
-        return [recv]
-    if verdict is not None:
-        return [timeout_finding(record, states, now, cfg, ev)]
-    return []
+        if self.cut or self.verdict is None:
+            return None
+        return program_finding(self.record, self.states, self.ev)
+
+    def receive_cycle(self) -> Finding | None:
+        return None if self.cut or self.verdict is None else receive_cycle(self.states)
+
+    def pending_calls_differ(self) -> Finding | None:
+        # the walk found no parting (a rank's flight record lost, its peers' torch-made calls set aside), yet
+        # the ranks' pending calls at one position can never meet: a divergence there, its side unknown
+        got = judge.pending_parting(self.facts) if not self.cut else None
+        if got is None:
+            return None
+        group, seq, calls = got
+        pend = {r: self.states[r].pending or {} for r in calls}
+        slots = {
+            r: Slot(
+                c.op,
+                tuple(pend[r]["site"][:2]) if pend[r].get("site") else None,
+                pend[r].get("shapes"),
+                dtypes=pend[r].get("dtypes"),
+            )
+            for r, c in calls.items()
+        }
+        odd = judge.rarest({r: c.key for r, c in calls.items()}) or tuple(sorted(calls))
+        kind = "shape-mismatch" if len({c.op for c in calls.values()}) == 1 else "op-mismatch"
+        div = Divergence(group, seq, slots, odd, kind)
+        fid = HANG_SHAPE_MISMATCH if kind == "shape-mismatch" else HANG_DIVERGENT_COLLECTIVE
+        what = (
+            "ranks passed different shapes/dtypes to the same collective"
+            if kind == "shape-mismatch"
+            else "ranks wait in different collectives at one position"
+        )
+        f = _from_div(self.record, fid, div, self.states, dict(self.ev, pending_only=True), what)
+        return f if len(odd) < len(calls) else as_suspects(f)
+
+    def timeout(self) -> Finding | None:
+        if self.cut:
+            return None
+        return timeout_finding(self.record, self.states, self.now, self.cfg, self.ev)
 
 
 def _reached_by_abort(
@@ -352,41 +457,39 @@ def _early_exit(
     )
 
 
-def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> list[Finding]:
+def _cut_short(record: RunRecord, states: dict[int, RankState], now: float, cfg: Config) -> Finding | None:
     """torchrun ended some ranks that had not finished (because another rank failed at exit, say): judge
     only what the record proves, i.e. a rank that finished while another had gone further."""
     if record.monitor_event(schema.K_EXIT) is None or record.monitor_event(schema.K_KILL) is not None:
-        return []
+        return None
     done = [s for s in states.values() if s.state == "finished"]
     cut = [s for s in states.values() if not s.ended and s.state != "not-started"]
     if not done or not cut:
-        return []
+        return None
     ev = {"reason": "ranks ended by torchrun before finishing", "live": None}
     uneven = _uneven(record, states)
     if uneven and uneven[1] and len(set(uneven[1].values())) > 1:
-        return [_uneven_finding(record, states, *uneven, ev)]
+        return _uneven_finding(record, states, *uneven, ev)
     div = first_divergence(record, states)
     if div is not None and div.kind == "exited":
-        return [_from_div(record, HANG_EARLY_EXIT, div, states, ev, "rank(s) exited while others went on")]
+        return _from_div(record, HANG_EARLY_EXIT, div, states, ev, "rank(s) exited while others went on")
     fewer = [s for s in done if any(s.ddp_fwd < c.ddp_fwd for c in cut)]
     if fewer:
         locs = [l for s in fewer if (l := slot_loc(record, s.rank, Slot(ABSENT), states, "exited"))]
         locs += [l for s in cut if (l := best_where(record, s, "went on"))]
         steps = group_values({s.rank: str(s.ddp_fwd) for s in states.values()})
-        return [
-            Finding(
-                HANG_EARLY_EXIT,
-                "error",
-                f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
-                f"({steps}) while the others went on",
-                HINTS[HANG_EARLY_EXIT],
-                tuple(sorted(states)),
-                tuple(locs),
-                ev,
-                culprits=tuple(sorted(s.rank for s in fewer)),
-            )
-        ]
-    return []
+        return Finding(
+            HANG_EARLY_EXIT,
+            "error",
+            f"{ranks_phrase([s.rank for s in fewer])} finished after fewer DDP steps "
+            f"({steps}) while the others went on",
+            HINTS[HANG_EARLY_EXIT],
+            tuple(sorted(states)),
+            tuple(locs),
+            ev,
+            culprits=tuple(sorted(s.rank for s in fewer)),
+        )
+    return None
 
 
 def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int, RankState]) -> list[Location]:

@@ -82,6 +82,12 @@ def agreement(op: Any, shapes: Any = None, dtypes: Any = None) -> tuple:
     )
 
 
+def agreement_of(call: Mapping[str, Any]) -> tuple:
+    """``agreement`` of a call recorded as a mapping (a heartbeat's pending call, a ledger entry: ``op``,
+    ``shapes``, ``dtypes``)."""
+    return agreement(call.get("op"), call.get("shapes"), call.get("dtypes"))
+
+
 @dataclass(frozen=True)
 class Slot:
     """What one rank issued at one position of a group's sequence: the op, its line, its shapes, and what

@@ -103,6 +103,24 @@ def one_place(facts: Iterable[RankFacts]) -> bool:
     return len(places) == 1
 
 
+def pending_parting(facts: Mapping[int, RankFacts]) -> tuple[str, int, dict[int, Call]] | None:
+    """The first position (group, sequence id) where two or more waiting ranks' pending calls sit and differ
+    in what must agree (``Call.key``): those calls can never meet, whatever the ranks' histories say. The
+    pending calls at it, by rank. None where no two pending calls share a position, or all that do agree.
+    The evidence is the pending calls alone (a heartbeat's, a dump's): it holds where a rank's history is
+    lost (its flight record never written) and only its position and pending call remain."""
+    at: dict[tuple[str, int], dict[int, Call]] = {}
+    for r in sorted(facts):
+        c = facts[r].pending
+        if facts[r].state != WAITING or c is None or c.p2p or c.group is None or c.seq is None:
+            continue
+        at.setdefault((c.group, c.seq), {})[r] = c
+    for (g, q), calls in sorted(at.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if len(calls) > 1 and len({c.key for c in calls.values()}) > 1:
+            return g, q, calls
+    return None
+
+
 def reached(waits: Mapping[int, Iterable[int]]) -> set[int]:
     """Every rank some waiting rank waits for, directly or through other waiting ranks."""
     seen: set[int] = set()
@@ -129,7 +147,7 @@ def rarest(keys: Mapping[int, Hashable]) -> tuple[int, ...]:
     rarest among the ranks', when it is rarer than another: those are the odd ones out. () when every key is
     as common as every other (two ranks that disagree, or one key shared by all): the evidence names no side.
 
-    The one copy of this rule for every source: the flight recorder's pending calls (postmortem/detect.py),
+    The one copy of this rule for every source: the flight recorder's pending calls (analysis/hang/dumps.py),
     the stacks of an attached job (attach.py) and the ledger's mismatched position (divergence.py)."""
     counts = Counter(keys.values())
     if len(counts) < 2:
@@ -167,7 +185,7 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
     its first agree (``same``), in order, with ``other``'s from its first. A count > 0 when every call they
     both hold agrees (an insertion: the others' calls, shifted by one), 0 when nothing overlaps, None when
     they contradict it. The ledger's attribution (analysis/hang/attribution.py) and the flight recorder's
-    extra call that completed against another rank's next one (postmortem/detect.py) ask it of their calls."""
+    extra call that completed against another rank's next one (analysis/hang/dumps.py) ask it of their calls."""
     a, b = extra[1:], other
     n = min(len(a), len(b))
     if n == 0:

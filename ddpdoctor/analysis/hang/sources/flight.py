@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ddpdoctor.analysis.hang.facts import MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.programs import Step
-from ddpdoctor.postmortem.flight import Dump, Entry, Kind, compared_sizes
+from ddpdoctor.postmortem.flight import Dump, Entry, Kind, agreement
 from ddpdoctor.postmortem.inputs import Inputs
 from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
 
@@ -107,7 +107,7 @@ def call(inp: Inputs, r: int, e: Entry) -> Call:
         p2p=e.is_p2p,
         peer=peer(inp, r, e) if e.is_p2p else None,
         sites=tuple(f[:2] for f in user_frames(e)),
-        key=(e.op, compared_sizes(e.op, e.input_sizes)),
+        key=agreement(e),
     )
 
 
@@ -145,7 +145,7 @@ def programs(dumps: Mapping[int, Dump]) -> dict[int, list[Step]] | None:
             if e.is_p2p:
                 continue
             kind = e.group_desc if e.group_desc.startswith("mesh_") else e.group
-            agree = (e.op, compared_sizes(e.op, e.input_sizes), e.dtypes, kind)
+            agree = (*agreement(e), kind)
             steps.append(Step(e.op, user_frame(e), e.group, e.seq, agree))
         out[r] = steps
     return out

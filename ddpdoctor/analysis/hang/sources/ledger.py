@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ddpdoctor.analysis.hang.facts import ENDED, RUNNING, WAITING, Call, RankFacts
-from ddpdoctor.analysis.live import op_key
+from ddpdoctor.analysis.hang.facts import agreement_of as op_key
 from ddpdoctor.analysis.state import P2P, RankState
 
 DDP_CALL = "<ddp all-reduce>"  # inside DDP's backward or forward: its all-reduce has no ledger position
