@@ -473,7 +473,8 @@ class Monitor:
             if stacks and time.time() < deadline:
                 time.sleep(0.05)
                 continue
-            # a rank writes its flight record after its stacks: waited for where its recorder is on
+            # a rank's flight record of this request, where its recorder is on (written before its stacks; a rank that
+            # got no further than its stacks' deadline is not waited for)
             if not any(_flight_due(reader.run_dir, r, rec, asked) for r, rec in live.items() if r not in stacks):
                 return
             time.sleep(0.05)

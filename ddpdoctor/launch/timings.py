@@ -11,7 +11,7 @@ class Timings:
     heartbeat: float = 0.25  # rank heartbeat period (seconds)
     grace: float = 3.0  # TERM -> KILL grace when ending the process tree
     dump_wait: float = 3.0  # how long the monitor waits for stack dumps after a verdict
-    # ... and for the flight records the ranks write after their stacks (a few ms; a rank whose dump is slow, as
+    # ... and for the flight records the ranks write with their stacks (a few ms; a rank whose dump is slow, as
     # when torch's symbolizer imports torch._inductor where rank/flight.py cannot keep it from it, gets this long)
     flight_wait: float = 8.0
     settle: float = 1.5  # --steps / --epochs reached: how long the ranks get to write two more beats
