@@ -11,13 +11,12 @@ heartbeat's ``steps`` (the live view, the monitor's ``--steps``, the cost line),
 - when ``GradScaler.step`` returns without stepping its optimizer (inf/NaN gradients: the loop still made
   a step, with no update);
 - in a loop where no optimizer ever stepped (a hand-written update), when the next forward or backward
-  begins after a completed backward (the update between them is the step's end), else, where there was no
-  backward either, when the next forward of a root model begins.
+  begins after a completed backward and the user's code touched the first root parameter or its gradient
+  in between (the update, ``zero_grad``: untouched, the backward was a micro-step of accumulation), else,
+  where there was no backward either, when the next forward of a root model begins.
 
 Between two step ends, the forwards of a root model (``DDP.forward``, an FSDP2 root's forward, an FSDP1
-root's forward) are the step's forwards: more than one is gradient accumulation. Until the first optimizer
-step a loop cannot be told from a hand-written one: an accumulation loop's micro-steps before its first
-optimizer step count as steps.
+root's forward) are the step's forwards: more than one is gradient accumulation.
 
 **Sources.** ``DDP.forward``'s wrapper (``wrappers.py``) calls ``forward_begins``; FSDP2's ``FSDPState``
 pre/post-forward hooks and FSDP1's ``forward`` are wrapped here, so an FSDP root's forward reaches the
@@ -55,6 +54,8 @@ class Steps:
         "how",
         "after",
         "site",
+        "param",
+        "mark",
     )
 
     def __init__(self) -> None:
@@ -70,6 +71,8 @@ class Steps:
         self.how: dict[str, int] = {}  # steps per way they ended (optimizer, skipped, backward, forward)
         self.after: tuple = ()  # the probes' after_step hooks (set by install)
         self.site: Any = None  # the cost site of a step's end (rank/cost.py; set by install)
+        self.param: Any = None  # weakref of the first root model's first parameter (``_touched``)
+        self.mark: tuple | None = None  # that parameter and its gradient as the last backward left them
 
     def fields(self) -> dict[str, Any]:
         """What the finish event says of the steps."""
@@ -85,10 +88,29 @@ def _lazy_end(p: Any, st: Steps, forward: bool) -> None:
     docstring)."""
     if st.opt_seen:
         return
-    if st.bwd_done:
+    if st.bwd_done and _touched(st):
         end_step(p, "backward")
     elif forward and not st.bwd_seen and st.fwd_since:
         end_step(p, "forward")
+
+
+def _state(st: Steps) -> tuple | None:
+    """The first root parameter and its gradient: (param version, grad id, grad version); None unknown."""
+    param = st.param() if st.param is not None else None
+    if param is None:
+        return None
+    g = param.grad
+    g = getattr(g, "_local_tensor", g)  # a DTensor's (FSDP2) own version counter does not move
+    w = getattr(param, "_local_tensor", param)
+    return (w._version, id(g), g._version if g is not None else -1)
+
+
+def _touched(st: Steps) -> bool:
+    """Since the last backward ended, did the user's code touch the first root parameter or its gradient
+    (an update, ``zero_grad``)? Untouched: the backward was a micro-step of gradient accumulation, not a
+    step of a hand-written loop. True where no root parameter is known."""
+    now = _state(st)
+    return now is None or st.mark is None or now != st.mark
 
 
 def end_step(p: Any, how: str, opt: Any = None) -> None:
@@ -114,20 +136,35 @@ def end_step(p: Any, how: str, opt: Any = None) -> None:
             span.stop()
 
 
-def forward_begins(p: Any) -> None:
+def forward_begins(p: Any, model: Any) -> None:
     """A root model's forward begins (``DDP.forward``'s wrapper, the FSDP wrappers below), main thread."""
     if not _on_main(p):
         return
     st: Steps = p.steps
+    if st.param is None:
+        _first_param(st, model)
     _lazy_end(p, st, True)
     st.fwd += 1
     st.active = st.fwd_since = True
 
 
+def _first_param(st: Steps, model: Any) -> None:
+    import weakref
+
+    try:
+        st.param = weakref.ref(next(model.parameters()))
+    except Exception:  # no parameters, not a module: the steps go without (``_touched``)
+        st.param = _nothing
+
+
+def _nothing() -> None:
+    """No root parameter known."""
+
+
 # -- FSDP roots: the probes' forward hooks as around DDP.forward ------------------------------------------
 @compiled.eager
 def _root_begins(p: Any, model: Any) -> None:
-    forward_begins(p)
+    forward_begins(p, model)
     if len(p.ddp_models) < 4:  # the user's modules: roots of memleak's holder search
         p.ddp_models.add(model)
     if p.cost.t_first_step is None:
@@ -217,6 +254,8 @@ def _backward(back: Any) -> Any:
             return back(*args, **kwargs)
         finally:
             st.bwd_done = st.bwd_seen = True
+            if not st.opt_seen and st.param is not None:
+                st.mark = _state(st)
 
     return backward
 

@@ -150,7 +150,7 @@ def _forward_begins(p: Any, model: Any) -> Any:
         if p.ddp_fwd == 1:  # the loop's start: the cost line's step time counts from it
             p.cost.t_first_step = time.time()
     p.counters.set_ddp_fwd(p.ddp_fwd)
-    steps.forward_begins(p)
+    steps.forward_begins(p, model)
     if p.fwd_before:
         _run_hooks(p.fwd_before, model)
     p.in_ddp_fwd = True

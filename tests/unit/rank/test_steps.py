@@ -10,6 +10,7 @@ from typing import Any
 
 import fakeprobe
 import pytest
+import torch
 
 from ddpdoctor.rank import active, failures, steps
 from ddpdoctor.record import schema
@@ -42,10 +43,11 @@ def probe(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 backward = steps._backward(lambda: None)  # the user's backward: nothing to run here
+real_backward = steps._backward(torch.autograd.backward)  # built around torch's, not installed on it
 
 
-def forward(p: Any) -> None:
-    steps.forward_begins(p)
+def forward(p: Any, model: Any = None) -> None:
+    steps.forward_begins(p, model)
 
 
 class Opt:
@@ -84,19 +86,14 @@ def test_two_optimizers_stepped_one_after_the_other_are_one_step(probe: Any) -> 
     assert probe.steps.n == 6
 
 
-def test_accumulated_micro_steps_are_one_step_once_the_optimizer_has_stepped(probe: Any) -> None:
-    opt = Opt()
-    for _ in range(4):
-        forward(probe)
-        backward()
-    opt.step()
-    first = probe.steps.n  # before its first optimizer step a loop cannot be told from a hand-written one
-    for _ in range(5):
-        for _ in range(4):
-            forward(probe)
+def test_accumulated_micro_steps_are_one_step_from_the_first(probe: Any) -> None:
+    model, opt = torch.nn.Linear(2, 1), Opt()
+    for _ in range(6):
+        for _ in range(4):  # nothing touches the parameters or their gradients between micro-steps
+            forward(probe, model)
             backward()
         opt.step()
-    assert probe.steps.n == first + 5 and probe.steps.fwd == 24
+    assert (probe.steps.n, probe.steps.fwd, probe.steps.how) == (6, 24, {"optimizer": 6})
 
 
 def test_a_step_the_grad_scaler_skips_is_still_a_step(probe: Any) -> None:
@@ -112,13 +109,33 @@ def test_a_step_the_grad_scaler_skips_is_still_a_step(probe: Any) -> None:
     assert (probe.steps.n, probe.steps.how) == (2, {"skipped": 1, "optimizer": 1})
 
 
+def update(model: Any) -> None:
+    with torch.no_grad():
+        for w in model.parameters():
+            w -= 0.1  # a hand-written SGD: the parameters change
+            w.grad = None
+
+
 def test_a_hand_written_update_steps_at_each_backward_the_next_forward_follows(probe: Any) -> None:
+    model = torch.nn.Linear(2, 1)
     for _ in range(3):
-        forward(probe)
-        backward()  # then `p -= lr * p.grad`: no optimizer
+        forward(probe, model)
+        backward()
+        update(model)
     assert probe.steps.n == 2  # the third ends when the script does
     finish(probe)
     assert (probe.steps.n, probe.steps.how) == (3, {"backward": 3})
+
+
+def test_a_hand_written_update_after_two_micro_steps_is_one_step(probe: Any) -> None:
+    model = torch.nn.Linear(2, 1)
+    for _ in range(3):
+        for _ in range(2):
+            forward(probe, model)
+            real_backward(model(torch.ones(1, 2)).sum())  # gradients accumulate
+        update(model)
+    finish(probe)
+    assert (probe.steps.n, probe.steps.fwd) == (3, 6)
 
 
 def test_forwards_alone_are_steps_when_nothing_else_is_seen(probe: Any) -> None:
