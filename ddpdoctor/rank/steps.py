@@ -114,8 +114,9 @@ def _touched(st: Steps) -> bool:
 
 
 def end_step(p: Any, how: str, opt: Any = None) -> None:
-    """A step ended: count it, then the probes' ``after_step`` hooks (rank/hooks.py), one call in cost.SAMPLE
-    timed."""
+    """A step ended: count it, then the probes' ``after_step`` hooks (rank/hooks.py). Its cost is its
+    caller's: each source below times one call in cost.SAMPLE on the site ``steps`` (``_timed``); a DDP
+    forward's is DDP.forward's site."""
     st: Steps = p.steps
     st.n += 1
     st.active = st.bwd_done = st.fwd_since = False
@@ -123,17 +124,17 @@ def end_step(p: Any, how: str, opt: Any = None) -> None:
     st.how[how] = st.how.get(how, 0) + 1
     if p.cost.t_first_step is None:  # no DDP forward marked the loop's start: its first step's end does
         p.cost.t_first_step = time.time()
-    after = st.after
-    if after:
-        site = st.site
-        span = p.cost.start(site) if site.due() else None
-        for h in after:
-            try:
-                h(st.n)
-            except Exception as e:  # a probe bug never reaches the script
-                failures.hook_failed(p, h, e)
-        if span is not None:
-            span.stop()
+    for h in st.after:
+        try:
+            h(st.n)
+        except Exception as e:  # a probe bug never reaches the script
+            failures.hook_failed(p, h, e)
+
+
+def _timed(p: Any) -> Any:
+    """A cost span for one call in cost.SAMPLE of the step sources (rank/cost.py), else None."""
+    site = p.steps.site
+    return p.cost.start(site) if site is not None and site.due() else None
 
 
 def forward_begins(p: Any, model: Any) -> None:
@@ -164,6 +165,7 @@ def _nothing() -> None:
 # -- FSDP roots: the probes' forward hooks as around DDP.forward ------------------------------------------
 @compiled.eager
 def _root_begins(p: Any, model: Any) -> None:
+    span = _timed(p)
     forward_begins(p, model)
     if len(p.ddp_models) < 4:  # the user's modules: roots of memleak's holder search
         p.ddp_models.add(model)
@@ -174,15 +176,20 @@ def _root_begins(p: Any, model: Any) -> None:
             h(model)
         except Exception as e:
             failures.hook_failed(p, h, e)
+    if span is not None:
+        span.stop()
 
 
 @compiled.eager
 def _root_ends(p: Any, model: Any) -> None:
+    span = _timed(p)
     for h in p.fwd_after:
         try:
             h(model)
         except Exception as e:
             failures.hook_failed(p, h, e)
+    if span is not None:
+        span.stop()
 
 
 def _fsdp2_pre_forward(orig: Any) -> Any:
@@ -248,14 +255,21 @@ def _backward(back: Any) -> Any:
         if p is None or not _on_main(p):
             return back(*args, **kwargs)
         st: Steps = p.steps
+        span = _timed(p)
         _lazy_end(p, st, False)
         st.active = True
+        if span is not None:
+            span.pause()
         try:
             return back(*args, **kwargs)
         finally:
+            if span is not None:
+                span.resume()
             st.bwd_done = st.bwd_seen = True
             if not st.opt_seen and st.param is not None:
                 st.mark = _state(st)
+            if span is not None:
+                span.stop()
 
     return backward
 
@@ -267,11 +281,14 @@ def _optimizer_stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
     if p is None or not _on_main(p):
         return
     st: Steps = p.steps
+    span = _timed(p)
     st.opt_seen = True
     if st.active or not st.stepped or id(opt) in st.stepped:
         end_step(p, "optimizer", opt)
     else:
         st.stepped.add(id(opt))
+    if span is not None:
+        span.stop()
 
 
 def _scaler_step(step: Any) -> Any:
@@ -280,8 +297,11 @@ def _scaler_step(step: Any) -> Any:
         p = active.probe
         # the optimizer's own hook ended the step when it stepped; still open: GradScaler skipped it
         if p is not None and p.steps.active and _on_main(p):
+            span = _timed(p)
             p.steps.opt_seen = True
             end_step(p, "skipped", optimizer)
+            if span is not None:
+                span.stop()
         return out
 
     return scaler_step

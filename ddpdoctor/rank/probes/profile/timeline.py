@@ -68,6 +68,11 @@ def keep_step(n: int) -> bool:
     return (n // BLOCK) % every == 0
 
 
+def _is_ddp(model: Any) -> bool:
+    """A DDP model (its logger's data): a root forward may be an FSDP root's (rank/steps.py)."""
+    return hasattr(model, "_get_ddp_logging_data")
+
+
 def tool_attached() -> bool:
     return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
 
@@ -109,7 +114,6 @@ class Timeline(LineSamples, RankProbe):
         self.fwd_stack: list[tuple[tuple, str]] = []  # (token, phase before) of the DDP forwards in progress
         self.opt_tok: tuple | None = None
         self._autocast: Any = lambda: False  # torch.is_autocast_enabled, set by install
-        self._ddp: Any = ()  # DistributedDataParallel, set by install (a root forward may be FSDP's)
         self.bucket_ranges = False  # a timing comm hook per DDP model (--bucket-ranges, --nsys)
         self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
         self.fsdp_ref: Any = None  # weakref of the first FSDP2 root: its sharding (fsdp_info)
@@ -176,12 +180,12 @@ class Timeline(LineSamples, RankProbe):
         self.accum += 1
         self.amp = self.amp or self._autocast()
         if self.model_ref is None:
-            if isinstance(model, self._ddp):
+            if _is_ddp(model):
                 self.model_ref = weakref.ref(model)
                 self._first_model(model)
             elif self.fsdp_ref is None and hasattr(model, "_get_fsdp_state"):
                 self.fsdp_ref = weakref.ref(model)
-        if self.bucket_ranges and isinstance(model, self._ddp):
+        if self.bucket_ranges and _is_ddp(model):
             ensure_bucket_hook(model, self)
         self.fwd_stack.append((self.start("forward", "compute"), self.phase))
         self.phase = "forward"
@@ -200,7 +204,7 @@ class Timeline(LineSamples, RankProbe):
                 model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
         except Exception as e:
             failures.report(self.p, "profile sample count", "the samples per step (profile --scaling)", e)
-        if self.comm_hook and isinstance(model, self._ddp):
+        if self.comm_hook and _is_ddp(model):
             from ddpdoctor.rank.probes.profile import knobs
 
             try:
@@ -467,7 +471,6 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     # per-bucket ranges take a Python comm hook (~0.1-0.2 ms a step): asked for, or an NVTX tool to show them
     tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
-    tl._ddp = DDP
     # FSDP2's collectives, once its module is imported (now, if it is)
     if FSDP2_GROUP in sys.modules:
         _install_fsdp_ranges(tl, sys.modules[FSDP2_GROUP])
