@@ -10,21 +10,22 @@ heartbeat's ``steps`` (the live view, the monitor's ``--steps``, the cost line),
   forward or backward between them (a GAN's two optimizers, a model's per-group optimizers: one step);
 - when ``GradScaler.step`` returns without stepping its optimizer (inf/NaN gradients: the loop still made
   a step, with no update);
-- in a loop where no optimizer ever stepped (a hand-written update), when the next forward or backward
-  begins after a completed backward and the user's code touched the first root parameter or its gradient
-  in between (the update, ``zero_grad``: untouched, the backward was a micro-step of accumulation), else,
-  where there was no backward either, when the next forward of a root model begins.
+- in a loop where no optimizer ever stepped (a hand-written update), when the next forward of a root model
+  begins after a backward reached the model and the user's code touched the model's first parameter or
+  its gradient in between (the update, ``zero_grad``: untouched, the backward was a micro-step of
+  accumulation), else, where no backward reached it either, at every forward of a root model.
 
 Between two step ends, the forwards of a root model (``DDP.forward``, an FSDP2 root's forward, an FSDP1
 root's forward) are the step's forwards: more than one is gradient accumulation.
 
 **Sources.** ``DDP.forward``'s wrapper (``wrappers.py``) calls ``forward_begins``; FSDP2's ``FSDPState``
 pre/post-forward hooks and FSDP1's ``forward`` are wrapped here, so an FSDP root's forward reaches the
-probes' ``on_forward``/``after_forward`` as a DDP forward does; ``torch.autograd.backward`` (what
-``Tensor.backward`` calls), the global optimizer-step hooks and ``GradScaler.step`` are wrapped or hooked
-here. None of them is traced by dynamo: the FSDP wrappers are inlined when called (``compiled.py``) and
-call FSDP's own hooks, which are ``torch._dynamo.disable``\\ d in torch, exactly as bare; the others are
-called only from eager code.
+probes' ``on_forward``/``after_forward`` as a DDP forward does; a backward is seen through a
+post-accumulate-grad hook on the first root parameter (no frame of the tool's in the user's backward);
+the global optimizer-step hook and ``GradScaler.step`` end steps. None of them is traced by dynamo: the
+FSDP wrappers are inlined when called (``compiled.py``) and call FSDP's own hooks, which torch disables
+for dynamo, exactly as bare; dynamo does not look at a parameter's post-accumulate-grad hooks; the others
+are called from eager code only.
 """
 
 from __future__ import annotations
@@ -83,14 +84,13 @@ def _on_main(p: Any) -> bool:
     return threading.get_ident() == p.main_ident
 
 
-def _lazy_end(p: Any, st: Steps, forward: bool) -> None:
-    """A loop with no optimizer: the step before this forward (``forward``) or backward ends now (see the
-    docstring)."""
+def _lazy_end(p: Any, st: Steps) -> None:
+    """A loop with no optimizer: the step before this root forward ends now (see the module's docstring)."""
     if st.opt_seen:
         return
     if st.bwd_done and _touched(st):
         end_step(p, "backward")
-    elif forward and not st.bwd_seen and st.fwd_since:
+    elif not st.bwd_seen and st.fwd_since:
         end_step(p, "forward")
 
 
@@ -144,7 +144,7 @@ def forward_begins(p: Any, model: Any) -> None:
     st: Steps = p.steps
     if st.param is None:
         _first_param(st, model)
-    _lazy_end(p, st, True)
+    _lazy_end(p, st)
     st.fwd += 1
     st.active = st.fwd_since = True
 
@@ -153,7 +153,9 @@ def _first_param(st: Steps, model: Any) -> None:
     import weakref
 
     try:
-        st.param = weakref.ref(next(model.parameters()))
+        param = next(p for p in model.parameters() if p.requires_grad)
+        param.register_post_accumulate_grad_hook(_grad_accumulated)
+        st.param = weakref.ref(param)
     except Exception:  # no parameters, not a module: the steps go without (``_touched``)
         st.param = _nothing
 
@@ -205,7 +207,9 @@ def _fsdp2_pre_forward(orig: Any) -> Any:
             st = p.steps
             ctx = self._state_ctx
             # the first state of a forward pass (FSDP's own test, ``iter_forward_root``), not a recompute
-            if st.fsdp_root is None and ctx.iter_forward_root is None and self._training_state.name != "PRE_BACKWARD":
+            if ctx.iter_forward_root is None and self._training_state.name != "PRE_BACKWARD":
+                if st.fsdp_root is not None:  # the last pass raised before FSDP's post-forward: closed now
+                    _root_ends(p, module)
                 st.fsdp_root = self
                 _root_begins(p, module)
         return orig(self, module, args, kwargs)
@@ -249,29 +253,19 @@ def _fsdp1_forward(fwd: Any) -> Any:
 
 
 # -- backward, optimizer steps, GradScaler ----------------------------------------------------------------
-def _backward(back: Any) -> Any:
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        p = active.probe
-        if p is None or not _on_main(p):
-            return back(*args, **kwargs)
-        st: Steps = p.steps
-        span = _timed(p)
-        _lazy_end(p, st, False)
-        st.active = True
-        if span is not None:
-            span.pause()
-        try:
-            return back(*args, **kwargs)
-        finally:
-            if span is not None:
-                span.resume()
-            st.bwd_done = st.bwd_seen = True
-            if not st.opt_seen and st.param is not None:
-                st.mark = _state(st)
-            if span is not None:
-                span.stop()
-
-    return backward
+def _grad_accumulated(param: Any) -> None:
+    """The first root parameter's post-accumulate-grad hook: a backward reached it (any thread: on a GPU
+    the autograd engine runs it on its device thread). Registered on the parameter, not around
+    ``torch.autograd.backward``: no frame of the tool's in the user's backward (a rank's stack, a
+    traceback), and nothing dynamo guards on (DDP and FSDP2 use the same hook; FSDP2 runs a sharded
+    parameter's after its reduce-scatter)."""
+    p = active.probe
+    if p is None:
+        return
+    st: Steps = p.steps
+    st.active = st.bwd_done = st.bwd_seen = True
+    if not st.opt_seen:
+        st.mark = _state(st)
 
 
 def _optimizer_stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
@@ -344,11 +338,9 @@ def install(probe: Any) -> None:
     if _installed:
         return
     _installed = True
-    import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(_optimizer_stepped)
-    _wrap(torch.autograd, "backward", _backward)
     # each wrapped once its module is imported (now, if it is): a job that never shards imports no FSDP
     for module, what, do in _LATER:
         if module in sys.modules:

@@ -1,7 +1,7 @@
 """The one notion of a step (rank/steps.py) on a fake rank-0 probe (tests/fakeprobe.py): each source built
 around a stand-in original, never installed on torch, driven in the orders a job's shape makes: a plain
 loop, several optimizers, gradient accumulation, GradScaler's skipped steps, a hand-written update, a loop
-of forwards only; the probes' after_step hooks see each step once, a failing one reported, never raised."""
+of forwards only; a backward seen through the first root parameter's post-accumulate-grad hook; the probes' after_step hooks see each step once, a failing one reported, never raised."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def probe(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     fakeprobe.close(p)
 
 
-backward = steps._backward(lambda: None)  # the user's backward: nothing to run here
-real_backward = steps._backward(torch.autograd.backward)  # built around torch's, not installed on it
+def backward(model: Any = None) -> None:
+    """The user's backward: a real one through ``model`` (its first parameter's hook sees it), else none."""
+    if model is not None:
+        model(torch.ones(1, 2)).sum().backward()
 
 
 def forward(p: Any, model: Any = None) -> None:
@@ -91,7 +93,7 @@ def test_accumulated_micro_steps_are_one_step_from_the_first(probe: Any) -> None
     for _ in range(6):
         for _ in range(4):  # nothing touches the parameters or their gradients between micro-steps
             forward(probe, model)
-            backward()
+            backward(model)
         opt.step()
     assert (probe.steps.n, probe.steps.fwd, probe.steps.how) == (6, 24, {"optimizer": 6})
 
@@ -120,9 +122,9 @@ def test_a_hand_written_update_steps_at_each_backward_the_next_forward_follows(p
     model = torch.nn.Linear(2, 1)
     for _ in range(3):
         forward(probe, model)
-        backward()
+        backward(model)
         update(model)
-    assert probe.steps.n == 2  # the third ends when the script does
+    assert probe.steps.n == 2  # the third ends when the script does (at the next forward, else the end)
     finish(probe)
     assert (probe.steps.n, probe.steps.how) == (3, {"backward": 3})
 
@@ -132,7 +134,7 @@ def test_a_hand_written_update_after_two_micro_steps_is_one_step(probe: Any) -> 
     for _ in range(3):
         for _ in range(2):
             forward(probe, model)
-            real_backward(model(torch.ones(1, 2)).sum())  # gradients accumulate
+            backward(model)  # gradients accumulate
         update(model)
     finish(probe)
     assert (probe.steps.n, probe.steps.fwd) == (3, 6)
