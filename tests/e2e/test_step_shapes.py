@@ -51,14 +51,12 @@ def test_every_shape_of_loop_counts_its_steps(tmp_path, shape):
 
 
 def test_steps_stops_an_accumulating_job_at_its_optimizer_steps(tmp_path):
-    r = ddpdoctor(
-        script_argv("check", SCRIPT, "--steps", "5", "--", "--shape", "accum", "--steps", "400"), tmp_path, 180
-    )
+    """Each rank stalls after its 5th optimizer step (20 forwards): ``--steps 5`` ends the run there, with
+    every rank's last beat at exactly 5 steps (counting forwards, it would have ended after the 2nd)."""
+    argv = script_argv("check", SCRIPT, "--steps", "5", "--", "--shape", "accum", "--stall-after", "5")
+    r = ddpdoctor(argv, tmp_path, 180)
     assert r.code == 0, (r.out + r.err)[-3000:]
     assert "--steps 5 reached" in r.out + r.err, (r.out + r.err)[-2000:]
     for rank in (0, 1):
-        # the monitor ends the ranks a beat or two after the 5th step (a rank ended so may have no finish
-        # event: then its last heartbeat): far from the script's 400
-        fin = _finish(r.run_dir, rank)
-        last = max((hb.get("steps", 0) for hb in _beats(r.run_dir, rank)), default=0)
-        assert 5 <= max(fin.get("steps", 0), last) < 100, (fin, last)
+        beats = _beats(r.run_dir, rank)
+        assert beats and beats[-1].get("steps") == 5 and beats[-1].get("step") == 20, beats[-1:]

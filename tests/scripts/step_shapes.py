@@ -2,10 +2,12 @@
 steps each (``--shape``): ``plain`` (forward, backward, optimizer step), ``accum`` (4 micro-batches under
 no_sync, then the step), ``two_opts`` (two optimizers stepped one after the other), ``scaler`` (a
 GradScaler whose every fourth step meets an inf gradient and is skipped), ``hand`` (a hand-written SGD
-update, no optimizer). Each rank prints its loss sum at the end."""
+update, no optimizer). Each rank prints its loss sum at the end. ``--stall-after K``: each rank sleeps
+(at most 120 s) after its K-th step, so that a ``--steps`` end finds every rank exactly there."""
 
 import argparse
 import contextlib
+import time
 
 import torch
 import torch.distributed as dist
@@ -14,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 parser = argparse.ArgumentParser()
 parser.add_argument("--shape", default="plain", choices=["plain", "accum", "two_opts", "scaler", "hand"])
 parser.add_argument("--steps", type=int, default=12)
+parser.add_argument("--stall-after", type=int, default=0)
 opts = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -51,5 +54,7 @@ for step in range(opts.steps):
             opt2.step()
     for p in net.parameters():
         p.grad = None
+    if step + 1 == opts.stall_after:
+        time.sleep(120)  # STALL: the tool's --steps end comes first
 print(f"rank {dist.get_rank()} loss sum {total:.3f}", flush=True)
 dist.destroy_process_group()
