@@ -6,6 +6,7 @@ arms, whose ratio is what the host's own noise makes of nothing) and under each 
     python benchmarks/arms.py --reps 8 profile --json out.json --markdown table.md
     python benchmarks/arms.py --reps 24 memleak profile --tree old=/path/to/older/checkout
     python benchmarks/arms.py --summarize out.json
+    python benchmarks/arms.py --compile inductor --steps 1000 --reps 6 hang check memleak profile
 
 Order: a cyclic Latin square. The arms' list is rotated by one each rep, so over ``len(arms)`` reps each arm
 runs once in each position, and with three arms or more no arm runs twice in a row at a rep boundary (the
@@ -40,7 +41,7 @@ GOAL = 0.03  # each command within this of the A/A control, on speed and on CPU 
 
 
 def run_arm(
-    arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None
+    arm: str, steps: int, tmp: str, trees: dict[str, str] | None = None, loop_args: tuple[str, ...] = ()
 ) -> tuple[float, float, dict[str, float] | None]:
     """One run of one arm: (the slower rank's steps/s, the ranks' mean CPU ms per step, the report's cost)."""
     env = None
@@ -58,6 +59,7 @@ def run_arm(
             str(LOOP),
             "--steps",
             str(steps),
+            *loop_args,
         ]
     else:
         argv = [
@@ -72,6 +74,7 @@ def run_arm(
             str(LOOP),
             "--steps",
             str(steps),
+            *loop_args,
         ]
     # run from the temporary folder: `python -m` puts the working directory first on the ranks' sys.path, so
     # from a checkout its own ddpdoctor would shadow the --tree one's
@@ -114,6 +117,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the raw runs and the summary here")
     ap.add_argument("--markdown", help="write the table (docs/benchmarks.md's form) here")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH", help="another checkout's arms too")
+    ap.add_argument("--compile", default="", metavar="BACKEND", help="the loop torch.compiled (inductor: issue 51)")
     ap.add_argument("--summarize", metavar="JSON", help="print the summary of an earlier --json file (runs nothing)")
     args = ap.parse_args()
     if args.summarize:
@@ -134,7 +138,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ddpd-arms-") as tmp:
         for i in range(args.reps):
             for arm in order(arms, i):
-                s, c, own = run_arm(arm, args.steps, tmp, trees)
+                s, c, own = run_arm(arm, args.steps, tmp, trees, ("--compile", args.compile) if args.compile else ())
                 sps[arm].append(s)
                 cpu[arm].append(c)
                 cost[arm].append(own)

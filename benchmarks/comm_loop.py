@@ -1,7 +1,9 @@
 """A communication-heavy DDP loop (small model, a few ms per step, gloo): prints its own steps/s.
 
 Each step: DDP forward/backward (one gradient all-reduce from C++) plus one Python-level all_reduce of
-a metric, so both the DDP counters and the collective wrappers are on the hot path.
+a metric, so both the DDP counters and the collective wrappers are on the hot path. ``--compile BACKEND``
+(``inductor``, ``aot_eager``, ``eager``) runs ``torch.compile(ddp_model, backend=BACKEND)`` instead (issue
+51: the compiled steady step under each command against bare); the warm-up steps compile it.
 """
 
 import argparse
@@ -16,11 +18,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--compile", default="", metavar="BACKEND", help="torch.compile the DDP model with BACKEND")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)))
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    if args.compile:
+        model = torch.compile(model, backend=args.compile)
     x = torch.randn(32, 256)
     metric = torch.zeros(1)
     for i in range(args.warmup + args.steps):

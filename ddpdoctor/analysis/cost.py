@@ -3,8 +3,9 @@
 Each rank writes its account (``rank/cost.py``) into every heartbeat and its finish event: the training
 thread's cost (thread CPU time of ddpdoctor's wrappers and hooks, sampled, plus the scans and censuses,
 exact), and the heartbeat thread's CPU time. The monitor writes its own CPU time when the job ends. Per
-step: over the rank's DDP steps (forwards); the step's time is the rank's wall time from its first DDP
-forward (else its ``init_process_group``) to its last record, over the steps after the first.
+step: over the rank's training steps (``rank/steps.py``: optimizer steps, or what stands for them); the
+step's time is the rank's wall time from its first DDP forward (else its first step's end, else its
+``init_process_group``) to its last record, over the steps after the first.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from ddpdoctor.analysis.state import hb_steps
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -23,7 +25,7 @@ def _rank_cost(rec: Any) -> dict[str, Any] | None:
     if not src or not isinstance(src.get("cost"), dict):
         return None
     c = src["cost"]
-    steps = int((src.get("ddp_fwd") if src is fin else src.get("step")) or 0)
+    steps = hb_steps(src)  # training steps (rank/steps.py); an older record's DDP forwards
     # the loop's time: from the first DDP forward (else the init) to this record, over the steps after the first
     init = rec.event(schema.K_INIT) or rec.event(schema.K_START)
     t0 = c.get("t_first_step") or (init.get("t") if init else None)
@@ -87,7 +89,7 @@ def line(cost: dict[str, Any]) -> str:
     if "train_us_per_step" not in cost:
         train = max((c["train_us"] for c in cost["ranks"].values()), default=0.0)
         bg = max((c["background_us"] for c in cost["ranks"].values()), default=0.0)
-        return f"ddpdoctor's cost: {train / 1e3:.1f} ms on the training thread, background {bg / 1e3:.1f} ms (no DDP steps)"
+        return f"ddpdoctor's cost: {train / 1e3:.1f} ms on the training thread, background {bg / 1e3:.1f} ms (no steps)"
     out = f"ddpdoctor's cost: {_us(cost['train_us_per_step'])} µs/step on the training thread"
     if "train_pct" in cost:
         out += f" ({cost['train_pct']:.2f} % of a {cost['step_ms']:.2f} ms step)"

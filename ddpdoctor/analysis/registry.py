@@ -12,7 +12,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, RankLine, Report, Verdict, severity_rank
 from ddpdoctor.analysis.hang import multinode, restarts
 from ddpdoctor.analysis.ids import DATA_UNEVEN_BATCHES, HANG_UNEVEN_BATCHES
-from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error
+from ddpdoctor.analysis.state import all_states, complete_errors, is_transport_error, steps_of
 from ddpdoctor.errors import ExitCode
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -173,7 +173,11 @@ def rank_lines(record: RunRecord, config: Config) -> list[RankLine]:
             )
         else:
             detail = st.state
-        out.append(RankLine(r, st.state, f"{detail}; {st.ddp_fwd} DDP steps", st.where))
+        # training steps (rank/steps.py), and DDP's forwards where they say more (accumulation, several
+        # forwards a step, a job whose steps are not DDP's): what an uneven-inputs deadlock counts
+        n = steps_of(record.ranks[r])
+        fwd = f", {st.ddp_fwd} DDP forwards" if st.ddp_fwd and st.ddp_fwd != n else ""
+        out.append(RankLine(r, st.state, f"{detail}; {n} steps{fwd}", st.where))
     return out
 
 

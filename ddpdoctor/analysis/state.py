@@ -222,6 +222,23 @@ def rank_state(rec: RankRecord, now: float, cfg: Config, record: RunRecord | Non
     )
 
 
+def hb_steps(hb: dict[str, Any]) -> int:
+    """The training steps a heartbeat (or finish event) counts (``rank/steps.py``: one notion of a step for
+    every job shape); a record of an older ddpdoctor has none: its DDP forwards."""
+    if "steps" in hb:
+        return int(hb.get("steps") or 0)
+    return int(hb.get("step") or hb.get("ddp_fwd") or 0)
+
+
+def steps_of(rec: RankRecord) -> int:
+    """A rank's training steps so far, from its last heartbeat and its finish event (``hb_steps``); a rank
+    of an older ddpdoctor: its DDP forwards, the counters file's too."""
+    hb, fin = rec.last_hb or {}, rec.event(schema.K_FINISH) or {}
+    if "steps" in hb or "steps" in fin:
+        return max(hb_steps(hb) if "steps" in hb else 0, hb_steps(fin) if "steps" in fin else 0)
+    return max(hb_steps(hb), hb_steps(fin), int(rec.counters.get("ddp_fwd") or 0))
+
+
 def all_states(record: RunRecord, now: float, cfg: Config) -> dict[int, RankState]:
     """Every rank's state at ``now``."""
     return {r: rank_state(rec, now, cfg, record) for r, rec in record.ranks.items()}

@@ -25,7 +25,7 @@ class Opt:
 class Stop:
     """When the monitor ends a healthy run on purpose."""
 
-    steps: int | None = None  # every rank made this many DDP steps (optimizer steps for memleak)
+    steps: int | None = None  # every rank made this many training steps (rank/steps.py)
     epochs: int | None = None  # every rank began this many epochs and one more
 
 

@@ -31,7 +31,7 @@ SPEC = CommandSpec(
                 type=click.IntRange(min=1),
                 metavar="N",
                 default=None,
-                help="End the run after N DDP steps on every rank.",
+                help="End the run after N training steps on every rank.",
             ),
         ),
         Opt(

@@ -21,6 +21,7 @@ import psutil
 
 from ddpdoctor.analysis import live
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.state import steps_of
 from ddpdoctor.launch import jobstore
 from ddpdoctor.launch.timings import Timings
 from ddpdoctor.record import attempts, schema
@@ -37,7 +38,7 @@ class LaunchSpec:
     torchrun_args: tuple[str, ...]
     mode: str  # "torchrun" | "spawn" | "launcher" (the user's command, or torchrun --no-python: rank/enter.py)
     max_time: float | None = None
-    stop_steps: int | None = None  # end the run once every rank made this many DDP steps
+    stop_steps: int | None = None  # end the run once every rank made this many training steps (rank/steps.py)
     stop_epochs: int | None = None  # ... or iterated its DataLoader this many times
     wrapper: tuple[str, ...] = ()  # a program each rank runs under (nsys profile ...), via --no-python
     job_store: str | None = None  # --job-store HOST:PORT (multi-node), before $DDPDOCTOR_JOB_STORE
@@ -416,7 +417,7 @@ class Monitor:
         if not ranks or (world and len(ranks) < world):
             return None
         if self.spec.stop_steps:
-            steps = [max(int((r.last_hb or {}).get("step") or 0), int(r.counters.get("ddp_fwd") or 0)) for r in ranks]
+            steps = [steps_of(r) for r in ranks]  # training steps, whatever the job's shape (rank/steps.py)
             if min(steps) >= self.spec.stop_steps:
                 return f"--steps {self.spec.stop_steps} reached"
         if self.spec.stop_epochs:

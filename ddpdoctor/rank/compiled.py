@@ -83,10 +83,14 @@ def register() -> None:
         from torch._dynamo import trace_rules
 
         import ddpdoctor
-        from ddpdoctor.rank import collectives, wrappers  # (their bookkeeping made its Eager functions)
+        from ddpdoctor.rank import collectives, steps, wrappers  # (their bookkeeping made its Eager functions)
 
         trace_rules.add(ddpdoctor.__name__)  # the package's directory joins dynamo's SKIP_DIRS
-        for module in (wrappers, collectives):  # dynamo compares file names as posix paths
+        for module in (
+            wrappers,
+            collectives,
+            steps,
+        ):  # steps: FSDP's forward hooks  # dynamo compares file names as posix paths
             trace_rules.BUILTIN_INLINE_WHEN_CALLED.add(Path(os.path.normpath(module.__file__)).as_posix())
         collectives.register_with_dynamo()
         for box in _eager:

@@ -4,11 +4,14 @@ A probe is a module with ``install(probe, settings) -> RankProbe``: it wraps wha
 ``torch.save``, ``torch.autograd.backward``...) and returns an object whose hooks ``wrappers.py`` (the
 wrappers) and ``probe.py`` (the heartbeat) call:
 
-- ``on_forward(model)`` / ``after_forward(model)``: around every ``DistributedDataParallel.forward``, from
-  the one DDP.forward wrapper in ``wrappers.py`` (any thread: a hook that cares checks
+- ``on_forward(model)`` / ``after_forward(model)``: around every forward of a root model: every
+  ``DistributedDataParallel.forward`` (the one DDP.forward wrapper in ``wrappers.py``), an FSDP2 root's or
+  an FSDP1 root's forward (``steps.py``; ``model`` is then no DDP: a hook that needs DDP checks) (any
+  thread for DDP: a hook that cares checks
   ``threading.get_ident() == probe.main_ident``); ``after_forward`` hooks run in reverse order;
 - ``on_optimizer_step(opt)`` / ``after_optimizer_step(opt)``: around every optimizer step (the main thread
   only), from one pair of torch's global optimizer hooks;
+- ``after_step(n)``: a training step ended (``steps.py``: the one notion of a step for every job shape);
 - ``on_tick()``: after every heartbeat, on the heartbeat thread (never the training thread): drain
   buffers, sample what is sampled once a beat (the profile's ranges and GPU utilisation);
 - ``finish()``: the script has returned (or raised); write what is left.
@@ -31,7 +34,7 @@ REGISTRY: dict[str, str] = {
     "profile": "ddpdoctor.rank.probes.profile",  # ddpdoctor profile: ranges, line samples, NVTX
 }
 
-HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "on_tick", "finish")
+HOOKS = ("on_forward", "after_forward", "on_optimizer_step", "after_optimizer_step", "after_step", "on_tick", "finish")
 
 
 class RankProbe:
@@ -53,6 +56,10 @@ class RankProbe:
 
     def after_optimizer_step(self, opt: Any) -> None:
         """After ``opt.step()`` (main thread)."""
+
+    def after_step(self, n: int) -> None:
+        """Training step ``n`` (1, 2, ...) ended: the one notion of a step, whatever the job's shape
+        (``rank/steps.py``; main thread)."""
 
     def on_tick(self) -> None:
         """After a heartbeat (heartbeat thread; also after the final beat, once ``finish`` ran)."""

@@ -62,6 +62,9 @@ class Probe:
         self.ncoll = 0
         self.ddp_fwd = 0
         self.counters = Counters(os.path.join(d, schema.COUNTERS))
+        from ddpdoctor.rank.steps import Steps
+
+        self.steps = Steps()  # the rank's training steps, whatever the job's shape (rank/steps.py)
         self.in_ddp_fwd = False
         import weakref
 
@@ -131,6 +134,7 @@ class Probe:
             self.rank,
             code=code,
             ddp_fwd=self.ddp_fwd,
+            **self.steps.fields(),
             ncoll=self.ncoll,
             seq=self.seqs(),
             cost=self.cost.fields(),
@@ -255,6 +259,7 @@ class Probe:
             schema.K_HB,
             self.rank,
             step=self.ddp_fwd,
+            steps=self.steps.n,
             ncoll=self.ncoll,
             seq=seq,
             pending=pending,

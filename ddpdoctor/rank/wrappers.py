@@ -14,7 +14,7 @@ import time
 import types
 from typing import Any
 
-from ddpdoctor.rank import active, compiled, failures, hooks, sites
+from ddpdoctor.rank import active, compiled, failures, hooks, sites, steps
 from ddpdoctor.record import schema
 
 # training frameworks whose layers a diagnosis names (imported by the time they init the process group)
@@ -41,6 +41,7 @@ def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
     sites.reset_prefixes()
     collectives.install(dist)
     compiled.install()
+    steps.install(probe)  # the one notion of a step (rank/steps.py): its sources and after_step hooks
 
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader
@@ -157,6 +158,7 @@ def _forward_begins(p: Any, model: Any) -> Any:
         if p.ddp_fwd == 1:  # the loop's start: the cost line's step time counts from it
             p.cost.t_first_step = time.time()
     p.counters.set_ddp_fwd(p.ddp_fwd)
+    steps.forward_begins(p, model)
     if p.fwd_before:
         _run_hooks(p.fwd_before, model)
     p.in_ddp_fwd = True

@@ -5,7 +5,7 @@ DDP(torch.compile(model)), ddp_model.compile(), FSDP2 blocks compiled one by one
 @torch.compile function; backend "eager") and each rank prints dynamo's own counters per form: frames
 converted and compiled, recompiles, graph breaks, graphs, the frames holding compiled code. Under every
 command they must be bare's, and the ranks' output must hold no dynamo warning bare's lacks; the tool must
-still see the job (its DDP steps) and still find a planted fault in a compiled job.
+still see the job (its steps, its DDP forwards) and still find a planted fault in a compiled job.
 
 The matrix (one bare run, four commands) is in the extended tier; the planted hang is the default tier's
 one cheap job.
@@ -91,8 +91,9 @@ def test_every_compile_form_compiles_as_bare_under_every_command(tmp_path: Path,
         assert got.get(key) == plain[key], (key, got.get(key), plain[key])
     # nothing dynamo said under the tool that it did not say bare (recompile_limit, untraceable builtins, ...)
     assert dynamo_lines(ours) <= dynamo_lines(bare), sorted(dynamo_lines(ours) - dynamo_lines(bare))
-    # and the tool saw the job: every DDP forward of the compiled forms
-    assert [x["detail"].split("; ")[-1] for x in r.report["ranks"]] == [f"{DDP_FORMS * STEPS} DDP steps"] * 2
+    # and the tool saw the job: every step of every form (rank/steps.py), every DDP forward of the DDP forms
+    seen = f"{len(FORMS) * STEPS} steps, {DDP_FORMS * STEPS} DDP forwards"
+    assert [x["detail"].split("; ")[-1] for x in r.report["ranks"]] == [seen] * 2
 
 
 def test_a_rank_conditional_collective_in_a_compiled_ddp_job_is_found(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ddpdoctor.analysis.findings import Finding
 from ddpdoctor.analysis.ids import MEMLEAK_CUDA, MEMLEAK_CUDA_OUTSIDE_ALLOCATOR, MEMLEAK_CUDA_RESERVED
-from ddpdoctor.analysis.memleak import growth as g
+from ddpdoctor.analysis.memleak import evidence as mev
 from ddpdoctor.analysis.series import growth
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -33,7 +33,7 @@ def _grows(steps: dict[int, list], ranks: list[int], key: str) -> dict[int, dict
     out = {}
     for r in ranks:
         gr = growth(_series(steps.get(r, []), key))
-        if gr is not None and g._leaking(gr, MIN_SLOPE, MIN_TOTAL):
+        if gr is not None and mev.leaking(gr, MIN_SLOPE, MIN_TOTAL):
             out[r] = gr
     return out
 
@@ -77,7 +77,7 @@ def detect(
     out: list[Finding] = []
     allocated = _grows(steps, ranks, "cuda_allocated")
     if allocated and not seen:
-        hr, unknown = g._rank_set(allocated, {r: [_series(steps[r], "cuda_allocated")] for r in ranks}, ranks)
+        hr, unknown = mev.rank_set(allocated, {r: [_series(steps[r], "cuda_allocated")] for r in ranks}, ranks)
         per = median(x["late_slope"] for x in allocated.values())
         reserved = median(_slope(steps[r], "cuda_reserved") for r in allocated)
         files = _files(record, hr[0])
@@ -85,10 +85,10 @@ def detect(
             Finding(
                 MEMLEAK_CUDA,
                 "error",
-                f"CUDA allocated memory grows by {g._mb(per)} per step {g._who(hr, ranks, unknown)} (reserved "
-                f"{'+' + g._mb(reserved) if reserved > 0 else 'flat'} per step): tensors kept on the GPU, a leak, "
+                f"CUDA allocated memory grows by {mev.mb(per)} per step {mev.who(hr, ranks, unknown)} (reserved "
+                f"{'+' + mev.mb(reserved) if reserved > 0 else 'flat'} per step): tensors kept on the GPU, a leak, "
                 "not fragmentation"
-                + g._project(steps[hr[0]], census.get(hr[0], []), per, "cuda")
+                + mev.project(steps[hr[0]], census.get(hr[0], []), per, "cuda")
                 + _where(files, hr[0]),
                 "Find what keeps GPU tensors from step to step (a list of outputs, a cache, a metric that "
                 "stores tensors): the memory_summary's 'Allocated memory' row rises; `--snapshot` shows each "
@@ -103,15 +103,15 @@ def detect(
     reserved_hits = _grows(steps, ranks, "cuda_reserved")
     flat_alloc = {r: x for r, x in reserved_hits.items() if _slope(steps[r], "cuda_allocated") < FLAT * x["late_slope"]}
     if flat_alloc:
-        hr, unknown = g._rank_set(flat_alloc, {r: [_series(steps[r], "cuda_reserved")] for r in ranks}, ranks)
+        hr, unknown = mev.rank_set(flat_alloc, {r: [_series(steps[r], "cuda_reserved")] for r in ranks}, ranks)
         per = median(x["late_slope"] for x in flat_alloc.values())
         files = _files(record, hr[0])
         out.append(
             Finding(
                 MEMLEAK_CUDA_RESERVED,
                 "warning",
-                f"the CUDA caching allocator's reserved memory grows by {g._mb(per)} per step "
-                f"{g._who(hr, ranks, unknown)} while allocated memory stays flat: blocks the cache holds and "
+                f"the CUDA caching allocator's reserved memory grows by {mev.mb(per)} per step "
+                f"{mev.who(hr, ranks, unknown)} while allocated memory stays flat: blocks the cache holds and "
                 "cannot reuse (fragmentation from changing tensor sizes), not a leak of tensors" + _where(files, hr[0]),
                 "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (segments that grow in place); keep "
                 "shapes steady (pad variable-length batches to a few sizes); the memory_summary's 'Non-releasable "
@@ -125,13 +125,13 @@ def detect(
     process_hits = _grows(steps, ranks, "nvml_process")
     outside = {r: x for r, x in process_hits.items() if _slope(steps[r], "cuda_reserved") < FLAT * x["late_slope"]}
     if outside:
-        hr, unknown = g._rank_set(outside, {r: [_series(steps[r], "nvml_process")] for r in ranks}, ranks)
+        hr, unknown = mev.rank_set(outside, {r: [_series(steps[r], "nvml_process")] for r in ranks}, ranks)
         per = median(x["late_slope"] for x in outside.values())
         out.append(
             Finding(
                 MEMLEAK_CUDA_OUTSIDE_ALLOCATOR,
                 "error",
-                f"this process's GPU memory (NVML) grows by {g._mb(per)} per step {g._who(hr, ranks, unknown)} "
+                f"this process's GPU memory (NVML) grows by {mev.mb(per)} per step {mev.who(hr, ranks, unknown)} "
                 "while the caching allocator's reserved memory stays flat: memory outside PyTorch's allocator "
                 "(NCCL buffers and communicators, cuBLAS/cuDNN workspaces, CUDA graphs, another CUDA library)",
                 "Look for communicators or process groups created per step (`dist.new_group` in the loop), "

@@ -10,7 +10,6 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, rank_list
 from ddpdoctor.analysis.ids import (
     MEMLEAK_AUTOGRAD_GRAPH,
@@ -19,210 +18,12 @@ from ddpdoctor.analysis.ids import (
     MEMLEAK_RSS,
     MEMLEAK_TENSORS,
 )
+from ddpdoctor.analysis.memleak import evidence as mev
 from ddpdoctor.analysis.series import growth
-from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
-MIN_SPAN_STEPS = 16  # a growth is judged over at least this many steps after the warm-up (a few points of
-# a short run, 9 -> 10 -> 16 graph nodes over steps 2-8, are the first steps settling, not a leak)
 
-
-# a count (tensors of a kind, graph nodes) whose last points stay at one value over this share of the series'
-# steps or more has stopped growing. Counts only: RSS grows in allocator chunks and is flat between them
-FLAT_TAIL_MAX = 0.25
-
-
-def _leaking(g: dict[str, float] | None, min_slope: float, min_total: float, count: bool = False) -> bool:
-    return bool(
-        g
-        and g["steps"] >= MIN_SPAN_STEPS
-        and (not count or g.get("flat_tail", 0.0) < FLAT_TAIL_MAX)
-        and g["late_slope"] >= min_slope
-        and g["late_total"] >= min_total
-        and g["up_fraction"] >= 0.5
-        and g.get("above_prior", min_total) >= min_total / 2
-    )
-
-
-def _census(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
-    """Censuses per rank. The one taken after the script returned (``final``) counts only when it still
-    sees what the previous one saw: a script whose loop lives in a function has freed its locals by then,
-    and that drop is not the leak ending."""
-    out = {}
-    for r, rec in record.ranks.items():
-        cs: list[dict[str, Any]] = []
-        for e in rec.memory:
-            if e.get("kind") != schema.K_CENSUS:
-                continue
-            if (
-                e.get("final")
-                and cs
-                and (
-                    e.get("tensors", 0) < cs[-1].get("tensors", 0)
-                    or e.get("graph_nodes", 0) < cs[-1].get("graph_nodes", 0)
-                )
-            ):
-                continue
-            cs.append(e)
-        out[r] = cs
-    return out
-
-
-def _shortfall(record_memory: list[dict[str, Any]]) -> str | None:
-    """Why a rank's censuses may lack the evidence (issue 37), from its memory records: the floor of
-    censuses skipped (the probes' CPU share was at its cap: the rank's CPU was saturated), or holder searches
-    cut at their CPU cap. None when the rank's probes took every census and search they wanted."""
-    skipped = capped = 0
-    for e in record_memory:
-        k = e.get("kind")
-        if k == schema.K_CENSUS:
-            skipped = max(skipped, int(e.get("floor_skipped") or 0))
-            capped += sum(1 for g in e.get("grown") or () if g.get("search") == "capped")
-        elif k == schema.K_MEM_OVERHEAD:
-            skipped = max(skipped, int(e.get("floor_skipped") or 0))
-    if skipped:
-        return f"ranks' CPU was saturated ({skipped} census(es) of the floor skipped at the probes' CPU cap)"
-    if capped:
-        return f"ranks' CPU was saturated (the search reached its CPU-time cap {capped} time(s))"
-    return None
-
-
-def _skipped_note(what: str, record: RunRecord | None, ranks: list[int]) -> tuple[str, dict[str, str]]:
-    """The message's clause and the evidence for the ranks whose ``what`` (holder search, census) could not
-    be afforded: "; holder search skipped on rank(s) [1]: ranks' CPU was saturated (...)"."""
-    if record is None:
-        return "", {}
-    why = {r: w for r in ranks if r in record.ranks and (w := _shortfall(record.ranks[r].memory))}
-    if not why:
-        return "", {}
-    first = next(iter(why.values()))
-    return f"; {what} skipped on rank(s) {rank_list(sorted(why))}: {first}", {str(r): w for r, w in why.items()}
-
-
-def _steps(record: RunRecord) -> dict[int, list[dict[str, Any]]]:
-    return {r: [e for e in rec.memory if e.get("kind") == schema.K_MEM] for r, rec in record.ranks.items()}
-
-
-def _who(ranks: list[int], all_ranks: list[int], unknown: list[int] | None = None) -> str:
-    """Which ranks grow. "only on rank(s) ..." is said only when every other rank was seen flat over the
-    same steps (``unknown``: the ranks whose series could not tell)."""
-    if len(ranks) == len(all_ranks):
-        return "on every rank"
-    if unknown:
-        return (
-            f"on rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank(s) {rank_list(unknown)}: too few samples "
-            "to tell whether they grow too)"
-        )
-    return f"on only rank(s) {rank_list(ranks)} of {len(all_ranks)} (rank-conditional code; the others stay flat)"
-
-
-def _rank_set(
-    hits: dict[int, dict[str, float]], series: dict[int, list[list[tuple[float, float]]]], ranks: list[int]
-) -> tuple[list[int], list[int]]:
-    """Every rank whose memory grows, and those that cannot be told: a rank the thresholds missed (a series
-    with fewer points, a slower loop) still grows when its later slope is a good part of the growing ranks';
-    it is flat when its later half barely moves against theirs over the same steps."""
-    if not hits:
-        return [], []
-    slope = median(g["late_slope"] for g in hits.values())
-    total = median(g["late_total"] for g in hits.values())
-    lo = min(g["first_step"] for g in hits.values())
-    hi = max(g["last_step"] for g in hits.values())
-    growing, unknown = set(hits), []
-    for r in ranks:
-        if r in hits:
-            continue
-        verdict = "unknown"
-        for pts in series.get(r, []):
-            g = growth([p for p in pts if p[0] >= lo - (hi - lo)])
-            if g is None or g["last_step"] - g["first_step"] < (hi - lo) / 2:
-                continue
-            # growth of its own, not a wobble: a third of the growing ranks' rate and rise, new highs late
-            if (
-                g["late_slope"] >= slope / 3
-                and g["late_total"] >= total / 3
-                and g["up_fraction"] >= 0.5
-                and g["above_prior"] > 0
-            ):
-                verdict = "grows"
-                break
-            if g["late_slope"] <= slope / 10:
-                verdict = "flat"
-        if verdict == "grows":
-            growing.add(r)
-        elif verdict == "unknown":
-            unknown.append(r)
-    return sorted(growing), unknown
-
-
-def _short(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def _held(h: dict[str, Any]) -> str:
-    """A holder as the user writes it, where: "`self._epoch_logits` (EpochLogits.on_train_batch_end, x.py:24)"."""
-    func = h.get("func") or ""
-    owner = h.get("owner")
-    where = f"{owner}.{func}" if owner and func and func != "<module>" else func
-    at = f"{_short(h['file'])}:{h['line']}"
-    return f"`{h['name']}` ({where}, {at})" if where else f"`{h['name']}` ({at})"
-
-
-def _mb(x: float) -> str:
-    from ddpdoctor.units import size
-
-    return size(x)  # as `compare` writes it
-
-
-def detect(record: RunRecord, cfg: Config) -> list[Finding]:
-    """The memleak findings: growth of RSS, CUDA memory, live tensors or autograd graphs, with their holders."""
-    census, steps = _census(record), _steps(record)
-    ranks = sorted(r for r in record.ranks if steps.get(r))
-    if not ranks:
-        return []
-    out: list[Finding] = []
-    out += _graphs(census, ranks, steps, record)
-    out += _tensor_groups(census, ranks, {f.id for f in out}, record)
-    from ddpdoctor.analysis.memleak import cuda
-
-    gpu = cuda.detect(record, steps, census, ranks, {f.id for f in out})
-    out += gpu
-    out += _layers(census, steps, ranks, {f.id for f in out if f.severity == "error"}, record)
-    return out
-
-
-def _project(steps: list[dict[str, Any]], census: list[dict[str, Any]], per_step: float, key: str) -> str:
-    if per_step <= 0:
-        return ""
-    if key == "cuda":
-        last = steps[-1] if steps else {}
-        free = (last.get("nvml_total") or 0) - (last.get("nvml_used") or 0)
-        where = "the GPU"
-    else:
-        free = (census[-1].get("host_available") or 0) if census else 0
-        where = "the host"
-    if free <= 0:
-        return ""
-    steps_left = free / per_step
-    if steps_left > FULL_HORIZON:  # beyond any run: a count of millions of steps says nothing
-        return ""
-    return f"; at this rate {where} is full in about {_about(steps_left)} more steps"
-
-
-FULL_HORIZON = 1_000_000  # steps: "full in N more steps" is said only within this
-
-
-def _about(n: float) -> str:
-    """A count to two significant figures: 12,000 (not 12,345), 830."""
-    from math import floor, log10
-
-    if n < 100:
-        return str(max(1, round(n)))
-    k = 10 ** (floor(log10(n)) - 1)
-    return f"{int(round(n / k) * k):,}"
-
-
-def _graphs(
+def graphs(
     census: dict[int, list], ranks: list[int], steps: dict[int, list], record: RunRecord | None = None
 ) -> list[Finding]:
     """Autograd graphs kept alive: from the dense scan of the user's variables (every few steps), else
@@ -233,7 +34,7 @@ def _graphs(
         sparse = [(c["step"], float(c.get("graph_nodes", 0))) for c in census.get(r, [])]
         for how, pts in (("dense", dense), ("census", sparse)):
             g = growth(pts)
-            if g is not None and _leaking(g, 0.5, 5, count=True):
+            if g is not None and mev.leaking(g, 0.5, 5, count=True):
                 hits[r] = g
                 found[r] = how
                 break
@@ -246,7 +47,7 @@ def _graphs(
         ]
         for r in ranks
     }
-    hr, unknown = _rank_set(hits, series, ranks)
+    hr, unknown = mev.rank_set(hits, series, ranks)
     for r in hr:
         found.setdefault(r, "dense" if any("local_graph" in s for s in steps.get(r, [])) else "census")
     locs, holders = [], {}
@@ -270,14 +71,14 @@ def _graphs(
         if stored
         else "a tensor accumulated across steps with its autograd graph (e.g. `total += loss`)"
     )
-    held = f" in {_held(h0)}" if name and h0.get("file") else ""
+    held = f" in {mev.held(h0)}" if name and h0.get("file") else ""
     msg = (
-        f"autograd graph grows by {per:.1f} nodes per step {_who(hr, ranks, unknown)}: {cause}{held}; "
-        f"RSS {'+' + _mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
-        + _project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host")
+        f"autograd graph grows by {per:.1f} nodes per step {mev.who(hr, ranks, unknown)}: {cause}{held}; "
+        f"RSS {'+' + mev.mb(rss_slope) + '/step' if rss_slope > 0 else 'barely moves'}"
+        + mev.project(steps[hr[0]], census.get(hr[0], []), rss_slope, "host")
     )
     # a rank without its holder because the search could not be afforded says so (never a silent gap)
-    gap, gaps = _skipped_note("holder search", record, [r for r in hr if r not in holders])
+    gap, gaps = mev.skipped_note("holder search", record, [r for r in hr if r not in holders])
     msg += gap
     what = f"`{name}`" if name else "the container"
     hint = (
@@ -334,7 +135,7 @@ def _graph_holder(census: list[dict[str, Any]], steps: list[dict[str, Any]], den
     return None
 
 
-def _tensor_groups(
+def tensor_groups(
     census: dict[int, list], ranks: list[int], seen: set[str], record: RunRecord | None = None
 ) -> list[Finding]:
     """Live tensors of one kind (shape, dtype, device) whose number keeps growing."""
@@ -358,7 +159,7 @@ def _tensor_groups(
             g = growth(pts)
             if (
                 g is not None
-                and _leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"]), count=True)
+                and mev.leaking(g, 8.0, max(64 * 1024.0, 3 * g["late_slope"]), count=True)
                 and (best is None or g["late_slope"] > best[1]["late_slope"])
             ):
                 best = (k, g)
@@ -386,7 +187,7 @@ def _tensor_groups(
             for c in census.get(r, [])
         ]
 
-    hr, unknown = _rank_set({r: h[1] for r, h in hits.items()}, {r: [group_series(r)] for r in ranks}, ranks)
+    hr, unknown = mev.rank_set({r: h[1] for r, h in hits.items()}, {r: [group_series(r)] for r in ranks}, ranks)
     for r in hr:
         hits.setdefault(r, (k, g))
     locs, holders = [], {}
@@ -399,14 +200,14 @@ def _tensor_groups(
             holders[r] = h
             locs.append(Location(r, h["file"], int(h["line"]), h.get("func", ""), "stores"))
     h0 = next(iter(holders.values()), None)
-    held = f", held by {_held(h0)}" if h0 else ""
-    gap, gaps = _skipped_note("holder search", record, [r for r in hr if r not in holders])
+    held = f", held by {mev.held(h0)}" if h0 else ""
+    gap, gaps = mev.skipped_note("holder search", record, [r for r in hr if r not in holders])
     return [
         Finding(
             MEMLEAK_TENSORS,
             "error",
-            f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {_mb(g['late_slope'])} per step "
-            f"{_who(hr, ranks, unknown)}{held}{gap}",
+            f"live {k[2]} tensors of shape {list(k[0])} ({k[1]}) grow by {mev.mb(g['late_slope'])} per step "
+            f"{mev.who(hr, ranks, unknown)}{held}{gap}",
             "Something keeps a reference per step (a list, a dict, a cache without a bound): drop it, "
             "bound it, or store detached CPU copies.",
             tuple(hr),
@@ -422,7 +223,7 @@ def _tensor_groups(
     ]
 
 
-def _layers(
+def layers(
     census: dict[int, list],
     steps: dict[int, list],
     ranks: list[int],
@@ -452,18 +253,18 @@ def _layers(
         for r in ranks:
             g = growth(series(r))
             thr = (20.0, 200.0) if unit == "objects" else (64 * 1024.0, 8 * 2**20)
-            if g is not None and _leaking(g, *thr):
+            if g is not None and mev.leaking(g, *thr):
                 hits[r] = g
         if not hits:
             continue
-        hr, unknown = _rank_set(hits, {r: [series(r)] for r in ranks}, ranks)
+        hr, unknown = mev.rank_set(hits, {r: [series(r)] for r in ranks}, ranks)
         for r in hr:
             if r not in hits and (extra := growth(series(r))) is not None:
                 hits[r] = extra
         per = median(g["late_slope"] for g in hits.values())
-        amount = f"{per:.0f} objects" if unit == "objects" else _mb(per)
-        proj = "" if unit == "objects" else _project(steps[hr[0]], census.get(hr[0], []), per, unit)
-        msg = f"{layer} grows by {amount} per step {_who(hr, ranks, unknown)}{proj}"
+        amount = f"{per:.0f} objects" if unit == "objects" else mev.mb(per)
+        proj = "" if unit == "objects" else mev.project(steps[hr[0]], census.get(hr[0], []), per, unit)
+        msg = f"{layer} grows by {amount} per step {mev.who(hr, ranks, unknown)}{proj}"
         hint = "Look at what the loop keeps per step in that layer; `ddpdoctor analyze` shows the census."
         ev: dict[str, Any] = {"per_step": per}
         if fid == MEMLEAK_RSS:
@@ -527,7 +328,7 @@ def _rss_cause(
         )
     r, n, lo, hi = min(few, key=lambda x: x[1])
     every = max(1, int((hi - lo) // 10))
-    gap, gaps = _skipped_note("census", record, [x[0] for x in few])
+    gap, gaps = mev.skipped_note("census", record, [x[0] for x in few])
     if gaps:
         ev = dict(ev, census_skipped=gaps)
     return (

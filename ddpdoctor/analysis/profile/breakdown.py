@@ -23,6 +23,7 @@ from ddpdoctor.analysis.profile.steps import (
     _line_phrase,
     _short,
     _step_order,
+    fsdp_comm,
     rounded_parts,
     samples_of,
     typical,
@@ -332,6 +333,34 @@ def _size(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
+def _fsdp_text(
+    fsdp: dict[str, Any], timeline: list[dict[str, Any]], rank: int | None, steps: int, fwd: int, info: dict[str, Any]
+) -> str:
+    """The summary's words on an FSDP2 job: its sharding, mixed precision, the time in its collectives."""
+    mesh = fsdp.get("mesh") or {}
+    shape = "x".join(str(x) for x in mesh.get("shape") or []) or "?"
+    dims = f" ({', '.join(mesh['dims'])})" if mesh.get("dims") else ""
+    n, rs = int(fsdp.get("modules") or 0), int(fsdp.get("reshard_after_forward") or 0)
+    mp = fsdp.get("mp") or {}
+    mp_text = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in mp.items()) if mp else "off"
+    out = (
+        f"FSDP2: {n} sharded module(s) with parameters on a mesh of {shape}{dims}, {fsdp.get('params', 0)} parameters "
+        f"({_size(int(fsdp.get('sharded_bytes') or 0))} sharded on rank {rank}); reshard_after_forward on {rs} of {n}; "
+        f"mixed precision {mp_text}"
+    )
+    comm = fsdp_comm(timeline)
+    if comm:
+        out += f"; in FSDP2's collectives per step (rank {rank}, inside forward and backward): " + ", ".join(
+            f"{k} {v:.1f} ms" for k, v in comm.items()
+        )
+    accum = round(fwd / steps, 2) if steps else None
+    return (
+        out
+        + f"; AMP {'on' if info.get('amp') else 'off'}; forwards per step {accum}; "
+        + f"NVTX {'emitted' if info.get('nvtx') else 'not emitted (no tool attached)'}"
+    )
+
+
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
     info: dict[int, dict[str, Any]] = {
         r: next((e for e in reversed(rec.timeline) if e.get("kind") == schema.K_PROFILE_INFO), {})
@@ -359,6 +388,9 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         f"bucket_cap_mb {i0.get('bucket_cap_mb', 0):g}); AMP {'on' if i0.get('amp') else 'off'}; "
         f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}"
     )
+    fsdp = i0.get("fsdp") if isinstance(i0.get("fsdp"), dict) else None
+    if fsdp:  # the sharding where a DDP job's buckets are
+        tuning = _fsdp_text(fsdp, record.ranks[r0].timeline if r0 is not None else [], r0, steps, fwd, i0)
     ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
     if ddp.get("comm_ms") is not None:
         tuning += (
@@ -384,6 +416,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
                 "amp": i0.get("amp"),
                 "accumulation": accum,
                 "ddp_timers_ms": ddp,
+                **({"fsdp": fsdp} if fsdp else {}),
             },
         )
     ]

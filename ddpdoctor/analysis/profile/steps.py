@@ -36,8 +36,35 @@ _RANGE_WORDS = {
 _AFTER = {"data": "dataloader wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 
 
+# FSDP2's collectives on the training thread (rank/probes/profile/timeline.py): inside forward and backward,
+# a part of those phases, told apart in the summary (``fsdp_comm``)
+FSDP_RANGES = {"fsdp all-gather": "all-gather", "fsdp reduce-scatter": "reduce-scatter"}
+
+
 def _is_collective(e: dict[str, Any]) -> bool:
-    return e.get("cat") == "comm" and not str(e.get("name", "")).startswith("all_reduce bucket")
+    name = str(e.get("name", ""))
+    return e.get("cat") == "comm" and not name.startswith("all_reduce bucket") and name not in FSDP_RANGES
+
+
+def fsdp_comm(timeline: list[dict[str, Any]]) -> dict[str, float]:
+    """FSDP2's all-gather and reduce-scatter time per steady step (ms, the median over the steady steps, as
+    ``steady`` picks them); {} without FSDP2 ranges."""
+    ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
+    fsdp = sorted((e for e in ranges if e.get("name") in FSDP_RANGES), key=lambda e: e["t0"])
+    if not fsdp:
+        return {}
+    steps = steady(sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"]))  # type: ignore[arg-type]
+    per: dict[str, list[float]] = {k: [] for k in FSDP_RANGES.values()}
+    for st in steps:
+        sums = dict.fromkeys(per, 0.0)
+        for e in fsdp:
+            if st["t0"] <= e["t0"] < st["t1"]:
+                sums[FSDP_RANGES[e["name"]]] += (e["t1"] - e["t0"]) / 1e6
+        for k, v in sums.items():
+            per[k].append(v)
+    from statistics import median
+
+    return {k: median(v) for k, v in per.items() if v}
 
 
 def breakdown(timeline: list[dict[str, Any]]) -> list[dict[str, float]]:

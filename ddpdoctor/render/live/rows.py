@@ -14,7 +14,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import rank_list
-from ddpdoctor.analysis.state import RankState, all_states, describe_op
+from ddpdoctor.analysis.state import RankState, all_states, describe_op, hb_steps, steps_of
 from ddpdoctor.record.reader import RunRecord
 
 WINDOW_S = 5.0  # steps/s over the heartbeats of the last few seconds
@@ -62,7 +62,7 @@ class Rates:
             hb = rec.last_hb
             if not hb:
                 continue
-            t, step = float(hb.get("t") or 0.0), int(hb.get("step") or 0)
+            t, step = float(hb.get("t") or 0.0), hb_steps(hb)
             h = self.hist.setdefault(r, deque(maxlen=256))
             if not h or t > h[-1][0]:
                 h.append((t, step))
@@ -189,7 +189,7 @@ def build_view(
     for r, s in sorted(states.items()):
         kind, text, key = _state(s, now)
         ncoll = _collectives(record.ranks[r].last_hb or {}, s)
-        info[r] = (s, kind, text, key, s.ddp_fwd, ncoll, rates.rate(r) if rates else None)
+        info[r] = (s, kind, text, key, steps_of(record.ranks[r]), ncoll, rates.rate(r) if rates else None)
     counts = Counter(v[1] for v in info.values())
     world = max(record.world_size or 0, len(info))
     head = title + (" · " if title else "") + f"{world} rank{'s' if world != 1 else ''}"

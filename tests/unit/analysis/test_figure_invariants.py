@@ -15,7 +15,9 @@ from helpers import ROOT
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.figures import compute
-from ddpdoctor.analysis.memleak.growth import FULL_HORIZON, _about, _project
+from ddpdoctor.analysis.memleak.evidence import FULL_HORIZON
+from ddpdoctor.analysis.memleak.evidence import about as _about
+from ddpdoctor.analysis.memleak.evidence import project as _project
 from ddpdoctor.analysis.profile import detect as profile_detect
 from ddpdoctor.analysis.profile.steps import PHASES, breakdown, rounded_parts, steady, typical, typical_step
 from ddpdoctor.record.reader import RankRecord, RunRecord, load_run

@@ -95,3 +95,17 @@ def test_ledger_entries_and_op_descriptions() -> None:
     assert ledger_entry_at(rec, "0", 3)["op"] == "b" and ledger_entry_at(rec, "0", 9) is None
     assert describe_op("all_reduce", [[4, 4], [], [2]]) == "all_reduce(4x4, scalar)"
     assert describe_op("barrier", [[4]]) == "barrier" and describe_op(None) == "?"
+
+
+def test_a_ranks_steps_come_from_its_beats_and_finish_else_its_ddp_forwards() -> None:
+    """The one notion of a step (rank/steps.py): ``steps`` where the rank wrote it; a record of an older
+    ddpdoctor counts its DDP forwards (the beat's ``step``, the finish's ``ddp_fwd``, the counters file)."""
+    from ddpdoctor.analysis.state import hb_steps, steps_of
+
+    assert hb_steps({"step": 48, "steps": 12}) == 12 and hb_steps({"step": 48}) == 48
+    assert hb_steps({"ddp_fwd": 7}) == 7 and hb_steps({}) == 0
+    new = RankRecord(0, last_hb={"kind": "hb", "t": 1.0, "step": 40, "steps": 9})
+    new.events.append({"kind": "finish", "t": 2.0, "ddp_fwd": 48, "steps": 12})
+    assert steps_of(new) == 12
+    old = RankRecord(1, last_hb={"kind": "hb", "t": 1.0, "step": 40}, counters={"ddp_fwd": 41})
+    assert steps_of(old) == 41

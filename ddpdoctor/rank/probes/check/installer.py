@@ -173,7 +173,7 @@ def install(probe: Any, settings: Any = None) -> Checks:
             c.event(
                 schema.K_SAVE,
                 path=os.path.abspath(path) if isinstance(path, str) else None,
-                step=probe.ddp_fwd,
+                step=probe.steps.n,  # the training steps so far (rank/steps.py)
                 site=sites.user_site(sys._getframe(1)),
             )
         return out

@@ -146,8 +146,9 @@ class Checks(RankProbe):
         """Count DDP forwards with and without gradient sync (no_sync) since the last optimizer step, and note
         the user's line that called this forward (three frames up: DDP.forward's wrapper, torch's
         ``_call_impl``, ``_wrapped_call_impl``) for the point after DDP's buffer sync (install.py)."""
-        if self._grad_enabled():
-            if model.require_backward_grad_sync:
+        sync = getattr(model, "require_backward_grad_sync", None)  # None: an FSDP root (rank/steps.py)
+        if sync is not None and self._grad_enabled():
+            if sync:
                 self.synced += 1
                 self.fwd_site = sites.user_site_at(sys._getframe(1))  # per forward: the line once per site
             else:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from typing import Any
 
@@ -141,7 +140,6 @@ class Memory(RankProbe):
         self._head = f'{{"v":{schema.LINE_VERSION},"kind":"{schema.K_MEM}","rank":{probe.rank},"t":'
         self.census_every = census_every
         self.step = 0
-        self.by_optimizer = False
         self.last_census_t = 0.0
         self.t_first = 0.0  # the first step's time (the early censuses' budget counts from it)
         self.last_census_cost = 0.0
@@ -187,22 +185,15 @@ class Memory(RankProbe):
             )
 
     # -- the protocol (rank/hooks.py) ------------------------------------------------------------------
-    def after_forward(self, model: Any) -> None:
-        if threading.get_ident() == self.p.main_ident:
-            self.on_step("ddp")
-
-    def after_optimizer_step(self, opt: Any) -> None:
-        self.on_step("optimizer")
+    def after_step(self, n: int) -> None:
+        self.on_step()
 
     def on_tick(self) -> None:
         self.workers.tick()
 
     # -- per step ------------------------------------------------------------------------------------
-    def on_step(self, source: str) -> None:
-        if source == "optimizer":
-            self.by_optimizer = True
-        elif self.by_optimizer:
-            return  # with an optimizer, a step is an optimizer step
+    def on_step(self) -> None:
+        """A training step ended (rank/steps.py: the one notion of a step, whatever the job's shape)."""
         self.step += 1
         step = self.step
         now = time.perf_counter()
@@ -269,8 +260,8 @@ class Memory(RankProbe):
             return "first"
         if self.census_every:
             return "every" if step % self.census_every == 0 else None
-        if self.plan and self.p.ddp_fwd >= self.plan[0]:
-            while self.plan and self.p.ddp_fwd >= self.plan[0]:
+        if self.plan and step >= self.plan[0]:
+            while self.plan and step >= self.plan[0]:
                 self.plan.pop(0)
             return "planned"
         since = now - self.last_census_t

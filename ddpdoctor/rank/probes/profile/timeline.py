@@ -68,6 +68,11 @@ def keep_step(n: int) -> bool:
     return (n // BLOCK) % every == 0
 
 
+def _is_ddp(model: Any) -> bool:
+    """A DDP model (its logger's data): a root forward may be an FSDP root's (rank/steps.py)."""
+    return hasattr(model, "_get_ddp_logging_data")
+
+
 def tool_attached() -> bool:
     return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
 
@@ -111,6 +116,7 @@ class Timeline(LineSamples, RankProbe):
         self._autocast: Any = lambda: False  # torch.is_autocast_enabled, set by install
         self.bucket_ranges = False  # a timing comm hook per DDP model (--bucket-ranges, --nsys)
         self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
+        self.fsdp_ref: Any = None  # weakref of the first FSDP2 root: its sharding (fsdp_info)
         self.ddp: dict[str, Any] = {}  # what DDP's logger said last
         # samples per optimizer step (the leading size of each DDP.forward's first tensor, micro-batches
         # summed): what `profile --scaling` counts as throughput; step samples -> steps. Only its runs count
@@ -174,9 +180,12 @@ class Timeline(LineSamples, RankProbe):
         self.accum += 1
         self.amp = self.amp or self._autocast()
         if self.model_ref is None:
-            self.model_ref = weakref.ref(model)
-            self._first_model(model)
-        if self.bucket_ranges:
+            if _is_ddp(model):
+                self.model_ref = weakref.ref(model)
+                self._first_model(model)
+            elif self.fsdp_ref is None and hasattr(model, "_get_fsdp_state"):
+                self.fsdp_ref = weakref.ref(model)
+        if self.bucket_ranges and _is_ddp(model):
             ensure_bucket_hook(model, self)
         self.fwd_stack.append((self.start("forward", "compute"), self.phase))
         self.phase = "forward"
@@ -195,7 +204,7 @@ class Timeline(LineSamples, RankProbe):
                 model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
         except Exception as e:
             failures.report(self.p, "profile sample count", "the samples per step (profile --scaling)", e)
-        if self.comm_hook:
+        if self.comm_hook and _is_ddp(model):
             from ddpdoctor.rank.probes.profile import knobs
 
             try:
@@ -231,10 +240,13 @@ class Timeline(LineSamples, RankProbe):
             self.opt_tok = None
             self.in_opt = False
             self.phase = "other:optimizer"
-            self.on_opt_step_end()
-            if self.step in INFO_STEPS or self.step % 500 == 0:
-                self.ddp_stats()
-                self.write_info()
+
+    def after_step(self, n: int) -> None:
+        """A training step ended (rank/steps.py): its range closes, the next one opens."""
+        self.on_opt_step_end()
+        if self.step in INFO_STEPS or self.step % 500 == 0:
+            self.ddp_stats()
+            self.write_info()
 
     def ddp_stats(self) -> None:
         """Buckets and backward timings from DDP's own logger (C++ timers it samples at iterations 1-10 and
@@ -272,6 +284,19 @@ class Timeline(LineSamples, RankProbe):
                 out[name] = round(v / 1e6, 3)
         self.ddp = out
 
+    def fsdp_info(self) -> dict[str, Any]:
+        """The first FSDP2 root's sharding: its modules' mesh, reshard_after_forward, mixed precision and
+        sharded parameters (read on the main thread, from FSDP's own state); {} for a job without FSDP2."""
+        model = self.fsdp_ref() if self.fsdp_ref is not None else None
+        if model is None:
+            return {}
+        try:
+            return fsdp_sharding(model)
+        except Exception as e:
+            failures.report(self.p, "profile FSDP2 sharding", "the FSDP2 sharding in the summary", e)
+            self.fsdp_ref = None
+            return {}
+
     def write_info(self) -> None:
         """The run's profile facts so far (steps, forwards, AMP, buckets, DDP's timers, sampling): written
         at steps 1, 2, 4 ... 256, every 500th and at the end, so a rank ended by --steps still has them."""
@@ -295,6 +320,7 @@ class Timeline(LineSamples, RankProbe):
             samples=self.n_samples,
             sample_ms=self.period * 1000.0,
             step_samples={str(k): v for k, v in self.samples_per_step.items()},
+            fsdp=self.fsdp_info() or None,
         )
 
     def on_tick(self) -> None:
@@ -351,6 +377,87 @@ class Timeline(LineSamples, RankProbe):
         return out
 
 
+def fsdp_sharding(model: Any) -> dict[str, Any]:
+    """An FSDP2 root's sharding, from ``FSDPState``: per sharded module (the root and every ``fully_shard``
+    inside it) its mesh, whether it reshards after forward, its mixed precision, its sharded parameters."""
+    state = model._get_fsdp_state()
+    states = list(getattr(state._state_ctx, "all_states", None) or [state])
+    mods, reshard, params, sharded = 0, 0, 0, 0
+    mesh: dict[str, Any] = {}
+    mp: dict[str, Any] = {}
+    for s in states:
+        pg = getattr(s, "_fsdp_param_group", None)
+        if pg is None:
+            continue
+        mods += 1
+        reshard += pg.post_forward_mesh_info is not None
+        for fp in pg.fsdp_params:
+            params += 1
+            local = getattr(fp.sharded_param, "_local_tensor", fp.sharded_param)
+            sharded += int(local.numel()) * int(local.element_size())
+        if not mesh:
+            m = pg.mesh_info.mesh
+            mesh = {"shape": list(m.shape), "dims": list(m.mesh_dim_names or ())}
+        if not mp:
+            pol = s._mp_policy
+            mp = {
+                k: str(getattr(pol, k)).replace("torch.", "")
+                for k in ("param_dtype", "reduce_dtype", "output_dtype")
+                if getattr(pol, k, None) is not None
+            }
+    return {
+        "modules": mods,
+        "reshard_after_forward": reshard,
+        "mesh": mesh,
+        "mp": mp,
+        "params": params,
+        "sharded_bytes": sharded,
+    }
+
+
+def _install_fsdp_ranges(tl: Timeline, module: Any) -> None:
+    """Ranges of FSDP2's collectives on the training thread (FSDP2 calls names the collective wrappers do
+    not hold): a parameter group's all-gather, issue (``unshard``) and wait (``wait_for_unshard``), and its
+    post-backward (the gradients' reduce-scatter, with its copies)."""
+    group = module.FSDPParamGroup
+    main = tl.main_ident
+
+    def timed(name: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != main:
+                return fn(self, *args, **kwargs)
+            tok = tl.start(name, "comm")
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                tl.end(tok)
+
+        run.__ddpdoctor_timeline__ = True  # type: ignore[attr-defined]
+        return run
+
+    for attr, name in (
+        ("unshard", FSDP_ALL_GATHER),
+        ("wait_for_unshard", FSDP_ALL_GATHER),
+        ("post_backward", FSDP_REDUCE_SCATTER),
+    ):
+        fn = getattr(group, attr)
+        if not getattr(fn, "__ddpdoctor_timeline__", False):
+            setattr(group, attr, timed(name, fn))
+
+
+FSDP_ALL_GATHER = "fsdp all-gather"
+FSDP_REDUCE_SCATTER = "fsdp reduce-scatter"
+FSDP2_GROUP = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
+
+
+def _fsdp_ranges_later(tl: Timeline, module: Any) -> None:
+    try:
+        _install_fsdp_ranges(tl, module)
+    except Exception as e:  # said, never raised into the user's import
+        failures.report(tl.p, "profile FSDP2 ranges", "the time in FSDP2's all-gathers and reduce-scatters", e)
+
+
 def install(probe: Any, opts: Any = None) -> Timeline:
     """The profile probe: ranges of backward and DataLoader waits (wrapped here), forward and optimizer step
     (hooks), collectives (collectives.py reads ``probe.timeline``); ``opts``: {"sample_ms": ms} overrides SAMPLE_MS."""
@@ -364,6 +471,13 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     # per-bucket ranges take a Python comm hook (~0.1-0.2 ms a step): asked for, or an NVTX tool to show them
     tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
+    # FSDP2's collectives, once its module is imported (now, if it is)
+    if FSDP2_GROUP in sys.modules:
+        _install_fsdp_ranges(tl, sys.modules[FSDP2_GROUP])
+    else:
+        from ddpdoctor.rank import imports
+
+        imports.after_import(FSDP2_GROUP, functools.partial(_fsdp_ranges_later, tl))
     probe.timeline = tl
     tl.count_samples = bool(isinstance(opts, dict) and opts.get("count_samples"))  # a `profile --scaling` run
     if isinstance(opts, dict) and isinstance(opts.get("knobs"), dict):  # a `ddpdoctor tune` arm

@@ -15,6 +15,7 @@ from ddpdoctor.analysis.profile.steps import (
     _line_phrase,
     _step_order,
     breakdown,
+    fsdp_comm,
     samples_of,
     steady,
     typical,
@@ -122,3 +123,36 @@ def test_code_drops_a_trailing_comment_but_not_a_hash_in_a_string() -> None:
 )
 def test_a_hot_line_reads_as_file_line_function_and_ms(hot: Hot, phrase: str) -> None:
     assert _line_phrase(hot) == phrase
+
+
+def _range(name: str, t0: float, t1: float, cat: str | None = None, payload: int | None = None) -> dict:
+    return {
+        "kind": "range",
+        "name": name,
+        "cat": cat,
+        "tid": 1,
+        "t0": int(t0 * MS),
+        "t1": int(t1 * MS),
+        "payload": payload,
+    }
+
+
+def test_fsdp2_collectives_are_parts_of_forward_and_backward_with_their_own_median() -> None:
+    """FSDP2's all-gathers and reduce-scatters (issue 51) lie inside forward and backward: no "collective"
+    phase, and their own ms per steady step (the first step, the warm-up, left out)."""
+    tl = []
+    for i in range(6):
+        t = 100.0 * i
+        ag = 30.0 if i == 0 else 3.0 + i % 2  # 3 or 4 ms after the warm-up's 30
+        tl += [
+            _range("step", t, t + 50, payload=i),
+            _range("forward", t, t + 10, "compute"),
+            _range("fsdp all-gather", t + 1, t + 1 + ag, "comm"),
+            _range("backward", t + 10, t + 40, "compute"),
+            _range("fsdp reduce-scatter", t + 20, t + 22, "comm"),
+        ]
+    rows = breakdown(tl)
+    assert all(r["collective"] == 0.0 for r in rows)
+    assert [r["forward"] for r in rows] == [10.0] * 6
+    assert fsdp_comm(tl) == {"all-gather": 4.0, "reduce-scatter": 2.0}  # median of 4, 3, 4, 3, 4
+    assert fsdp_comm(timelines.steps(3)) == {}

@@ -65,7 +65,7 @@ def test_torch_save_is_recorded_and_read_as_the_writing_line(
     checks: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    checks.p.ddp_fwd = 25
+    checks.p.steps.n = 25  # the training steps so far (rank/steps.py)
     torch.save({"w": torch.ones(2)}, "ck.pt")  # the save
     line = sys._getframe().f_lineno - 1
     assert torch.load(tmp_path / "ck.pt")["w"].sum() == 2  # the file is written as usual

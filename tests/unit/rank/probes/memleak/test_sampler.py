@@ -45,7 +45,7 @@ def test_first_steps_each_have_a_line_then_a_fast_loop_is_sampled(memory: Any) -
 
     t0 = time.perf_counter()
     for _ in range(2000):
-        memory.on_step("optimizer")
+        memory.on_step()
     elapsed = time.perf_counter() - t0
     steps = [r["step"] for r in fakeprobe.kinds(_lines(memory), schema.K_MEM)]
     assert steps[: sampler.EARLY_STEPS] == list(range(1, sampler.EARLY_STEPS + 1))
@@ -61,10 +61,10 @@ def test_a_step_slower_than_the_sample_period_keeps_its_line(memory: Any) -> Non
     from ddpdoctor.rank.probes.memleak import sampler
 
     for _ in range(sampler.EARLY_STEPS):
-        memory.on_step("optimizer")
+        memory.on_step()
     for _ in range(8):
         time.sleep(sampler.SAMPLE_EVERY_S * 1.5)
-        memory.on_step("optimizer")
+        memory.on_step()
     steps = [r["step"] for r in fakeprobe.kinds(_lines(memory), schema.K_MEM)]
     assert steps[-8:] == list(range(sampler.EARLY_STEPS + 1, sampler.EARLY_STEPS + 9))
 
@@ -73,7 +73,7 @@ def test_census_every_is_exact_between_the_lines(tmp_path: Path, monkeypatch: py
     m = _memory(tmp_path, monkeypatch, 50)
     try:
         for _ in range(300):
-            m.on_step("optimizer")
+            m.on_step()
         censuses = [r for r in fakeprobe.records(m.p, schema.MEMORY) if r.get("kind") == schema.K_CENSUS]
         assert [c["step"] for c in censuses] == [1, 50, 100, 150, 200, 250, 300]
     finally:

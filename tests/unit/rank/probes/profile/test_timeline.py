@@ -79,6 +79,7 @@ def _step(tl: Any, model: Any, opt: Any) -> None:
             w -= 0.1 * w.grad
             w.grad = None
     tl.after_optimizer_step(opt)
+    tl.after_step(tl.step + 1)  # the step ends (rank/steps.py: here at the optimizer step's end)
 
 
 def test_every_step_is_kept_up_to_1000_then_one_block_in_ten_then_in_a_hundred() -> None:
