@@ -236,14 +236,22 @@ class Recorder:
         (a group's first collectives) costs one read of the entries, once."""
         if any(gid not in self.names for gid in status):
             self._entries()
-        return {self.names[gid][0]: enq for gid, (enq, _done) in status.items() if gid in self.names}
+        # a group destroyed and made again under the same name (init after destroy) gets a new id, and torch keeps
+        # the old id's status: the newest id of a name is the group that lives
+        out: dict[str, int] = {}
+        for gid in sorted((g for g in status if g in self.names), key=_id_order):
+            out[self.names[gid][0]] = status[gid][0]
+        return out
 
     def pending(self, status: dict[str, tuple[int, int]], where: list | None) -> dict[str, Any] | None:
         """The collective the rank has been in for PENDING_AFTER seconds at least (a position enqueued and
         not completed), as the heartbeat's ``pending``; the entry is read once per position, and at most once
         per READ_EVERY. ``where``: the main thread's line now (the recorder's frames are only in full dumps)."""
         flight = None
+        newest = {self.names[g][0]: g for g in sorted((g for g in status if g in self.names), key=_id_order)}
         for gid, (enq, done) in status.items():
+            if gid in self.names and newest.get(self.names[gid][0]) != gid:
+                continue  # a destroyed group's status, which torch keeps (positions)
             if enq > done:
                 flight = (gid, max(done, 0) + 1)  # -1: nothing completed yet (positions count from 1)
                 break
@@ -320,6 +328,15 @@ class Recorder:
         }
         write_json_atomic(path, d)
         return True
+
+
+def _id_order(gid: str) -> tuple[str, int]:
+    """A recorder group id's order: by source prefix, then numerically (``"10"`` after ``"9"``)."""
+    prefix, _, num = gid.rpartition(":")
+    try:
+        return (prefix, int(num))
+    except ValueError:
+        return (prefix, -1)
 
 
 def _ranks_of(name: str) -> list[int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,10 @@ def test_status_positions_and_a_dump_with_frames_read_back_at_the_callers_line(w
     assert rec.on, rec.off_reason
     t = torch.ones(3)
     dist.all_reduce(t)  # CALL
+    # gloo marks the call completed from its own thread, a moment after it returned here (bounded wait)
+    deadline = time.monotonic() + 10
+    while not any(done >= enq for enq, done in rec.status().values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     status = rec.status()
     assert status, "the recorder has no group status"
     name = world.group_name
