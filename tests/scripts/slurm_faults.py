@@ -27,6 +27,8 @@ def main():
         opt.step()
         if pause:
             time.sleep(pause)
+        if mode == "long" and faulty and step == 3:
+            print(f"DDPD-TRAINING {time.time():.3f}", flush=True)  # the tests kill a node once it trains
         if mode == "crash" and faulty and step == 6:
             print(f"DDPD-FAULT {time.time():.3f}", flush=True)  # when: the tests time the verdict from here
             raise RuntimeError("bad batch on node 1")  # CRASH

@@ -275,7 +275,10 @@ def test_two_tasks_per_node_without_nproc_run_one_rank_a_task(slurm: SlurmCluste
 def test_a_node_sigkilled_mid_training_is_named_within_30_s(slurm: SlurmCluster) -> None:
     job = Job(slurm, ["-N2", "--ntasks-per-node=1"], "long", "--nproc-per-node", "1", pause=0.05)
     assert job.first(r"job store: (serving|connected)", task=1, timeout=90), job.text()[-3000:]
-    time.sleep(4)  # mid-training
+    # mid-training: node 1's rank has made its steps (a node killed while its ranks still start never published
+    # a summary to the job store; a fixed sleep after "connected" was not always enough on a loaded host)
+    assert job.first(r"DDPD-TRAINING", task=1, timeout=90), job.text()[-3000:]
+    time.sleep(1)
     t = time.time()
     slurm.kill_node("n1")  # power loss: slurmd, slurmstepd, ddpdoctor, torchrun, the ranks
     named = job.first(r"node 1 \(n1.*lost", task=0, timeout=45)
