@@ -25,7 +25,10 @@ Adding a probe: a package in ``rank/probes/`` with ``install`` and a ``RankProbe
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+from ddpdoctor.rank import active, failures
 
 # family (the manifest key the command's settings write) -> package (installed in this order; after_* hooks run in the reverse order)
 REGISTRY: dict[str, str] = {
@@ -95,3 +98,23 @@ def install_all(probe: Any, manifest: dict[str, Any]) -> list[RankProbe]:
                     e,
                 )
     return out
+
+
+def run(hooks_: tuple, model: Any) -> None:
+    """The rank probes' forward hooks on ``model``; a probe bug never reaches the script, and is said."""
+    for h in hooks_:
+        try:
+            h(model)
+        except Exception as e:
+            failures.hook_failed(active.probe, h, e)
+
+
+def wrap_once(owner: Any, name: str, make: Any) -> None:
+    """Replace ``owner.name`` by ``make(original)`` unless it is ddpdoctor's wrapper already; the wrapper
+    keeps the original's name and docstring, and the original in ``__ddpdoctor_wrapped__``."""
+    orig = getattr(owner, name)
+    if hasattr(orig, "__ddpdoctor_wrapped__"):
+        return
+    wrapper = functools.wraps(orig)(make(orig))
+    wrapper.__ddpdoctor_wrapped__ = orig
+    setattr(owner, name, wrapper)

@@ -30,7 +30,6 @@ are called from eager code only.
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import time
@@ -173,11 +172,7 @@ def _root_begins(p: Any, model: Any) -> None:
         p.ddp_models.add(model)
     if p.cost.t_first_step is None:
         p.cost.t_first_step = time.time()
-    for h in p.fwd_before:
-        try:
-            h(model)
-        except Exception as e:
-            failures.hook_failed(p, h, e)
+    hooks.run(p.fwd_before, model)
     if span is not None:
         span.stop()
 
@@ -185,11 +180,7 @@ def _root_begins(p: Any, model: Any) -> None:
 @compiled.eager
 def _root_ends(p: Any, model: Any) -> None:
     span = _timed(p)
-    for h in p.fwd_after:
-        try:
-            h(model)
-        except Exception as e:
-            failures.hook_failed(p, h, e)
+    hooks.run(p.fwd_after, model)
     if span is not None:
         span.stop()
 
@@ -319,15 +310,6 @@ class _Finish(hooks.RankProbe):
 _installed = False
 
 
-def _wrap(owner: Any, name: str, make: Any) -> None:
-    orig = getattr(owner, name)
-    if hasattr(orig, "__ddpdoctor_wrapped__"):
-        return
-    wrapper = functools.wraps(orig)(make(orig))
-    wrapper.__ddpdoctor_wrapped__ = orig
-    setattr(owner, name, wrapper)
-
-
 def install(probe: Any) -> None:
     """The step sources (idempotent: once per process) and the probes' ``after_step`` hooks. Called by
     ``wrappers.install`` after the probes are installed."""
@@ -360,17 +342,17 @@ def _guarded(probe: Any, what: str, do: Any) -> Any:
 
 
 def _install_scaler(module: Any) -> None:
-    _wrap(module.GradScaler, "step", _scaler_step)
+    hooks.wrap_once(module.GradScaler, "step", _scaler_step)
 
 
 def _install_fsdp2(module: Any) -> None:
     # before the script's fully_shard binds them as its modules' hooks
-    _wrap(module.FSDPState, "_pre_forward", _fsdp2_pre_forward)
-    _wrap(module.FSDPState, "_post_forward", _fsdp2_post_forward)
+    hooks.wrap_once(module.FSDPState, "_pre_forward", _fsdp2_pre_forward)
+    hooks.wrap_once(module.FSDPState, "_post_forward", _fsdp2_post_forward)
 
 
 def _install_fsdp1(module: Any) -> None:
-    _wrap(module.FullyShardedDataParallel, "forward", _fsdp1_forward)
+    hooks.wrap_once(module.FullyShardedDataParallel, "forward", _fsdp1_forward)
 
 
 FSDP2_STATE = "torch.distributed.fsdp._fully_shard._fsdp_state"

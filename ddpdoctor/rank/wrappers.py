@@ -7,7 +7,6 @@ Every wrapper reads the probe from ``active.probe`` (never from ``probe.py``: no
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import time
@@ -46,23 +45,12 @@ def install(probe: Any, manifest: dict[str, Any] | None = None) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader
 
-    _wrap_once(dist, "init_process_group", lambda init: _init_process_group(init, dist))
-    _wrap_once(DDP, "forward", _ddp_forward)
+    hooks.wrap_once(dist, "init_process_group", lambda init: _init_process_group(init, dist))
+    hooks.wrap_once(DDP, "forward", _ddp_forward)
     # model.join() and Join([model]) both ask DDP for its join hook: uneven inputs handled on purpose
-    _wrap_once(DDP, "join_hook", _ddp_join_hook)
-    _wrap_once(DataLoader, "__iter__", _dataloader_iter)
+    hooks.wrap_once(DDP, "join_hook", _ddp_join_hook)
+    hooks.wrap_once(DataLoader, "__iter__", _dataloader_iter)
     rebind_user_imports(dist)
-
-
-def _wrap_once(owner: Any, name: str, make: Any) -> None:
-    """Replace ``owner.name`` by ``make(original)`` unless it is ddpdoctor's wrapper already; the wrapper
-    keeps the original's name and docstring, and the original in ``__ddpdoctor_wrapped__``."""
-    orig = getattr(owner, name)
-    if hasattr(orig, "__ddpdoctor_wrapped__"):
-        return
-    wrapper = functools.wraps(orig)(make(orig))
-    wrapper.__ddpdoctor_wrapped__ = orig
-    setattr(owner, name, wrapper)
 
 
 def _init_process_group(init: Any, dist: Any) -> Any:
@@ -113,15 +101,6 @@ def record_init(p: Any, dist: Any, site: list | None) -> None:
         )
 
 
-def _run_hooks(hooks_: tuple, model: Any) -> None:
-    """The rank probes' forward hooks (rank/hooks.py); a probe bug never reaches the script, and is said."""
-    for h in hooks_:
-        try:
-            h(model)
-        except Exception as e:
-            failures.hook_failed(active.probe, h, e)
-
-
 def _ddp_forward(fwd: Any) -> Any:
     from torch.compiler import is_compiling
 
@@ -160,7 +139,7 @@ def _forward_begins(p: Any, model: Any) -> Any:
     p.counters.set_ddp_fwd(p.ddp_fwd)
     steps.forward_begins(p, model)
     if p.fwd_before:
-        _run_hooks(p.fwd_before, model)
+        hooks.run(p.fwd_before, model)
     p.in_ddp_fwd = True
     if span is not None:
         span.pause()
@@ -174,7 +153,7 @@ def _forward_ends(p: Any, model: Any, span: Any) -> None:
         span.resume()
     p.in_ddp_fwd = False
     if p.fwd_after:
-        _run_hooks(p.fwd_after, model)
+        hooks.run(p.fwd_after, model)
     if span is not None:
         span.stop()
 

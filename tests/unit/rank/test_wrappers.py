@@ -15,7 +15,7 @@ import fakeprobe
 import pytest
 from torch.utils.data import DataLoader
 
-from ddpdoctor.rank import active, failures, wrappers
+from ddpdoctor.rank import active, failures, hooks, wrappers
 from ddpdoctor.record import schema
 
 
@@ -39,9 +39,9 @@ def test_wrap_once_keeps_the_original_and_does_not_wrap_twice() -> None:
             return "orig"
 
     orig = Owner.step
-    wrappers._wrap_once(Owner, "step", lambda f: lambda self: "wrapped:" + f(self))
+    hooks.wrap_once(Owner, "step", lambda f: lambda self: "wrapped:" + f(self))
     first = Owner.step
-    wrappers._wrap_once(Owner, "step", lambda f: lambda self: "again:" + f(self))
+    hooks.wrap_once(Owner, "step", lambda f: lambda self: "again:" + f(self))
     assert Owner.step is first and Owner().step() == "wrapped:orig"
     assert first.__ddpdoctor_wrapped__ is orig and first.__name__ == "step" and first.__doc__ == "Take a step."
 
