@@ -119,6 +119,7 @@ def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: 
         assert lines_of(judged[k]["findings"][0], 1) >= {marker_line(JOB, "EXTRA")}, k
 
 
+@pytest.mark.extended  # three jobs, each judged three ways: the slowest test of the README's tier (stop 57)
 @pytest.mark.parametrize(
     ("fault", "culprit", "marker", "waits", "other_waits"),
     [

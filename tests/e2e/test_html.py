@@ -140,7 +140,9 @@ def browser_dom(path: Path, tmp: Path) -> str:
 
 # --- the runs (once per module) ---------------------------------------------------------------------------
 
-pytestmark = pytest.mark.xdist_group("html")  # one worker runs the module fixture's four runs once
+# one worker runs the module fixture's four runs once; the extended tier since stop 57 (the fixture alone took
+# 42 s of the README's run)
+pytestmark = [pytest.mark.xdist_group("html"), pytest.mark.extended]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import ROOT, ddpdoctor, finding, marker_line, script_argv
+
+pytestmark = pytest.mark.extended  # three jobs with loader workers, 40 s of the README's run (stop 57)
 
 SCRIPT = ROOT / "tests" / "scripts" / "worker_records.py"
 ID = "memleak.dataloader-workers"

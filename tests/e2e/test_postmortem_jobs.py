@@ -12,7 +12,9 @@ import pytest
 from frjobs.jobs import JOB, dumped, run_job
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
-pytestmark = pytest.mark.xdist_group("postmortem-jobs")  # one worker runs the module fixture's jobs once
+# one worker runs the module fixture's jobs once; the extended tier since stop 57 (the fixture alone took 41 s
+# of the README's run; the golden dumps of tests/golden/ keep analyze's verdicts in the README's tier)
+pytestmark = [pytest.mark.xdist_group("postmortem-jobs"), pytest.mark.extended]
 
 
 @pytest.fixture(scope="module")

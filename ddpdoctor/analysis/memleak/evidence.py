@@ -139,11 +139,25 @@ def rank_set(
                 break
             if g["late_slope"] <= slope / 10:
                 verdict = "flat"
+        if verdict == "unknown" and any(_level(pts, lo, hi, total) for pts in series.get(r, [])):
+            verdict = "flat"
         if verdict == "grows":
             growing.add(r)
         elif verdict == "unknown":
             unknown.append(r)
     return sorted(growing), unknown
+
+
+def _level(pts: list[tuple[float, float]], lo: float, hi: float, total: float) -> bool:
+    """A series that stays level over the growing ranks' steps, however sparse: points from before the middle
+    of [lo, hi] to its last quarter or later, and no more rise among them than a tenth of the growing ranks'
+    late rise. A flat rank's graph scans go rare (their budget shrinks while nothing grows) and its censuses
+    thin out after the early doublings; its final census still sees the same level at the end."""
+    near = [p for p in pts if p[0] >= lo - (hi - lo)]
+    if len(near) < 3 or near[0][0] > (lo + hi) / 2 or near[-1][0] < hi - (hi - lo) / 4:
+        return False
+    ys = [p[1] for p in near]
+    return max(ys) - min(ys) <= total / 10
 
 
 def short(path: str) -> str:

@@ -31,7 +31,7 @@ def _run(root: Path, per_rank: dict[int, dict[str, Any]]) -> list:
         at = set(spec.get("census_at", CENSUS_AT))
         for s in range(1, STEPS + 1):
             fields: dict[str, Any] = {"rss": 300 * 2**20 + int(spec.get("rss", 0) * s)}
-            if spec.get("dense") is not None and s % 5 == 1:
+            if spec.get("dense") is not None and s % 5 == 1 and s <= spec.get("dense_until", STEPS):
                 fields["local_graph"] = int(spec["dense"] * s)
             b.add(r, "memory.jsonl", "mem", 1.0 + s / 100, step=s, **fields)
             if s in at:
@@ -64,6 +64,22 @@ def test_only_is_said_when_the_other_ranks_are_seen_flat(tmp_path: Path) -> None
     f = _one(_run(tmp_path, {0: {"dense": 0, "census": 0}, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
     assert f.culprits == (1,)
     assert "on only rank(s) [1] of 2 (rank-conditional code; the others stay flat)" in f.message
+
+
+def test_a_flat_rank_whose_samples_thin_out_is_still_seen_flat(tmp_path: Path) -> None:
+    """Rank 0 stays level: its graph scans stop at step 80 (their budget shrinks while nothing grows) and its
+    censuses after the doublings are only the one at the end; level from step 1 to the end is flat."""
+    flat = {"dense": 0, "dense_until": 80, "census": 0, "census_at": (1, 2, 4, 8, 16, 32, 199)}
+    f = _one(_run(tmp_path, {0: flat, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
+    assert f.culprits == (1,) and f.evidence["ranks_unknown"] == []
+    assert "on only rank(s) [1] of 2 (rank-conditional code; the others stay flat)" in f.message
+
+
+def test_a_rank_whose_sparse_samples_rise_is_not_called_flat(tmp_path: Path) -> None:
+    """The same thinned-out series, rising half as fast as rank 1: not flat (and not proven to grow)."""
+    rising = {"dense": 2.5, "dense_until": 80, "census": 2.5, "census_at": (1, 2, 4, 8, 16, 32, 199)}
+    f = _one(_run(tmp_path, {0: rising, 1: {"dense": 5, "census": 5}}), "memleak.autograd-graph")
+    assert "rank-conditional" not in f.message
 
 
 def test_a_rank_with_too_few_samples_is_not_called_flat(tmp_path: Path) -> None:
