@@ -33,10 +33,20 @@ def recorder_notes(record: RunRecord) -> tuple[str, ...]:
             "collectives were judged on ddpdoctor's collective wrappers alone, which do not see the collectives "
             "torch makes itself (DDP's bucket all-reduces, FSDP's all-gathers and reduce-scatters)"
         )
-    if missing:
+    handed = [r for r in missing if (record.ranks[r].event(schema.K_INIT) or {}).get("recorded")]
+    kept = [r for r in missing if r not in handed]
+    if kept:
         notes.append(
-            f"no flight record from {ranks_phrase(missing)} (ended before it could be written): "
+            f"no flight record from {ranks_phrase(kept)} (ended before it could be written): "
             "their collectives come from their heartbeats and ddpdoctor's ledger"
+        )
+    if handed:
+        # DDPDOCTOR_COLLECTIVES=recorder: the wrappers handed these ranks' collectives to torch's recorder, so
+        # the ledger holds none of them (divergence.unrecorded)
+        notes.append(
+            f"no flight record from {ranks_phrase(handed)} (ended before it could be written): their collectives "
+            "were left to torch's recorder alone (DDPDOCTOR_COLLECTIVES=recorder), so which calls they made is "
+            "unknown and no divergence was read from them"
         )
     return tuple(notes)
 

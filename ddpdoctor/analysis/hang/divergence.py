@@ -15,6 +15,7 @@ from typing import Any
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.facts import ABSENT, AWAY, INTERNAL, Slot
 from ddpdoctor.analysis.state import RankState
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
 __all__ = ["ABSENT", "AWAY", "INTERNAL", "Divergence", "Slot", "first_divergence", "sequence"]
@@ -59,6 +60,16 @@ def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int =
     return out
 
 
+def unrecorded(record: RunRecord, rank: int) -> bool:
+    """The rank handed its collectives to torch's flight recorder (``DDPDOCTOR_COLLECTIVES=recorder``: its
+    init event lists the ``recorded`` ops) and no flight record of it was read (killed before a dump: a gloo
+    abort, a signal). Its ledger then holds none of its collectives: a position its counter passed is not
+    DDP's internal call but unknown, and no divergence can be read from it."""
+    rec = record.ranks[rank]
+    init = rec.event(schema.K_INIT)
+    return bool(init and init.get("recorded")) and rec.flight is None
+
+
 def window_start(record: RunRecord, ranks: list[int], group: str) -> int:
     """The first position of ``group`` that every rank's ledger still covers: 1 unless a ring dropped
     older collectives, then the latest of the trimmed ledgers' first positions (a position before it may
@@ -89,7 +100,7 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     if group is None:
         return None
     ranks = [r for r, st in states.items() if st.seq and group in st.seq]
-    if len(ranks) < 2:
+    if len(ranks) < 2 or any(unrecorded(record, r) for r in ranks):
         return None
     # the heartbeat's counter may be older than the ledger (a fast rank that aborted between beats)
     final = {

@@ -49,3 +49,18 @@ def test_the_rank_that_made_the_extra_call_is_named_however_its_peer_was_ended(t
     assert "gloo aborted rank 0 (data size mismatch)" in f.message
     lines = {(loc.rank, loc.line) for loc in f.locations if loc.file.endswith(SCRIPT)}
     assert (0, 42) in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
+
+
+def test_a_rank_whose_calls_were_left_to_the_recorder_and_lost_is_no_divergence(tmp_path):
+    """The same job under DDPDOCTOR_COLLECTIVES=recorder (tests/golden/size_abort_recorder): rank 0's collectives
+    were left to torch's recorder, and gloo aborted it before any flight record of it was read. Its positions are
+    unknown, not DDP's internal calls: no divergence is read from them (it once named rank 1, whose recorder saw
+    DDP's first all_gather, as the rank that diverged), the run is not OK, and a note says what is missing."""
+    run = tmp_path / "run"
+    shutil.copytree(GOLDEN.parent / "size_abort_recorder", run)
+    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
+    assert rep.exit_code != 0, [f.message for f in rep.findings]
+    assert not [f for f in rep.findings if f.id.startswith("hang.") and 1 in f.culprits], [
+        (f.id, f.culprits) for f in rep.findings
+    ]
+    assert any("no flight record from rank 0" in n and "unknown" in n for n in rep.notes), rep.notes
