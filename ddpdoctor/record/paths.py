@@ -21,4 +21,6 @@ def is_user_path(
         return True
     if lib_dirs and os.path.abspath(path).startswith(lib_dirs):
         return False
-    return not any(m in path for m in lib_markers)
+    # a path relative to its checkout (a golden run directory's, "ddpdoctor/rank/probe.py") holds the markers too
+    rooted = path if path.startswith(os.sep) else os.sep + path
+    return not any(m in rooted for m in lib_markers)

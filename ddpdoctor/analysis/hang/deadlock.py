@@ -21,6 +21,7 @@ from ddpdoctor.analysis.hang.divergence import (
     INTERNAL,
     Divergence,
     Slot,
+    abort_divergence,
     cross_group_divergence,
     first_divergence,
     sequence,
@@ -152,7 +153,11 @@ class LedgerCase(policy.Case):
         case.states, reached = _reached_by_abort(record, case.states, size_err)
         case.size_err = size_err
         case.facts = ledger_facts(case.states)
-        case.div = first_divergence(record, case.states) or cross_group_divergence(record, case.states)
+        case.div = (
+            first_divergence(record, case.states)
+            or cross_group_divergence(record, case.states)
+            or abort_divergence(record, case.states, size_err)
+        )
         case.steps = _uneven(record, case.states)
         ev: dict[str, Any] = {
             "reason": verdict.get("reason") if verdict else None,

@@ -172,6 +172,52 @@ def first_divergence(record: RunRecord, states: dict[int, RankState], group: str
     )
 
 
+def abort_divergence(record: RunRecord, states: dict[int, RankState], aborted: list[int]) -> Divergence | None:
+    """gloo aborted a rank whose collectives were left to torch's recorder before any record of it was read
+    (``unrecorded``): its positions are unknown, but faulthandler's stack shows the call it was in. Where that
+    call's line is one no other rank's record ever reached, while every other rank's record is there, the
+    aborted rank made a call the others never made: it diverged at the position the abort reached (the others'
+    call there, DDP's bucket all-reduce in a training loop, is what gloo matched it with). None otherwise."""
+    group = main_group(record, states)
+    if group is None:
+        return None
+    found = []
+    for r in aborted:
+        err = record.ranks[r].error or {}
+        frame, op = err.get("user_frame"), err.get("op")
+        if unrecorded(record, r) and frame and op and (states.get(r) and (states[r].seq or {}).get(group)):
+            found.append((r, tuple(frame), str(op)))
+    others = [o for o in states if o not in {f[0] for f in found}]
+    if len(found) != 1 or not others or any(not record.ranks[o].ledger or unrecorded(record, o) for o in others):
+        return None
+    r, site, op = found[0]
+    history = {tuple(e["site"]) for o in others for e in record.ranks[o].ledger if e.get("site")}
+    if site in history:
+        return None
+    seq = int((states[r].seq or {})[group])
+    slots = {r: Slot(op, site, None)}
+    for o in others:
+        at = next(
+            (
+                e
+                for e in reversed(record.ranks[o].ledger)
+                if e.get("group") == group and (e.get("seq") or [0])[0] == seq
+            ),
+            None,
+        )
+        slots[o] = (
+            Slot(
+                at.get("op", "?"),
+                tuple(at["site"]) if at.get("site") else None,
+                at.get("shapes"),
+                dtypes=at.get("dtypes"),
+            )
+            if at and at.get("src") != "flight"
+            else Slot(INTERNAL)
+        )
+    return Divergence(group, seq, slots, (r,), "extra-call", exclusive=True)
+
+
 def cross_group_divergence(record: RunRecord, states: dict[int, RankState]) -> Divergence | None:
     """Ranks that wait in collectives of different groups: a cross-group deadlock, where rank 1 all-reduces on a
     side group (``if rank == 1: dist.all_reduce(x, group=side)``) that rank 0 never calls, while rank 0 waits

@@ -51,16 +51,38 @@ def test_the_rank_that_made_the_extra_call_is_named_however_its_peer_was_ended(t
     assert (0, 42) in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
 
 
-def test_a_rank_whose_calls_were_left_to_the_recorder_and_lost_is_no_divergence(tmp_path):
+RECORDER = GOLDEN.parent / "size_abort_recorder"
+
+
+def test_a_rank_whose_calls_were_left_to_the_recorder_is_named_from_the_stack_gloo_aborted_it_in(tmp_path):
     """The same job under DDPDOCTOR_COLLECTIVES=recorder (tests/golden/size_abort_recorder): rank 0's collectives
-    were left to torch's recorder, and gloo aborted it before any flight record of it was read. Its positions are
-    unknown, not DDP's internal calls: no divergence is read from them (it once named rank 1, whose recorder saw
-    DDP's first all_gather, as the rank that diverged), the run is not OK, and a note says what is missing."""
+    were left to torch's recorder, and gloo aborted it before any record of it was read, so its positions are
+    unknown. faulthandler's stack has it in all_reduce at line 42, a line rank 1's flight record never reached:
+    rank 0 made the extra call there (it once named rank 1, whose recorder saw DDP's first all_gather)."""
     run = tmp_path / "run"
-    shutil.copytree(GOLDEN.parent / "size_abort_recorder", run)
+    shutil.copytree(RECORDER, run)
+    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
+    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
+    f = rep.findings[0]
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    assert (0, 42) in {(loc.rank, loc.line) for loc in f.locations if loc.file.endswith(SCRIPT)}, f.locations
+    assert any("no flight record from rank 0" in n and "unknown" in n for n in rep.notes), rep.notes
+
+
+def test_an_aborted_rank_at_a_line_the_others_reached_too_names_no_culprit(tmp_path):
+    """The same record with rank 0 aborted inside backward at line 36, where rank 1's DDP all-reduces were
+    made too (an asynchronous extra call waited on later looks so): nothing tells which rank diverged. No
+    divergence is made up (neither rank is a culprit of a hang finding), and the run is not OK."""
+    run = tmp_path / "run"
+    shutil.copytree(RECORDER, run)
+    fatal = run / "ranks" / "0" / "fatal.txt"
+    fatal.write_text(
+        fatal.read_text().replace(f'"{SCRIPT}", line 42 in _save_snapshot', f'"{SCRIPT}", line 36 in _run_epoch')
+    )
+    assert "line 36 in _run_epoch" in fatal.read_text()
     rep = diagnose(load_run(str(run)), Config(timeout=60.0))
     assert rep.exit_code != 0, [f.message for f in rep.findings]
-    assert not [f for f in rep.findings if f.id.startswith("hang.") and 1 in f.culprits], [
+    assert not [f for f in rep.findings if f.id.startswith("hang.") and f.culprits], [
         (f.id, f.culprits) for f in rep.findings
     ]
     assert any("no flight record from rank 0" in n and "unknown" in n for n in rep.notes), rep.notes
