@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from . import schema
-from .paths import LIB_MARKERS, is_user_path
+from .paths import LIB_MARKERS, callers_start, is_user_path
 
 # the recorder's scalar type names (c10's ScalarType) -> torch's dtype names, the ledger's spelling
 FR_DTYPES = {
@@ -55,13 +55,13 @@ def dtype_name(d: Any) -> str:
 
 
 def user_frame(frames: Any, user_dirs: tuple[str, ...] = ()) -> list | None:
-    """The innermost frame of the user's code in an entry's frames (innermost first), as a ledger site
-    ``[file, line, function]``; None without frames (a JSON dump of torch's has none by design)."""
+    """The innermost frame of the user's code in an entry's frames (innermost first) that called into
+    torch.distributed, as a ledger site ``[file, line, function]``; None without frames (a JSON dump of torch's
+    has none by design)."""
     if not isinstance(frames, list):
         return None
-    for f in frames:
-        if not isinstance(f, dict):
-            continue
+    frames = [f for f in frames if isinstance(f, dict)]
+    for f in frames[callers_start([str(f.get("filename") or "") for f in frames]) :]:
         path = str(f.get("filename") or "")
         if path and is_user_path(path, user_dirs, (), LIB_MARKERS):
             try:

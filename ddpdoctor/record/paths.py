@@ -24,3 +24,13 @@ def is_user_path(
     # a path relative to its checkout (a golden run directory's, "ddpdoctor/rank/probe.py") holds the markers too
     rooted = path if path.startswith(os.sep) else os.sep + path
     return not any(m in rooted for m in lib_markers)
+
+
+_DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
+
+
+def callers_start(paths: list[str]) -> int:
+    """In a recorded stack (innermost first), the index of torch.distributed's innermost frame (0 where none is
+    there): the frames before it are inside the collective's call (a process group's method, and whatever a
+    library patched into it), never the user's call site; the user's frames are searched from there outwards."""
+    return next((i for i, p in enumerate(paths) if _DISTRIBUTED in p), 0)

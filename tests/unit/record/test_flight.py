@@ -94,3 +94,23 @@ def test_the_reader_merges_flight_json_and_names_a_damaged_one(tmp_path):
     rec = reader.refresh()
     assert [e["seq"][0] for e in rec.ranks[0].ledger] == [2]
     assert "ranks/0/flight.json" in reader.cut_files()
+
+
+def test_the_site_is_the_users_call_into_torch_distributed_not_a_frame_inside_it() -> None:
+    """A library that patches the process group's methods (the NCCL simulation of tests/ncclsim does) puts a frame
+    of its own inside the collective's call; torch's elastic ``@record`` puts one of torch.distributed's outside
+    it. The site is the user's frame that called the collective: line 31 of train.py, not the patch's line 91."""
+    from ddpdoctor.record.flight import user_frame
+
+    site_packages = "/venv/lib/python3.11/site-packages/torch/distributed"
+    frames = [
+        {"filename": "/work/patches/sitecustomize.py", "line": 91, "name": "method"},
+        {"filename": f"{site_packages}/distributed_c10d.py", "line": 3245, "name": "all_reduce"},
+        {"filename": f"{site_packages}/c10d_logger.py", "line": 83, "name": "wrapper"},
+        {"filename": "/work/train.py", "line": 31, "name": "main"},
+        {"filename": f"{site_packages}/elastic/multiprocessing/errors/__init__.py", "line": 367, "name": "wrapper"},
+        {"filename": "/work/train.py", "line": 40, "name": "<module>"},
+    ]
+    assert user_frame(frames) == ["/work/train.py", 31, "main"]
+    # a stack with no torch.distributed frame (a hand-made record): the innermost user frame, as before
+    assert user_frame(frames[:1]) == ["/work/patches/sitecustomize.py", 91, "method"]

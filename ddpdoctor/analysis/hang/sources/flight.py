@@ -12,7 +12,7 @@ from ddpdoctor.analysis.hang.facts import MISSING, RUNNING, WAITING, Call, RankF
 from ddpdoctor.analysis.hang.programs import Step
 from ddpdoctor.postmortem.flight import Dump, Entry, Kind, agreement
 from ddpdoctor.postmortem.inputs import Inputs
-from ddpdoctor.record.paths import LIB_MARKERS, is_user_path
+from ddpdoctor.record.paths import LIB_MARKERS, callers_start, is_user_path
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,17 @@ class Stand:
 
 
 def user_frame(e: Entry | Kind | None) -> tuple[str, int, str] | None:
-    """The innermost frame of the user's code in an entry's stack (torch records innermost first)."""
-    for f in e.frames if e else ():
-        if is_user_path(f.file, lib_markers=LIB_MARKERS):
-            return f.file, f.line, f.func
-    return None
+    """The innermost frame of the user's code in an entry's stack (torch records innermost first) that called
+    into torch.distributed."""
+    got = user_frames(e)
+    return got[0] if got else None
 
 
 def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
-    """Every frame of the user's code in an entry's stack, innermost first."""
-    return [(f.file, f.line, f.func) for f in (e.frames if e else ()) if is_user_path(f.file, lib_markers=LIB_MARKERS)]
+    """Every frame of the user's code in an entry's stack outside torch.distributed's call, innermost first."""
+    frames = list(e.frames) if e else []
+    frames = frames[callers_start([f.file for f in frames]) :]
+    return [(f.file, f.line, f.func) for f in frames if is_user_path(f.file, lib_markers=LIB_MARKERS)]
 
 
 def completed_anywhere(dumps: Collection[Dump]) -> dict[str, int]:
