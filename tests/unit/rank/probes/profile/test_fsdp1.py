@@ -39,13 +39,20 @@ def tl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)
     monkeypatch.setattr(dl_mod._BaseDataLoaderIter, "__next__", dl_mod._BaseDataLoaderIter.__next__)
     monkeypatch.setattr(DDP, "register_comm_hook", DDP.register_comm_hook)
-    handle = _flat_param.FlatParamHandle
-    monkeypatch.setattr(handle, "_all_gather_flat_param", handle._all_gather_flat_param)
-    for name in ("_reduce_grad", "_reduce_grad_no_shard"):
-        monkeypatch.setattr(_runtime_utils, name, getattr(_runtime_utils, name))
-    group = _fsdp_param_group.FSDPParamGroup
-    for name in ("unshard", "wait_for_unshard", "post_backward"):
-        monkeypatch.setattr(group, name, getattr(group, name))
+    # torch's own functions, for this test's timeline to wrap: an earlier test's timeline (its install waits
+    # for FSDP's import when FSDP is not loaded yet) may have wrapped them at the import above
+    for owner, name in (
+        (_flat_param.FlatParamHandle, "_all_gather_flat_param"),
+        (_runtime_utils, "_reduce_grad"),
+        (_runtime_utils, "_reduce_grad_no_shard"),
+        (_fsdp_param_group.FSDPParamGroup, "unshard"),
+        (_fsdp_param_group.FSDPParamGroup, "wait_for_unshard"),
+        (_fsdp_param_group.FSDPParamGroup, "post_backward"),
+    ):
+        fn = getattr(owner, name)
+        while getattr(fn, "__ddpdoctor_timeline__", False):
+            fn = fn.__wrapped__
+        monkeypatch.setattr(owner, name, fn)
     p = fakeprobe.make_probe(tmp_path)
     monkeypatch.setattr(active, "probe", p)
     store = dist.FileStore(str(tmp_path / "store"), 1)
