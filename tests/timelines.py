@@ -57,3 +57,17 @@ def samples(rows: list[tuple[str, str, int, str, int, str]], rank: int = 0) -> d
 def info(rank: int = 0, **kw: Any) -> dict[str, Any]:
     """A ``profile_info`` record (steps, forwards, buckets, amp, ddp timers ...)."""
     return {"v": 1, "kind": "profile_info", "rank": rank, "t": 1.0, **kw}
+
+
+def with_fsdp_comm(tl: list[dict[str, Any]], **ms: float) -> list[dict[str, Any]]:
+    """``tl`` with an FSDP collective range at the start of each forward and backward, as the profile probe
+    records them (rank/probes/profile/timeline.py): ``all_gather`` ms in forward ("fsdp all-gather"),
+    ``reduce_scatter`` and ``all_reduce`` ms in backward."""
+    out = list(tl)
+    where = {"all_gather": "forward", "reduce_scatter": "backward", "all_reduce": "backward"}
+    for e in tl:
+        for key, d in ms.items():
+            if e.get("name") == where[key] and d:
+                t0 = e["t0"]
+                out.append(_range(e["rank"], "fsdp " + key.replace("_", "-"), "comm", e["tid"], t0, t0 + int(d * MS)))
+    return out

@@ -334,31 +334,55 @@ def _size(n: float) -> str:
 
 
 def _fsdp_text(
-    fsdp: dict[str, Any], timeline: list[dict[str, Any]], rank: int | None, steps: int, fwd: int, info: dict[str, Any]
+    fsdp: dict[str, Any], comm: dict[str, float], rank: int | None, accum: float | None, info: dict[str, Any]
 ) -> str:
-    """The summary's words on an FSDP2 job: its sharding, mixed precision, the time in its collectives."""
-    mesh = fsdp.get("mesh") or {}
-    shape = "x".join(str(x) for x in mesh.get("shape") or []) or "?"
-    dims = f" ({', '.join(mesh['dims'])})" if mesh.get("dims") else ""
-    n, rs = int(fsdp.get("modules") or 0), int(fsdp.get("reshard_after_forward") or 0)
-    mp = fsdp.get("mp") or {}
-    mp_text = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in mp.items()) if mp else "off"
-    out = (
-        f"FSDP2: {n} sharded module(s) with parameters on a mesh of {shape}{dims}, {fsdp.get('params', 0)} parameters "
-        f"({_size(int(fsdp.get('sharded_bytes') or 0))} sharded on rank {rank}); reshard_after_forward on {rs} of {n}; "
-        f"mixed precision {mp_text}"
-    )
-    comm = fsdp_comm(timeline)
-    if comm:
-        out += f"; in FSDP2's collectives per step (rank {rank}, inside forward and backward): " + ", ".join(
-            f"{k} {v:.1f} ms" for k, v in comm.items()
-        )
-    accum = round(fwd / steps, 2) if steps else None
+    """The summary's words on an FSDP job (``fsdp_words``), then AMP, forwards per step and NVTX."""
     return (
-        out
+        fsdp_words(fsdp, comm, rank)
         + f"; AMP {'on' if info.get('amp') else 'off'}; forwards per step {accum}; "
         + f"NVTX {'emitted' if info.get('nvtx') else 'not emitted (no tool attached)'}"
     )
+
+
+def fsdp_words(fsdp: dict[str, Any], comm: dict[str, float], rank: int | None) -> str:
+    """An FSDP job's sharding in words, where a DDP job's summary shows its buckets (the summary, the HTML
+    report): FSDP2's modules, mesh, reshard_after_forward and mixed precision; FSDP1's strategy, wrapped
+    modules and flat parameters, mixed precision, use_orig_params and CPU offload; the bytes sharded on
+    ``rank`` and the time in FSDP's collectives per step (``comm``: ``fsdp_comm`` of that rank)."""
+    mp = fsdp.get("mp") or {}
+    mp_text = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in mp.items()) if mp else "off"
+    if fsdp.get("kind") == "FSDP1":
+        strategies = fsdp.get("strategies") or {}
+        if len(strategies) == 1:
+            strategy = next(iter(strategies))
+        else:
+            strategy = ", ".join(f"{k} on {v}" for k, v in sorted(strategies.items())) or "?"
+        group = f"{fsdp.get('world', '?')} rank(s)"
+        if fsdp.get("replicas"):
+            group += f" x {fsdp['replicas']} replica(s)"
+        out = (
+            f"FSDP1: {strategy}, {fsdp.get('modules', 0)} FSDP module(s), {fsdp.get('flat_params', 0)} flat "
+            f"parameter(s) of {fsdp.get('params', 0)} parameters ({_size(int(fsdp.get('sharded_bytes') or 0))} "
+            f"sharded on rank {rank}, shard group of {group}); mixed precision {mp_text}; "
+            f"use_orig_params {'on' if fsdp.get('use_orig_params') else 'off'}; "
+            f"CPU offload {'on' if fsdp.get('cpu_offload') else 'off'}"
+        )
+    else:
+        mesh = fsdp.get("mesh") or {}
+        shape = "x".join(str(x) for x in mesh.get("shape") or []) or "?"
+        dims = f" ({', '.join(mesh['dims'])})" if mesh.get("dims") else ""
+        n, rs = int(fsdp.get("modules") or 0), int(fsdp.get("reshard_after_forward") or 0)
+        out = (
+            f"FSDP2: {n} sharded module(s) with parameters on a mesh of {shape}{dims}, {fsdp.get('params', 0)} "
+            f"parameters ({_size(int(fsdp.get('sharded_bytes') or 0))} sharded on rank {rank}); "
+            f"reshard_after_forward on {rs} of {n}; mixed precision {mp_text}"
+        )
+    if comm:
+        kind = "FSDP1" if fsdp.get("kind") == "FSDP1" else "FSDP2"
+        out += f"; in {kind}'s collectives per step (rank {rank}, inside forward and backward): " + ", ".join(
+            f"{k} {v:.1f} ms" for k, v in comm.items()
+        )
+    return out
 
 
 def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Finding]:
@@ -389,8 +413,10 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
         f"forwards per optimizer step {accum}; NVTX {'emitted' if i0.get('nvtx') else 'not emitted (no tool attached)'}"
     )
     fsdp = i0.get("fsdp") if isinstance(i0.get("fsdp"), dict) else None
+    comm: dict[str, float] = {}
     if fsdp:  # the sharding where a DDP job's buckets are
-        tuning = _fsdp_text(fsdp, record.ranks[r0].timeline if r0 is not None else [], r0, steps, fwd, i0)
+        comm = {k: round(v, 3) for k, v in fsdp_comm(record.ranks[r0].timeline if r0 is not None else []).items()}
+        tuning = _fsdp_text(fsdp, comm, r0, accum, i0)
     ddp: dict[str, Any] = i0["ddp"] if isinstance(i0.get("ddp"), dict) else {}
     if ddp.get("comm_ms") is not None:
         tuning += (
@@ -416,7 +442,7 @@ def _summary(record: RunRecord, med: dict[int, dict[str, float]]) -> list[Findin
                 "amp": i0.get("amp"),
                 "accumulation": accum,
                 "ddp_timers_ms": ddp,
-                **({"fsdp": fsdp} if fsdp else {}),
+                **({"fsdp": fsdp, "fsdp_rank": r0, "fsdp_comm_ms": comm} if fsdp else {}),
             },
         )
     ]

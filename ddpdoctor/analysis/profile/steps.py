@@ -36,9 +36,13 @@ _RANGE_WORDS = {
 _AFTER = {"data": "dataloader wait", "forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 
 
-# FSDP2's collectives on the training thread (rank/probes/profile/timeline.py): inside forward and backward,
-# a part of those phases, told apart in the summary (``fsdp_comm``)
-FSDP_RANGES = {"fsdp all-gather": "all-gather", "fsdp reduce-scatter": "reduce-scatter"}
+# FSDP2's and FSDP1's collectives on the training thread (rank/probes/profile/timeline.py): inside forward
+# and backward, a part of those phases, told apart in the summary (``fsdp_comm``); all-reduce: FSDP1's NO_SHARD
+FSDP_RANGES = {
+    "fsdp all-gather": "all-gather",
+    "fsdp reduce-scatter": "reduce-scatter",
+    "fsdp all-reduce": "all-reduce",
+}
 
 
 def _is_collective(e: dict[str, Any]) -> bool:
@@ -47,14 +51,16 @@ def _is_collective(e: dict[str, Any]) -> bool:
 
 
 def fsdp_comm(timeline: list[dict[str, Any]]) -> dict[str, float]:
-    """FSDP2's all-gather and reduce-scatter time per steady step (ms, the median over the steady steps, as
-    ``steady`` picks them); {} without FSDP2 ranges."""
+    """FSDP's all-gather, reduce-scatter (and FSDP1 NO_SHARD's all-reduce) time per steady step (ms, the
+    median over the steady steps, as ``steady`` picks them), for the kinds the timeline has; {} without
+    FSDP ranges."""
     ranges = [e for e in timeline if e.get("kind") == schema.K_RANGE]
     fsdp = sorted((e for e in ranges if e.get("name") in FSDP_RANGES), key=lambda e: e["t0"])
     if not fsdp:
         return {}
     steps = steady(sorted((e for e in ranges if e.get("name") == "step"), key=lambda e: e["t0"]))  # type: ignore[arg-type]
-    per: dict[str, list[float]] = {k: [] for k in FSDP_RANGES.values()}
+    seen = {FSDP_RANGES[e["name"]] for e in fsdp}
+    per: dict[str, list[float]] = {k: [] for k in FSDP_RANGES.values() if k in seen}
     for st in steps:
         sums = dict.fromkeys(per, 0.0)
         for e in fsdp:

@@ -13,7 +13,7 @@ from typing import Any
 from ddpdoctor.analysis.findings import Report
 from ddpdoctor.analysis.ids import PROFILE_STRAGGLER, PROFILE_SUMMARY
 from ddpdoctor.record import schema
-from ddpdoctor.render.html.parts import Sources, e, ranks_label
+from ddpdoctor.render.html.parts import Sources, e, fmt_bytes, ranks_label
 
 PHASES = [
     ("data", "#8c564b"),
@@ -335,6 +335,72 @@ def _timeline(record: Any, slow: set[int], step_ms: dict[int, float]) -> str:
     )
 
 
+def _kv(rows: list[tuple[str, str]], kind: str) -> str:
+    body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+    return f'<table class="kv sharding" data-kind="{e(kind)}">{body}</table>'
+
+
+def _on_off(v: Any) -> str:
+    return "on" if v else "off"
+
+
+def _layout(ev: dict[str, Any]) -> str:
+    """How the gradients travel, from ``profile.summary``'s evidence: an FSDP2 or FSDP1 job's sharding
+    (the facts of the summary's FSDP words, analysis/profile/breakdown.py ``fsdp_words``, a row each),
+    else a DDP job's buckets."""
+    fsdp = ev.get("fsdp") if isinstance(ev.get("fsdp"), dict) else None
+    if fsdp:
+        rank = ev.get("fsdp_rank")
+        mp = fsdp.get("mp") or {}
+        mp_text = ", ".join(f"{k.removesuffix('_dtype')} {v}" for k, v in mp.items()) if mp else "off"
+        kind = "FSDP1" if fsdp.get("kind") == "FSDP1" else "FSDP2"
+        rows: list[tuple[str, str]]
+        if kind == "FSDP1":
+            strategies = fsdp.get("strategies") or {}
+            group = f"{fsdp.get('world', '?')} rank(s)" + (
+                f" x {fsdp['replicas']} replica(s)" if fsdp.get("replicas") else ""
+            )
+            rows = [
+                ("sharding strategy", ", ".join(f"{k} ({v} flat parameter(s))" for k, v in sorted(strategies.items()))),
+                ("FSDP modules", str(fsdp.get("modules", 0))),
+                ("flat parameters", str(fsdp.get("flat_params", 0))),
+                ("parameters", str(fsdp.get("params", 0))),
+                (f"sharded on rank {rank}", fmt_bytes(float(fsdp.get("sharded_bytes") or 0))),
+                ("shard group", group),
+                ("mixed precision", mp_text),
+                ("use_orig_params", _on_off(fsdp.get("use_orig_params"))),
+                ("CPU offload", _on_off(fsdp.get("cpu_offload"))),
+            ]
+        else:
+            mesh = fsdp.get("mesh") or {}
+            shape = "x".join(str(x) for x in mesh.get("shape") or []) or "?"
+            n = int(fsdp.get("modules") or 0)
+            rows = [
+                ("sharded modules", str(n)),
+                ("mesh", shape + (f" ({', '.join(mesh['dims'])})" if mesh.get("dims") else "")),
+                ("parameters", str(fsdp.get("params", 0))),
+                (f"sharded on rank {rank}", fmt_bytes(float(fsdp.get("sharded_bytes") or 0))),
+                ("reshard_after_forward", f"on {int(fsdp.get('reshard_after_forward') or 0)} of {n} modules"),
+                ("mixed precision", mp_text),
+            ]
+        comm = ev.get("fsdp_comm_ms") or {}
+        if comm:
+            rows.append(
+                (
+                    f"in {kind}'s collectives per step (rank {rank}, inside forward and backward)",
+                    ", ".join(f"{k} {float(v):.1f} ms" for k, v in comm.items()),
+                )
+            )
+        return f"<h3>Sharding ({kind})</h3>" + _kv(rows, kind)
+    buckets = [int(b) for b in ev.get("buckets") or [] if isinstance(b, (int, float))]
+    if not buckets:
+        return ""
+    shown = ", ".join(fmt_bytes(b) for b in buckets[:8]) + (
+        f" ... ({len(buckets) - 8} more)" if len(buckets) > 8 else ""
+    )
+    return "<h3>Gradient buckets (DDP)</h3>" + _kv([("buckets", str(len(buckets))), ("sizes", shown)], "DDP")
+
+
 def section(report: Report, record: Any, src: Sources) -> str:
     summary = next((f for f in report.findings if f.id == PROFILE_SUMMARY), None)
     medians = (summary.evidence or {}).get("typical_ms") if summary else None
@@ -375,6 +441,8 @@ def section(report: Report, record: Any, src: Sources) -> str:
             + ".</p>"
         )
         out.append(_bars(rows, marked))
+    if summary is not None:
+        out.append(_layout(summary.evidence or {}))
     if any(r.timeline for r in record.ranks.values()):
         step_ms = {int(r): float(m.get("step", 0) or 0) for r, m in (medians or {}).items() if isinstance(m, dict)}
         if not step_ms and len(record.ranks) > MAX_LANES:  # past 64 ranks the summary keeps no medians

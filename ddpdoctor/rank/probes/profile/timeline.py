@@ -116,7 +116,8 @@ class Timeline(LineSamples, RankProbe):
         self._autocast: Any = lambda: False  # torch.is_autocast_enabled, set by install
         self.bucket_ranges = False  # a timing comm hook per DDP model (--bucket-ranges, --nsys)
         self.model_ref: Any = None  # weakref of the first DDP model: its own timers (ddp_stats)
-        self.fsdp_ref: Any = None  # weakref of the first FSDP2 root: its sharding (fsdp_info)
+        self.fsdp_ref: Any = None  # weakref of the first FSDP2 or FSDP1 root: its sharding (fsdp_info)
+        self.fsdp_read: dict[str, Any] | None = None  # an FSDP1 root's sharding, read once (fsdp_info)
         self.ddp: dict[str, Any] = {}  # what DDP's logger said last
         # samples per optimizer step (the leading size of each DDP.forward's first tensor, micro-batches
         # summed): what `profile --scaling` counts as throughput; step samples -> steps. Only its runs count
@@ -183,7 +184,7 @@ class Timeline(LineSamples, RankProbe):
             if _is_ddp(model):
                 self.model_ref = weakref.ref(model)
                 self._first_model(model)
-            elif self.fsdp_ref is None and hasattr(model, "_get_fsdp_state"):
+            elif self.fsdp_ref is None and _fsdp_kind(model):
                 self.fsdp_ref = weakref.ref(model)
         if self.bucket_ranges and _is_ddp(model):
             ensure_bucket_hook(model, self)
@@ -285,15 +286,26 @@ class Timeline(LineSamples, RankProbe):
         self.ddp = out
 
     def fsdp_info(self) -> dict[str, Any]:
-        """The first FSDP2 root's sharding: its modules' mesh, reshard_after_forward, mixed precision and
-        sharded parameters (read on the main thread, from FSDP's own state); {} for a job without FSDP2."""
+        """The first FSDP root's sharding (read on the main thread, from FSDP's own state); {} for a job
+        without FSDP. FSDP2: its modules' mesh, reshard_after_forward, mixed precision and sharded
+        parameters, read at each ``write_info``. FSDP1: its strategy, wrapped modules, mixed precision,
+        ``use_orig_params``, CPU offload and sharded bytes, read once after the first step (FSDP1's lazy init
+        has run by then; none of it changes afterwards)."""
+        if self.fsdp_read is not None:
+            return self.fsdp_read
         model = self.fsdp_ref() if self.fsdp_ref is not None else None
         if model is None:
             return {}
+        kind = _fsdp_kind(model)
         try:
+            if kind == "FSDP1":
+                out = fsdp1_sharding(model)
+                if self.step >= 1:
+                    self.fsdp_read = out
+                return out
             return fsdp_sharding(model)
         except Exception as e:
-            failures.report(self.p, "profile FSDP2 sharding", "the FSDP2 sharding in the summary", e)
+            failures.report(self.p, f"profile {kind} sharding", f"the {kind} sharding in the summary", e)
             self.fsdp_ref = None
             return {}
 
@@ -406,6 +418,7 @@ def fsdp_sharding(model: Any) -> dict[str, Any]:
                 if getattr(pol, k, None) is not None
             }
     return {
+        "kind": "FSDP2",
         "modules": mods,
         "reshard_after_forward": reshard,
         "mesh": mesh,
@@ -415,47 +428,124 @@ def fsdp_sharding(model: Any) -> dict[str, Any]:
     }
 
 
+FSDP1_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+
+
+def _fsdp_kind(model: Any) -> str | None:
+    """ "FSDP2" for a ``fully_shard`` root, "FSDP1" for a ``FullyShardedDataParallel``, else None."""
+    if hasattr(model, "_get_fsdp_state"):
+        return "FSDP2"
+    fsdp1 = sys.modules.get(FSDP1_MODULE)
+    if fsdp1 is not None and isinstance(model, fsdp1.FullyShardedDataParallel):
+        return "FSDP1"
+    return None
+
+
+def fsdp1_sharding(root: Any) -> dict[str, Any]:
+    """An FSDP1 root's sharding, from its ``_FSDPState`` attributes (torch/distributed/fsdp/_init_utils.py):
+    the strategy of each FSDP module that holds a flat parameter, the modules and flat parameters, the
+    original parameters flattened into them, the bytes of this rank's shards, the shard group's size (and
+    the replica group's, hybrid), the root's mixed precision, ``use_orig_params`` and CPU offload."""
+    # after the root's lazy init its states are listed; before (a rank that never stepped), the module tree
+    states = list(getattr(root, "_all_fsdp_states", None) or type(root).fsdp_modules(root))
+    strategies: collections.Counter = collections.Counter()
+    flat, params, sharded = 0, 0, 0
+    for s in states:
+        handle = getattr(s, "_handle", None)
+        if handle is None:
+            continue
+        flat += 1
+        strategies[s.sharding_strategy.name.lstrip("_")] += 1
+        fp = handle.flat_param
+        params += int(getattr(fp, "_num_params", 0) or 0)
+        # the shard's size (padded) in the parameters' own dtype: the flat parameter's data may be the
+        # unsharded or the low-precision copy when this is read
+        local = getattr(fp, "_local_shard", fp)
+        sharded += int(fp._sharded_size.numel()) * int(local.element_size())
+    pol = root.mixed_precision
+    mp = {
+        k: str(getattr(pol, k)).replace("torch.", "")
+        for k in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        if getattr(pol, k, None) is not None
+    }
+    inter = getattr(root, "_inter_node_pg", None)
+    return {
+        "kind": "FSDP1",
+        "strategies": dict(strategies),
+        "modules": len(states),
+        "flat_params": flat,
+        "params": params,
+        "sharded_bytes": sharded,
+        "world": int(root.world_size),
+        **({"replicas": int(inter.size())} if inter is not None else {}),
+        "mp": mp,
+        "use_orig_params": bool(root._use_orig_params),
+        "cpu_offload": bool(root.cpu_offload.offload_params),
+    }
+
+
+def _timed(tl: Timeline, name: str, fn: Any) -> Any:
+    """``fn`` with a range ``name`` (category comm) around its calls on the training thread."""
+    main = tl.main_ident
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != main:
+            return fn(*args, **kwargs)
+        tok = tl.start(name, "comm")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            tl.end(tok)
+
+    run.__ddpdoctor_timeline__ = True  # type: ignore[attr-defined]
+    return run
+
+
+def _time_once(tl: Timeline, owner: Any, attr: str, name: str) -> None:
+    fn = getattr(owner, attr)
+    if not getattr(fn, "__ddpdoctor_timeline__", False):
+        setattr(owner, attr, _timed(tl, name, fn))
+
+
 def _install_fsdp_ranges(tl: Timeline, module: Any) -> None:
     """Ranges of FSDP2's collectives on the training thread (FSDP2 calls names the collective wrappers do
     not hold): a parameter group's all-gather, issue (``unshard``) and wait (``wait_for_unshard``), and its
     post-backward (the gradients' reduce-scatter, with its copies)."""
     group = module.FSDPParamGroup
-    main = tl.main_ident
-
-    def timed(name: str, fn: Any) -> Any:
-        @functools.wraps(fn)
-        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != main:
-                return fn(self, *args, **kwargs)
-            tok = tl.start(name, "comm")
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                tl.end(tok)
-
-        run.__ddpdoctor_timeline__ = True  # type: ignore[attr-defined]
-        return run
-
     for attr, name in (
         ("unshard", FSDP_ALL_GATHER),
         ("wait_for_unshard", FSDP_ALL_GATHER),
         ("post_backward", FSDP_REDUCE_SCATTER),
     ):
-        fn = getattr(group, attr)
-        if not getattr(fn, "__ddpdoctor_timeline__", False):
-            setattr(group, attr, timed(name, fn))
+        _time_once(tl, group, attr, name)
+
+
+def _install_fsdp1_ranges(tl: Timeline, runtime: Any) -> None:
+    """Ranges of FSDP1's collectives on the training thread, around the functions that issue them: a flat
+    parameter's all-gather (``FlatParamHandle._all_gather_flat_param``, called only when the handle needs
+    unsharding), the gradients' reduce-scatter (``_reduce_grad``: with the hybrid strategies' all-reduce
+    across replicas) and NO_SHARD's all-reduce (``_reduce_grad_no_shard``). ``_runtime_utils`` calls both
+    by their module-level names, so the module's attributes are replaced."""
+    flat = sys.modules[FSDP1_FLAT_PARAM]
+    _time_once(tl, flat.FlatParamHandle, "_all_gather_flat_param", FSDP_ALL_GATHER)
+    _time_once(tl, runtime, "_reduce_grad", FSDP_REDUCE_SCATTER)
+    _time_once(tl, runtime, "_reduce_grad_no_shard", FSDP_ALL_REDUCE)
 
 
 FSDP_ALL_GATHER = "fsdp all-gather"
 FSDP_REDUCE_SCATTER = "fsdp reduce-scatter"
+FSDP_ALL_REDUCE = "fsdp all-reduce"  # FSDP1's NO_SHARD
 FSDP2_GROUP = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
+FSDP1_RUNTIME = "torch.distributed.fsdp._runtime_utils"  # imports FSDP1_FLAT_PARAM first
+FSDP1_FLAT_PARAM = "torch.distributed.fsdp._flat_param"
 
 
-def _fsdp_ranges_later(tl: Timeline, module: Any) -> None:
+def _ranges_later(tl: Timeline, what: str, install: Any, module: Any) -> None:
     try:
-        _install_fsdp_ranges(tl, module)
+        install(tl, module)
     except Exception as e:  # said, never raised into the user's import
-        failures.report(tl.p, "profile FSDP2 ranges", "the time in FSDP2's all-gathers and reduce-scatters", e)
+        failures.report(tl.p, f"profile {what} ranges", f"the time in {what}'s all-gathers and reduce-scatters", e)
 
 
 def install(probe: Any, opts: Any = None) -> Timeline:
@@ -471,13 +561,17 @@ def install(probe: Any, opts: Any = None) -> Timeline:
     # per-bucket ranges take a Python comm hook (~0.1-0.2 ms a step): asked for, or an NVTX tool to show them
     tl.bucket_ranges = bool(isinstance(opts, dict) and opts.get("bucket_ranges")) or tool_attached()
     tl._autocast = torch.is_autocast_enabled
-    # FSDP2's collectives, once its module is imported (now, if it is)
-    if FSDP2_GROUP in sys.modules:
-        _install_fsdp_ranges(tl, sys.modules[FSDP2_GROUP])
-    else:
-        from ddpdoctor.rank import imports
+    # FSDP2's and FSDP1's collectives, once their modules are imported (now, if they are)
+    for module, what, do in (
+        (FSDP2_GROUP, "FSDP2", _install_fsdp_ranges),
+        (FSDP1_RUNTIME, "FSDP1", _install_fsdp1_ranges),
+    ):
+        if module in sys.modules:
+            _ranges_later(tl, what, do, sys.modules[module])
+        else:
+            from ddpdoctor.rank import imports
 
-        imports.after_import(FSDP2_GROUP, functools.partial(_fsdp_ranges_later, tl))
+            imports.after_import(module, functools.partial(_ranges_later, tl, what, do))
     probe.timeline = tl
     tl.count_samples = bool(isinstance(opts, dict) and opts.get("count_samples"))  # a `profile --scaling` run
     if isinstance(opts, dict) and isinstance(opts.get("knobs"), dict):  # a `ddpdoctor tune` arm
