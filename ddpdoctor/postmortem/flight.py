@@ -451,7 +451,7 @@ class Dump:
             if gone is not None:
                 out.append(f"#{gone} of group {g} (its ring holds #{seqs[0]} to #{seqs[-1]})")
         for pg_id, st in self.pg_status.items():
-            if st.last_enqueued <= st.last_completed or st.last_completed < 0:
+            if st.last_enqueued <= st.last_completed:
                 continue
             g = self.group_of(pg_id)
             col = self._ops.get(g, []) if self.op_units else self._gseq.get(g, [])

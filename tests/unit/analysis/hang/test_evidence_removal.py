@@ -44,17 +44,24 @@ RUNS = (
     "leak_graph",
     "check_set_epoch",
 )
-# the gloo dump sets of healthy jobs: OK whole, so no reduction of them can turn non-OK into OK
-HEALTHY = {
-    "torch-matched",
-    "torch-coalesced",
-    "torch-broadcasts",
-    "torch-uneven-rs",
-    "moe-healthy",
-    "zoo-healthy",
-    "pipe-healthy",
-}
-FAULTS = sorted(p.name for p in GLOO.iterdir() if p.is_dir() and p.name not in HEALTHY)
+# the gloo dump sets of a fault (the others are healthy jobs, OK whole: test_every_other_dump_set_reads_ok)
+FAULTS = (
+    "busy",
+    "dtype",
+    "helper",
+    "kill",
+    "kill-fr-only",
+    "moe-busy",
+    "p2p",
+    "pipe-busy",
+    "pipe-extra",
+    "raise-no-record",
+    "size",
+    "torch-extra-coalesced",
+    "torch-extra-coalesced-json",
+    "two-jobs",
+    "zoo-extra",
+)
 LINES_PER_FILE = 4  # lines dropped per jsonl or log, sampled
 SEED = 50
 SKIP = {"README.md", "report.html"}  # no evidence: a note for people, a picture analyze writes
@@ -210,6 +217,13 @@ def test_no_removal_from_a_golden_run_directory_reads_ok(name, tmp_path):
 @pytest.mark.parametrize("name", FAULTS)
 def test_no_removal_from_a_faulty_jobs_dumps_reads_ok(name, tmp_path):
     _check(GLOO / name, tmp_path, run=False)
+
+
+def test_every_other_dump_set_reads_ok():
+    """A dump set added to tests/data/fr/gloo is either a fault, and taken above, or a healthy job."""
+    others = sorted(p for p in GLOO.iterdir() if p.is_dir() and p.name not in FAULTS)
+    assert others
+    assert {p.name: _analyze_dumps(p)[:2] for p in others} == {p.name: ("ok", 0) for p in others}
 
 
 def test_a_dump_missing_its_pending_call_is_named(tmp_path):
