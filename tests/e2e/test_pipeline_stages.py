@@ -3,7 +3,9 @@ rank 1 to rank 2, then all three all-reduce and meet at a barrier), live under `
 same job's own flight-recorder dumps (plain torchrun, frjob.py's watchdog). Healthy, it reads OK both ways;
 with the middle stage's extra all-reduce at one step, the report names the middle stage (rank 1): live at its
 extra call's line, from the dumps (pickle and JSON alike: the culprit never rests on the frames only the pickle
-carries) at the call where its sequence parts from the others'. Three-rank jobs: the ``extended`` tier."""
+carries) at the call where its sequence parts from the others'. With the middle stage's send left out at one
+step, live names it at that send (gloo records no p2p op in its dumps, which cannot see it). Three-rank jobs:
+the ``extended`` tier."""
 
 from __future__ import annotations
 
@@ -57,6 +59,19 @@ def test_live_extra_collective_of_a_stage_names_it_at_its_line(tmp_path):
     assert marker_line(STAGE_JOB, "GUARD") in lines_of(f, 1), f["locations"]  # the rank test that led there
     for victim in (0, 2):  # the other stages wait in the step's all-reduce
         assert lines_of(f, victim) == {marker_line(STAGE_JOB, "STEP")}, f["locations"]
+
+
+def test_live_skipped_send_of_a_stage_names_it_at_the_send_it_left_out(tmp_path):
+    # the stages' programs differ by role (send; recv and send; recv): the middle stage is read against its
+    # own earlier steps, which each sent to rank 2 at SEND1
+    res = _live("skip", tmp_path)
+    assert res.code == 3, res.err[-2000:]
+    f = finding(res.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [1], f["message"]
+    assert lines_of(f, 1) == {marker_line(STAGE_JOB, "SEND1")}, f["locations"]
+    assert "skipped its send" in f["message"], f["message"]
+    assert lines_of(f, 2) == {marker_line(STAGE_JOB, "RECV2")}, f["locations"]  # stranded in its receive
+    assert lines_of(f, 0) == {marker_line(STAGE_JOB, "STEP")}, f["locations"]
 
 
 @pytest.mark.parametrize("fmt", ["fr", "json"])
