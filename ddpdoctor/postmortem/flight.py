@@ -437,6 +437,29 @@ class Dump:
         """The newest entry, or None for an empty ring."""
         return self.entry(len(self.rid) - 1) if self.rid else None
 
+    def holes(self) -> list[str]:
+        """What the ring lacks that it must hold, one phrase each: a group whose sequence ids skip one (the
+        ring drops its oldest entries, never one in the middle), and a group whose pg_status counts a call in
+        flight that no entry holds (the newest call is always in the ring; on gloo it can also be a p2p op,
+        which gloo leaves unrecorded: either way the dump does not show what the rank waits in). A ring
+        with a hole reads like a healthy one where the lost entry was the divergence or the pending call."""
+        out: list[str] = []
+        for g, seqs in self._gseq.items():
+            if not seqs or seqs[-1] - seqs[0] + 1 == len(seqs):
+                continue  # the usual ring: one entry per sequence id, none skipped (no scan of 2,000 entries)
+            gone = next((a + 1 for a, b in zip(seqs, seqs[1:]) if b > a + 1), None)
+            if gone is not None:
+                out.append(f"#{gone} of group {g} (its ring holds #{seqs[0]} to #{seqs[-1]})")
+        for pg_id, st in self.pg_status.items():
+            if st.last_enqueued <= st.last_completed:
+                continue
+            g = self.group_of(pg_id)
+            col = self._ops.get(g, []) if self.op_units else self._gseq.get(g, [])
+            if not col or col[-1] <= st.last_completed:
+                unit = "op" if self.op_units else "#"
+                out.append(f"the call in flight on group {g} ({unit} {st.last_enqueued} by its pg_status)")
+        return out
+
 
 # the cached maps that prepare() builds, and that name_groups carries over (none depends on pg_names)
 _PREPARED = ("_groups", "group_index", "_gseq", "_ops", "op_units", "open_index", "done_index", "used")

@@ -18,6 +18,7 @@ ZOO_JOB = JOB.parent / "zoojob.py"  # every kind of call a training script makes
 MOE_JOB = JOB.parent / "moejob.py"  # mixture-of-experts routing: all-to-alls with split sizes of each rank
 PIPE_JOB = JOB.parent / "pipejob.py"  # two pipeline stages that send to each other and a rank that does not (3 ranks)
 MESH_JOB = JOB.parent / "meshjob.py"  # a 2-D device mesh (dp x tp) of four ranks
+STAGE_JOB = JOB.parent / "stagejob.py"  # a pipeline of three stages, each sending to the next (3 ranks)
 
 
 def run_job(

@@ -37,7 +37,7 @@ from ddpdoctor.analysis.hang.hints import (
     uneven_hint,
 )
 from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
-from ddpdoctor.analysis.hang.programs import program_finding
+from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
     at,
@@ -304,6 +304,10 @@ class LedgerCase(policy.Case):
 
     def receive_cycle(self) -> Finding | None:
         return None if self.cut or self.verdict is None else receive_cycle(self.states)
+
+    def own_routine(self) -> Finding | None:
+        # the stages of a pipeline run different programs: each rank against its own earlier steps
+        return None if self.cut or self.verdict is None else own_routine_finding(self.record, self.states, self.ev)
 
     def pending_calls_differ(self) -> Finding | None:
         # the walk found no parting (a rank's flight record lost, its peers' torch-made calls set aside), yet

@@ -178,10 +178,13 @@ class DumpCase(policy.Case):
         return _no_dump(self.inp, self.stands, self.missing, waiting={}, severity="error", lost=lost)
 
     def empty_records(self) -> Finding | None:
-        if self.stuck or self._alone() or (self.missing and self.known):
-            return None
-        got = _empty_dumps(self.inp)
-        return got[0] if got else None
+        if not (self.stuck or self._alone() or (self.missing and self.known)):
+            got = _empty_dumps(self.inp)
+            if got:
+                return got[0]
+        # the last question: nothing above answered, and a ring with a hole could have lost the answer
+        holed = _holed_dumps(self.inp)
+        return holed[0] if holed else None
 
 
 NO_DUMP_HINT = (
@@ -965,6 +968,31 @@ def _alone(inp: Inputs, stands: dict[int, Stand]) -> Finding:
         {"source": "flight recorder", "missing": "unknown", "dumped": [r], "waiting": pending is not None},
         culprits=(),
     )
+
+
+def _holed_dumps(inp: Inputs) -> list[Finding]:
+    """Ranks whose dump lacks entries it must hold (``Dump.holes``: a sequence id skipped, the call in flight
+    absent): never OK for want of evidence, since the lost entry may be the divergence or the pending call.
+    Asked last, so the holes never hide what the rest of the rings prove."""
+    holed = {r: h for r, d in sorted(inp.dumps.items()) if (h := d.holes())}
+    if not holed:
+        return []
+    said = "; ".join(f"rank {r}'s lacks {', '.join(h)}" for r, h in holed.items())
+    ranks = tuple(holed)
+    return [
+        Finding(
+            POSTMORTEM_NO_DUMP,
+            "error",  # never OK for want of evidence
+            f"{ranks_phrase(list(ranks))} left a flight-recorder dump with entries missing ({said}): what "
+            f"{'it' if len(ranks) == 1 else 'they'} did there is unknown, and no other rank's dump shows a fault "
+            "(a dump cut or edited after it was written, or a ring the watchdog wrote while the call was enqueued)",
+            NO_DUMP_HINT,
+            ranks,
+            (),
+            {"source": "flight recorder", "holes": {str(r): h for r, h in holed.items()}, "waiting": False},
+            culprits=ranks,
+        )
+    ]
 
 
 def _empty_dumps(inp: Inputs) -> list[Finding]:

@@ -128,6 +128,11 @@ class Case:
         """Every rank waits to receive and none sends."""
         return None
 
+    def own_routine(self) -> Finding | None:
+        """Ranks whose programs differ by role (pipeline stages), a rank in a p2p op: the one rank whose step
+        left out a call its own earlier steps made."""
+        return None
+
     def all_moved(self) -> Finding | None:
         """Every rank moved between two looks: no hang seen."""
         return None
@@ -207,6 +212,7 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("behind", {POSITIONS}, Case.behind),
     _rule("program", {POSITIONS, HISTORY}, Case.program),
     _rule("receive-cycle", set(), Case.receive_cycle),
+    _rule("own-routine", {HISTORY, LINES}, Case.own_routine),
     _rule("all-moved", {MOVES}, Case.all_moved),
     _rule("elsewhere", {MOVES}, Case.elsewhere),
     _rule("none-waiting", {MOVES}, Case.none_waiting),

@@ -251,3 +251,100 @@ def _loc(rank: int, site: tuple[Any, ...], role: str) -> Location:
 
 def _on(site: tuple[Any, ...] | None) -> str:
     return f" at {str(site[0]).rsplit('/', 1)[-1]}:{site[1]}" if site else ""
+
+
+def own_departure(calls: Sequence[Hashable]) -> tuple[str, Hashable] | None:
+    """A rank's calls read against its own earlier steps: the smallest period its calls repeat over (twice
+    whole, before what it has made of the step it is in), then ``("ok", None)`` where the calls since are the
+    start of that period, ``("skipped", call)`` where they are the period with one call left out and a later
+    call of it already made (the left-out call is proven, not just not yet made); None where no period
+    repeats, or the readings disagree."""
+    n = len(calls)
+    for p in range(1, n // 3 + 1):
+        said: set[tuple[str, Hashable]] = set()
+        for k in range(p):  # how many calls of the step it is in it has made
+            body = calls[: n - k]
+            period = body[len(body) - p :]
+            if len(body) < 2 * p or list(body[len(body) - 2 * p : len(body) - p]) != list(period):
+                continue
+            tail = list(calls[n - k :])
+            if tail == list(period[:k]):
+                said.add(("ok", None))
+                continue
+            for j in range(k):  # a call left out before the last one made: the later one proves it
+                rest = list(period[:j]) + list(period[j + 1 :])
+                if tail == rest[:k]:
+                    said.add(("skipped", period[j]))
+        if ("ok", None) in said:
+            return ("ok", None)
+        if said:
+            return said.pop() if len(said) == 1 else None
+    return None
+
+
+def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: dict[str, Any]) -> Finding | None:
+    """``hang.rank-conditional-collective`` where the ranks run different programs by role (pipeline stages:
+    one sends, one receives and sends on, one receives), so no index compares across ranks and the
+    cross-rank order (``program_parting``) names nobody: each rank read against its own earlier steps
+    (``own_departure``, p2p ops included). Asked where a rank waits in a p2p op (its peer went on without the
+    matching call); the one rank whose step left out a call its earlier steps made is the culprit, at that
+    call's line, and every other rank must be where its own routine has it."""
+    ranks = sorted(states)
+    if len(ranks) < 2 or any(record.ranks[r].ledger_trimmed for r in ranks):
+        return None
+    if not any((states[r].pending or {}).get("op") in P2P for r in ranks):
+        return None
+    read: dict[int, tuple[str, Hashable]] = {}
+    for r in ranks:
+        got = own_departure(_own_calls(record, states[r]))
+        if got is None:
+            return None  # a rank without a routine: nothing to read it against
+        read[r] = got
+    odd = [r for r in ranks if read[r][0] == "skipped"]
+    if len(odd) != 1:
+        return None
+    (r,) = odd
+    call = read[r][1]
+    assert isinstance(call, tuple)  # an (op, site) of _own_calls
+    op, site = str(call[0]), tuple(call[1])
+    victims = [v for v in ranks if v != r]
+    locs = [_loc(r, site, "skipped this call")] + [l for v in victims if (l := best_where(record, states[v], "victim"))]
+    stranded = group_values({v: state_text(states[v]) for v in victims})
+    msg = (
+        f"a call is left out on one rank: rank {r} skipped its {op}{_on(site)}, which each of its own earlier "
+        f"steps made there (its peers' calls differ by role, so it is read against its own routine); "
+        f"stranded: {stranded}"
+    )
+    how = {"diverged": [r], "how": "own routine: skipped call", "op": op}
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
+        tuple(ranks),
+        tuple(locs),
+        dict(ev, divergence=how),
+        culprits=(r,),
+    )
+
+
+def _own_calls(record: RunRecord, state: RankState) -> list[tuple[str, tuple[Any, ...]]]:
+    """A rank's calls in the order it issued them, p2p ops included: (op, site) each, its pending call last
+    where the ledger has not written it yet; a call without a line ends the list (nothing to read after)."""
+    seen: set[tuple[str, int]] = set()
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    entries = list(record.ranks[state.rank].ledger)
+    if state.pending:
+        entries.append(state.pending)
+    for e in entries:
+        seq = e.get("seq")
+        if e.get("group") is None or not seq:
+            continue
+        at = (str(e["group"]), int(seq[1] if isinstance(seq, (list, tuple)) else seq))
+        if at in seen:
+            continue
+        seen.add(at)
+        if not e.get("site"):
+            return []
+        out.append((str(e.get("op", "?")), tuple(e["site"])))
+    return out

@@ -16,7 +16,7 @@ from helpers import marker_line
 
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.hang.programs import Step, group_label, program_parting
+from ddpdoctor.analysis.hang.programs import Step, group_label, own_departure, program_parting
 from ddpdoctor.record.reader import load_run
 from ddpdoctor.render.lanes import lanes_svg
 
@@ -97,3 +97,31 @@ def test_the_hang_picture_draws_each_groups_row_in_each_ranks_lane(tmp_path):
     # the divergence is drawn on the tp row, the wait on the group rank 3 waits in
     assert "#4 all_reduce at meshjob.py:34 (diverged)" in lane3.group(1)
     assert "waits in all_reduce #7 of group 4" in lane3.group(1)
+
+
+# a pipeline's stages (tests/frjobs/stagejob.py): each rank's own routine, p2p ops included, by (op, line)
+FIRST = [("send", 29), ("all_reduce", 38), ("barrier", 40)]
+MIDDLE = [("recv", 31), ("send", 33), ("all_reduce", 38), ("barrier", 40)]
+LAST = [("recv", 35), ("all_reduce", 38), ("barrier", 40)]
+
+
+def test_own_routine_a_stage_that_left_out_its_send():
+    assert own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38)]) == ("skipped", ("send", 33))
+    assert own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38), ("barrier", 40)]) == ("skipped", ("send", 33))
+
+
+@pytest.mark.parametrize("calls", [FIRST * 3 + FIRST[:2], LAST * 3 + LAST[:1], MIDDLE * 3, MIDDLE * 3 + MIDDLE[:3]])
+def test_own_routine_a_rank_where_its_routine_has_it(calls):
+    assert own_departure(calls) == ("ok", None)
+
+
+@pytest.mark.parametrize(
+    ("calls", "read"),
+    [
+        (MIDDLE + [("recv", 31), ("all_reduce", 38)], None),  # one whole step before: no routine to read against
+        (MIDDLE * 3 + [("recv", 31)], ("ok", None)),  # its send not made yet: nothing proves it left out
+        ([("all_reduce", i) for i in range(12)], None),  # no period at all
+    ],
+)
+def test_own_routine_names_nothing_it_cannot_prove(calls, read):
+    assert own_departure(calls) == read
