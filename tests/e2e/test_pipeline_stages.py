@@ -4,8 +4,9 @@ same job's own flight-recorder dumps (plain torchrun, frjob.py's watchdog). Heal
 with the middle stage's extra all-reduce at one step, the report names the middle stage (rank 1): live at its
 extra call's line, from the dumps (pickle and JSON alike: the culprit never rests on the frames only the pickle
 carries) at the call where its sequence parts from the others'. With the middle stage's send left out at one
-step, live names it at that send (gloo records no p2p op in its dumps, which cannot see it). Three-rank jobs:
-the ``extended`` tier."""
+step, live names it at that send; its own dumps name it too (gloo records no p2p op, but its op ids count them:
+the middle stage's step has one op fewer than each of its earlier steps), at its next call after the gap.
+Three-rank jobs: the ``extended`` tier."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _live(case: str, tmp_path: Path):
 def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each case's job under plain torchrun, every rank dumped by its watchdog (or at the end, healthy)."""
     out = {}
-    for case in ("healthy", "extra"):
+    for case in ("healthy", "extra", "skip"):
         for attempt in range(2):  # the dumps race the agent's end of the job: one rerun on a lost race
             d = run_job(case, tmp_path_factory.mktemp(f"{case}-{attempt}"), job=STAGE_JOB, nproc=3)
             if dumped(d) == {0, 1, 2}:
@@ -94,3 +95,16 @@ def test_own_dumps_of_the_extra_collective_name_the_stage(dumps, fmt, tmp_path):
     if fmt == "fr":  # the pickle has the frames: the lines
         assert lines_of(f, 1) & {marker_line(STAGE_JOB, "STEP"), marker_line(STAGE_JOB, "EXTRA")}, f["locations"]
         assert lines_of(f, 0) == lines_of(f, 2) == {marker_line(STAGE_JOB, "BAR")}, f["locations"]
+
+
+@pytest.mark.parametrize("fmt", ["fr", "json"])
+def test_own_dumps_of_the_skipped_send_name_the_stage_not_the_one_it_starved(dumps, fmt, tmp_path):
+    """Rank 2 waits in a receive that its dump does not show (nothing pending): it read as the rank behind. The
+    middle stage's op ids say its step 3 made one p2p op fewer than each earlier step: it is the culprit."""
+    res = ddpdoctor(["analyze", str(dumps["skip"] / fmt)], tmp_path)
+    assert res.code == 3, res.err + res.out
+    (f,) = [f for f in res.report["findings"] if f["severity"] == "error"]
+    assert (f["id"], f["culprits"]) == ("hang.rank-conditional-collective", [1]), f["message"]
+    assert "skipped a point-to-point call" in f["message"], f["message"]
+    if fmt == "fr":  # the pickle has the frames: the call after the gap (the send's own line is not recorded)
+        assert lines_of(f, 1) == {marker_line(STAGE_JOB, "STEP")}, f["locations"]

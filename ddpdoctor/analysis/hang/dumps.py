@@ -145,6 +145,14 @@ class DumpCase(policy.Case):
             return _unseen(_behind(self.inp, self.stuck, roots, self.missing, unmet), self.missing)
         return None
 
+    def own_routine(self) -> Finding | None:
+        # pipeline stages on gloo: its recorder leaves send/recv out, its op ids count them; the one rank whose
+        # step left out a point-to-point call its own earlier steps made (asked before `behind`: the stage it
+        # starved waits in a receive with nothing pending in its dump, and reads as behind)
+        if not self._hung() or self.missing:
+            return None
+        return _p2p_skipped(self.inp, self.stuck)
+
     def program(self) -> Finding | None:
         # every group's own sequence agrees or shows a rank behind, and the waits are a cycle across groups:
         # the ranks' orders name the rank that made one call more or fewer (a device mesh's tp and dp)
@@ -489,6 +497,78 @@ def _behind(
         tuple(locs),
         ev,
         culprits=tuple(roots),
+    )
+
+
+_P2P_HOLE = ("<p2p>",)  # an op id gloo's recorder counted and left no entry for: a send or a recv
+
+
+def _op_tokens(d: Dump, group: str) -> list[tuple] | None:
+    """The rank's calls on ``group`` in issue order: each entry's ``_key``, and a ``_P2P_HOLE`` for every op id
+    no entry holds (between two entries; before the first where it is the group's first call; after the last,
+    up to what pg_status says was enqueued: gloo does not count a receive still pending there). None where the
+    dump is not in op units (only gloo's count p2p ops)."""
+    if not d.op_units:
+        return None
+    es = d.collectives(group)
+    if not es:
+        return None
+    # from the group's first call where the ring still holds it (op ids start at 1): the p2p ops before it too
+    out: list[tuple] = [_P2P_HOLE] * max(0, es[0].op_id - 1) if es[0].seq == 1 else []
+    for a, b in zip(es, es[1:]):
+        out.append(_key(a))
+        out += [_P2P_HOLE] * max(0, b.op_id - a.op_id - 1)
+    out.append(_key(es[-1]))
+    enq = max((st.last_enqueued for pg, st in d.pg_status.items() if d.group_of(pg) == group), default=0)
+    out += [_P2P_HOLE] * max(0, enq - es[-1].op_id)
+    return out
+
+
+def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
+    """``hang.rank-conditional-collective`` where one rank's step left out a point-to-point call: each rank's
+    calls on the group of the pending calls, p2p ops as gloo's op ids count them, read against its own earlier
+    steps (``programs.own_departure``); exactly one rank skipped a p2p op its routine makes, every other rank
+    is where its own routine has it. The skipped call's line is not in any dump (gloo records no p2p): the
+    rank's next call, after the gap, is named."""
+    groups = {s.pending.group for s in stuck.values() if s.pending is not None and not s.pending.is_p2p}
+    if len(groups) != 1 or len(inp.dumps) < 2:
+        return None
+    (g,) = groups
+    read: dict[int, tuple[str, Any]] = {}
+    for r, d in sorted(inp.dumps.items()):
+        tokens = _op_tokens(d, g)
+        got = programs.own_departure(tokens) if tokens else None
+        if got is None:
+            return None
+        read[r] = got
+    odd = [r for r, got in read.items() if got[0] == "skipped"]
+    if len(odd) != 1 or read[odd[0]][1] != _P2P_HOLE:
+        return None
+    (r,) = odd
+    after = stuck[r].pending if r in stuck else inp.dumps[r].last()
+    victims = sorted(x for x in inp.dumps if x != r)
+    waits = "; ".join(
+        _pending_phrase(v, p)
+        if v in stuck and (p := stuck[v].pending) is not None
+        else f"rank {v} has nothing pending on group {g} (in a send or recv, which gloo does not record)"
+        for v in victims
+    )
+    msg = (
+        f"a call is left out on one rank: rank {r} skipped a point-to-point call (a send or recv: gloo's flight "
+        f"recorder does not record them, and its op ids count them) before {after.call() if after else 'its last call'}"
+        f"{_at(user_frame(after))}, where each of its own earlier steps made one; stranded: {waits}"
+    )
+    locs = _loc(r, user_frame(after), "after the skipped call")
+    locs += [loc for v in victims if v in stuck for loc in _loc(v, user_frame(stuck[v].pending), "victim")]
+    return Finding(
+        HANG_RANK_CONDITIONAL_COLLECTIVE,
+        "error",
+        msg,
+        HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
+        tuple(sorted(inp.dumps)),
+        tuple(locs),
+        {"source": "flight recorder", "divergence": {"diverged": [r], "how": "own routine: skipped p2p", "group": g}},
+        culprits=(r,),
     )
 
 

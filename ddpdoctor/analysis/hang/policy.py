@@ -209,10 +209,11 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("differ", {POSITIONS, HISTORY}, Case.differ),
     _rule("uneven-steps", {STEPS}, Case.uneven_steps),
     _rule("finished-early", {ENDINGS}, Case.finished_early),
+    # before `behind`: a stage that skipped its send starves the next one, which reads as behind
+    _rule("own-routine", {HISTORY}, Case.own_routine),
     _rule("behind", {POSITIONS}, Case.behind),
     _rule("program", {POSITIONS, HISTORY}, Case.program),
     _rule("receive-cycle", set(), Case.receive_cycle),
-    _rule("own-routine", {HISTORY, LINES}, Case.own_routine),
     _rule("all-moved", {MOVES}, Case.all_moved),
     _rule("elsewhere", {MOVES}, Case.elsewhere),
     _rule("none-waiting", {MOVES}, Case.none_waiting),

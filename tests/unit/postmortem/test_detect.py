@@ -251,3 +251,52 @@ def test_a_collective_another_rank_completed_is_not_pending(tmp_path):
     _write(tmp_path, 1, [_entry(0, "0", 1), _entry(1, "0", 2, op="barrier")], {"0": (2, 1)})
     rep = _report(tmp_path)
     assert (rep.verdict, rep.findings) == ("ok", ())
+
+
+def _stages(tmp: Path, fmt: str, skip: bool) -> None:
+    """Three pipeline stages' dumps on gloo (no p2p entries; op ids count them): each step rank 0 sends, rank 1
+    receives and sends on, rank 2 receives, then all three all-reduce (line 38) and meet at a barrier (line 40).
+    Steps 0-2 whole; at step 3 rank 1 does not send on (``skip``) or the dumps are cut the same way without it."""
+    per = {0: 1, 1: 2, 2: 1}  # p2p ops of each rank's step
+    for r, n_p2p in per.items():
+        ents, op, rid = [], 0, 0
+        for step in range(4):
+            op += n_p2p if not (skip and r == 1 and step == 3) else 1
+            ents.append(dict(_entry(rid, "0", 2 * step + 1, line=38), op_id=op + 1))
+            op, rid = op + 1, rid + 1
+            if step == 3:
+                break
+            ents.append(dict(_entry(rid, "0", 2 * step + 2, op="barrier", line=40), op_id=op + 1))
+            op, rid = op + 1, rid + 1
+        if r == 2:  # stranded in its receive: the all-reduce of step 3 never made; gloo's pg_status does not
+            # count the receive still pending (a real dump of tests/frjobs/stagejob.py's skip reads so)
+            ents.pop()
+            last = ents[-1]["op_id"]
+            _write(tmp, r, ents if fmt == "pickle" else [dict(e, frames=[]) for e in ents], {"0": (last, last)}, fmt)
+        else:
+            _write(tmp, r, ents if fmt == "pickle" else [dict(e, frames=[]) for e in ents], {"0": (op, op - 1)}, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+def test_a_stage_that_skipped_its_send_is_named_from_the_op_ids_not_the_stage_it_starved(tmp_path, fmt):
+    """gloo records no send or recv, so rank 2 (in its receive) shows nothing pending and read as the rank
+    behind. Rank 1's op ids say its step 3 made one p2p op fewer than each of its earlier steps: it is the
+    culprit, named at its next call (the pickle's frames: line 38)."""
+    _stages(tmp_path, fmt, skip=True)
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (1,), 3), f.message
+    assert "skipped a point-to-point call" in f.message
+    if fmt == "pickle":
+        assert {(loc.rank, loc.line) for loc in f.locations if loc.role == "after the skipped call"} == {(1, 38)}
+
+
+def test_stages_whose_steps_all_agree_with_their_own_earlier_steps_name_no_skipped_call(tmp_path):
+    """The same three stages where rank 1 did send on at step 3: every stage is where its own routine has it,
+    and rank 2 (behind, nothing pending) stays the rank the others wait for."""
+    _stages(tmp_path, "pickle", skip=False)
+    rep = _report(tmp_path)
+    assert rep.exit_code != 0
+    assert not any("skipped a point-to-point call" in f.message for f in rep.findings), [
+        f.message for f in rep.findings
+    ]
