@@ -248,6 +248,10 @@ class Dump:
     def _ops(self) -> dict[str, list[int]]:
         return {g: take(self.opid, idx) for g, idx in self.group_index.items()}
 
+    def group_ops(self, group: str) -> list[int]:
+        """The op ids of the rank's collective entries on ``group``, oldest first (gloo's count p2p ops too)."""
+        return self._ops.get(group, [])
+
     def group_seqs(self, group: str) -> list[int]:
         """The sequence ids of the rank's collective entries on ``group``, oldest first."""
         return self._gseq.get(group, [])

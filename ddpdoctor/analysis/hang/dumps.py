@@ -510,9 +510,12 @@ def _op_tokens(d: Dump, group: str) -> list[tuple] | None:
     dump is not in op units (only gloo's count p2p ops)."""
     if not d.op_units:
         return None
-    es = d.collectives(group)
-    if not es:
+    idx = d.group_index.get(group, ())
+    if not idx:
         return None
+    # the last _LOOK calls are enough to read a routine (attribution.py and _routine look as far), and a
+    # 2,000-entry ring of each of a thousand ranks is not built into entries for it
+    es = [d.entry(i) for i in idx[-_LOOK:]]
     # from the group's first call where the ring still holds it (op ids start at 1): the p2p ops before it too
     out: list[tuple] = [_P2P_HOLE] * max(0, es[0].op_id - 1) if es[0].seq == 1 else []
     for a, b in zip(es, es[1:]):
@@ -534,6 +537,14 @@ def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
     if len(groups) != 1 or len(inp.dumps) < 2:
         return None
     (g,) = groups
+    # only where some rank's op ids skip: a group without p2p ops (op ids and sequence ids step together) has
+    # no call gloo left out of its ring, and the others' questions already read it
+    if not any(
+        (ops := d.group_ops(g)) and (seqs := d.group_seqs(g)) and ops[-1] - ops[0] != seqs[-1] - seqs[0]
+        for d in inp.dumps.values()
+        if d.op_units
+    ):
+        return None
     read: dict[int, tuple[str, Any]] = {}
     for r, d in sorted(inp.dumps.items()):
         tokens = _op_tokens(d, g)
