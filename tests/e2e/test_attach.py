@@ -57,6 +57,7 @@ def test_attach_torchrun_rank_conditional_then_analyze(tmp_path: Path) -> None:
         job.end()
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_attach_spawn_from_a_rank_with_native_frames_and_kill(tmp_path: Path) -> None:
     script = PROBES / "spawn_conditional.py"
     job = Job([sys.executable, str(script)], tmp_path)

@@ -69,6 +69,7 @@ def _notes(rep: dict, start: str) -> list[str]:
     return [n for n in rep["notes"] if n.startswith(start)]
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_attach_takes_the_flight_recorder_through_torchs_debug_server(tmp_path: Path) -> None:
     """...and the property of issue 34: the ledger, the dumps and the stacks of one fault give one verdict."""
     pytest.importorskip("tabulate", reason="torch's debug server (rank 0's frontend) imports tabulate")

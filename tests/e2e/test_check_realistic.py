@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from helpers import PROBES, ddpdoctor, finding, lines_of, marker_line
 
 
@@ -101,6 +102,7 @@ PRESHARDED = """
 """
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_presharded_data_without_distributed_sampler_is_not_an_overlap(tmp_path):
     r = ddpdoctor(["check", str(script(tmp_path, "presharded.py", PRESHARDED))], tmp_path)
     assert r.code == 0, r.out
@@ -136,6 +138,7 @@ GAN = """
 """
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_two_ddp_models_gan_style(tmp_path):
     r = ddpdoctor(["check", str(script(tmp_path, "gan.py", GAN))], tmp_path)
     assert r.code == 0, r.out

@@ -53,6 +53,7 @@ def test_rank0_metric_then_barrier_at_two_ranks_names_rank0_alone(tmp_path):
 
 # one extra rank among 8 (a 4-rank variant ran the same path and was dropped for the suite's time), two among 4;
 # the 2-rank case is the test above
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 @pytest.mark.parametrize("n,extra", [(8, "0"), (4, "0,2")], ids=["8-ranks", "ranks-0-and-2"])
 def test_extra_collective_in_a_helper_met_by_a_barrier_at_any_size(tmp_path, n, extra):
     script, r = _hang(tmp_path, "epoch_metric_barrier", n, env={"EXTRA_RANKS": extra})

@@ -21,6 +21,7 @@ OPS = {
 }
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_doctor_health_and_one_probe(tmp_path):
     junit = tmp_path / "doctor.xml"
     out = tmp_path / "doctor.json"

@@ -102,6 +102,7 @@ def test_long_step_without_collective_is_not_a_hang(shared_job):
     assert r.report["verdict"] == "ok"
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_mp_spawn_script_is_detected_and_diagnosed(shared_job):
     r = run_probe(shared_job, "spawn_conditional.py")
     assert "mode spawn" in r.err

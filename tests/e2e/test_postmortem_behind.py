@@ -10,7 +10,8 @@ import pytest
 from frjobs.jobs import JOB, dumped, run_job
 from helpers import ddpdoctor, finding, lines_of, marker_line
 
-pytestmark = pytest.mark.xdist_group("postmortem-behind")  # one worker runs the module fixture's jobs once
+# one worker runs the module fixture's jobs once; the extended tier since stop 57 (its fixture took 14.5 s)
+pytestmark = [pytest.mark.xdist_group("postmortem-behind"), pytest.mark.extended]
 
 
 @pytest.fixture(scope="module")

@@ -421,6 +421,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.extended  # one of the README tier's slowest jobs (stop 57: the tier read 554-562 s)
 def test_a_long_run_keeps_every_step_up_to_1000_then_blocks_of_ten(tmp_path):
     """A long profile run's timeline stays small (issue 10): every step's ranges up to step 1,000, then
     one block of 10 consecutive steps in 10, the same steps on every rank; the verdict, the step count

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import TESTS, ddpdoctor, finding, marker_line
 
 from ddpdoctor.record import reader, schema
 from ddpdoctor.record.writer import prev_path
+
+pytestmark = pytest.mark.extended  # the ledger's rings over long jobs: the extended tier since stop 57
 
 SCRIPT = TESTS / "scripts" / "ring_shift.py"
 
