@@ -111,6 +111,12 @@ class Probe:
         fr = self.flight
         flight = {"on": fr.on, "buffer": fr.size, **({"off": fr.off_reason} if fr.off_reason else {})}
         self.events.write(schema.K_START, self.rank, pid=os.getpid(), flight=flight, **fields)
+        if fr.on:
+            from ddpdoctor.rank import onabort
+
+            # gloo aborts a rank on a size mismatch before any beat reads its recorder: dump it then
+            # (rank/onabort.py); after faulthandler, whose stack the abort still writes
+            onabort.install(lambda: self.write_flight("abort"))
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-heartbeat", daemon=True)
         self._thread.start()
 
@@ -123,6 +129,12 @@ class Probe:
         if error is not None:
             write_json_atomic(os.path.join(self.dir, schema.ERROR), error)
         self.write_flight("raised" if error is not None else "end")
+        if self.flight.on:
+            from ddpdoctor.rank import onabort
+
+            # off before interpreter finalization (rank/onabort.py): gloo's known abort of a finished rank at exit
+            # stays what it is
+            onabort.uninstall()
         for fin in hooks.bound(self.probes, "finish"):
             try:
                 fin()

@@ -29,6 +29,16 @@ def is_user_path(
 _DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
 
 
+_AUTOGRAD = f"{os.sep}torch{os.sep}autograd{os.sep}"
+
+
+def from_autograd(paths: list[str]) -> bool:
+    """A recorded stack (innermost first) of a collective that autograd's engine issued from C++ with no
+    torch.distributed function on the way: DDP's reducer all-reducing a bucket in backward. FSDP's calls go
+    through torch.distributed's functions and are not these."""
+    return bool(paths) and not any(_DISTRIBUTED in p for p in paths) and any(_AUTOGRAD in p for p in paths)
+
+
 def callers_start(paths: list[str]) -> int:
     """In a recorded stack (innermost first), the index of torch.distributed's innermost frame (0 where none is
     there): the frames before it are inside the collective's call (a process group's method, and whatever a

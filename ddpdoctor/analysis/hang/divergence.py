@@ -50,8 +50,14 @@ def sequence(record: RunRecord, rank: int, group: str, final_seq: int, lo: int =
             continue
         if rng[1] < lo:
             break
-        slot = Slot(
-            e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"), dtypes=e.get("dtypes")
+        slot = (
+            # DDP's reducer's call, recorded by torch (record/flight.py): what the wrappers' ledger leaves as
+            # internal, so that both records read alike
+            Slot(INTERNAL)
+            if e.get("by") == "autograd"
+            else Slot(
+                e.get("op", "?"), tuple(e["site"]) if e.get("site") else None, e.get("shapes"), dtypes=e.get("dtypes")
+            )
         )
         for s in range(max(rng[0], lo), rng[1] + 1):
             out[s] = slot

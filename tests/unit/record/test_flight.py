@@ -114,3 +114,34 @@ def test_the_site_is_the_users_call_into_torch_distributed_not_a_frame_inside_it
     assert user_frame(frames) == ["/work/train.py", 31, "main"]
     # a stack with no torch.distributed frame (a hand-made record): the innermost user frame, as before
     assert user_frame(frames[:1]) == ["/work/patches/sitecustomize.py", 91, "method"]
+
+
+def test_a_bucket_all_reduce_autograd_issued_reads_as_ddps_internal_call_and_a_users_call_does_not(tmp_path) -> None:
+    """DDP's reducer all-reduces its buckets from autograd's engine, in C++: the recorded stack has autograd's
+    frames and no torch.distributed function. Such an entry is marked ``by: autograd``, and the judge's
+    sequence reads it as DDP's internal call, as the wrappers' ledger (which never sees it) does. An FSDP call
+    or the user's own all_reduce in backward goes through torch.distributed's functions and is not marked."""
+    from ddpdoctor.analysis.hang.divergence import INTERNAL, sequence
+
+    torch_dir = "/venv/lib/python3.11/site-packages/torch"
+    bucket = _entry(2, line=29)
+    bucket["frames"] = [
+        {"filename": f"{torch_dir}/autograd/graph.py", "line": 979, "name": "_engine_run_backward"},
+        {"filename": f"{torch_dir}/autograd/__init__.py", "line": 395, "name": "backward"},
+        {"filename": f"{torch_dir}/_tensor.py", "line": 623, "name": "backward"},
+        {"filename": "/work/train.py", "line": 29, "name": "main"},
+    ]
+    hook = _entry(3, line=29)  # a user's all_reduce called from a backward hook: torch.distributed on the way
+    hook["frames"] = [
+        {"filename": LIB, "line": 3000, "name": "all_reduce"},
+        {"filename": "/work/train.py", "line": 12, "name": "hook"},
+        *bucket["frames"],
+    ]
+    dump = _dump([_entry(1), bucket, hook], done=3)
+    assert [e.get("by") for e in flight.entries(dump, rank=0)] == [None, "autograd", None]
+    RunBuilder(tmp_path / "run").start(0)
+    (tmp_path / "run" / "ranks" / "0" / "flight.json").write_text(json.dumps(dict(dump, ddpdoctor={"rank": 0})))
+    rec = load_run(str(tmp_path / "run"))
+    slots = sequence(rec, 0, "0", 3)
+    assert slots[2].op == INTERNAL
+    assert (slots[1].op, slots[3].op, slots[3].site[1]) == ("all_reduce", "all_reduce", 12)
