@@ -56,6 +56,12 @@ def default_run_dir(command: str, env: Mapping[str, str] | None = None) -> str:
 
 def create(path: str, manifest_fields: dict[str, Any]) -> str:
     path = os.path.abspath(path)
+    collectives = os.environ.get("DDPDOCTOR_COLLECTIVES") or schema.COLLECTIVES_MODES[0]
+    if collectives not in schema.COLLECTIVES_MODES:
+        raise DdpdoctorError(
+            f"DDPDOCTOR_COLLECTIVES={collectives}: expected recorder (the default: torch's flight recorder) or "
+            "wrappers (ddpdoctor's own ledger of every call)"
+        )
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.isdir(path) and os.listdir(path):
@@ -75,6 +81,7 @@ def create(path: str, manifest_fields: dict[str, Any]) -> str:
             "monitor_pid": me.pid,
             "monitor_create_time": me.create_time(),
             "user_env_keys": sorted(os.environ),
+            "collectives": collectives,
             **manifest_fields,
         }
         write_json_atomic(os.path.join(path, schema.MANIFEST), manifest)

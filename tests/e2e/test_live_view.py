@@ -106,7 +106,9 @@ def screen_lines(raw: str) -> list[str]:
     return [ESC.sub("", x) for x in re.split(r"\r\n|\r|\n", raw)]
 
 
-ROW = re.compile(r"^rank (\d+)\s+(\d+)\s+([\d.]*)\s+(\d+)\s+(\S.*?)(?:\s{2,}(\S+:\d+))?\s*$")
+# the line column as drawn: whole, or cut by the terminal's width ("rank_conditional.py:…") when a longer state
+# ("waiting 12 s in ...") widened the column before it
+ROW = re.compile(r"^rank (\d+)\s+(\d+)\s+([\d.]*)\s+(\d+)\s+(\S.*?)(?:\s{2,}(\S+:(?:\d+|\S*…)))?\s*$")
 
 
 def rows(lines: list[str]) -> list[tuple[int, int, int, str, str]]:

@@ -1,5 +1,9 @@
 """Long runs (issue 10): the ledger and heartbeat files are rings of bounded size, and a divergence
-inside the ring is still found at its line. Real ranks (2, gloo) with small rings set by env vars."""
+inside the ring is still found at its line. Real ranks (2, gloo) with small rings set by env vars.
+
+The ledger's rings, its memory map and its running digest are the wrappers' (``DDPDOCTOR_COLLECTIVES=wrappers``,
+the fallback that records every call in Python): these jobs force it. Under the default, torch's flight recorder
+keeps its own ring (``TORCH_FR_BUFFER_SIZE``), tested at the end."""
 
 from __future__ import annotations
 
@@ -15,6 +19,13 @@ from ddpdoctor.record.writer import prev_path
 pytestmark = pytest.mark.extended  # the ledger's rings over long jobs: the extended tier since stop 57
 
 SCRIPT = TESTS / "scripts" / "ring_shift.py"
+
+
+@pytest.fixture(autouse=True)
+def _wrappers(monkeypatch):
+    """The wrappers record every call (the ledger these tests read), where the default leaves to torch's
+    recorder the calls it records."""
+    monkeypatch.setenv("DDPDOCTOR_COLLECTIVES", "wrappers")
 
 
 def _lines(path: Path) -> int:
@@ -214,3 +225,26 @@ def test_the_call_line_cache_records_every_call_as_made(tmp_path):
         assert [s for s, g in zip(seqs, groups) if g == groups[0]] == [(i, i) for i in range(1, 9)], seqs
         assert seqs[5] == (1, 1), seqs
         assert all(e["st"] == "done" for e in rec.ledger)
+
+
+def test_under_the_default_a_divergence_before_torchs_ring_is_said_to_be_out_of_sight(tmp_path, monkeypatch):
+    """The default leaves the calls to torch's flight recorder, which keeps no running digest: with a ring of
+    16 entries, rank 0's extra call at step 5 is out of its sight. The hang finding says where the ring starts
+    and how to keep more, rather than read as if the window were the whole run; with the ring of the default
+    size (2,000) the same job names the extra call itself."""
+    monkeypatch.delenv("DDPDOCTOR_COLLECTIVES")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "16")
+    bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra"], tmp_path, timeout=120)
+    assert bad.code == 3, bad.err[-2000:]
+    hang = next(f for f in bad.report["findings"] if f["id"].startswith("hang."))
+    assert "holds group 0's calls from #" in hang["message"] and "TORCH_FR_BUFFER_SIZE" in hang["message"]
+    assert hang["evidence"]["recorder_window"]["group"] == "0"
+    assert hang["evidence"]["recorder_window"]["first"] > 100
+
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE")
+    whole = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra"], tmp_path, timeout=120)
+    assert whole.code == 3, whole.err[-2000:]
+    f = finding(whole.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0]
+    assert (0, marker_line(DIGEST_SCRIPT, "EXTRA")) in [(l["rank"], l["line"]) for l in f["locations"]]
+    assert "recorder_window" not in f["evidence"]

@@ -102,12 +102,50 @@ def sentence(info: dict[str, Any]) -> str:
     )
 
 
+def recorder_window(record: RunRecord) -> dict[str, Any] | None:
+    """``{"group", "first", "ranks"}`` for the first process group whose calls some rank left to torch's flight
+    recorder (the default, ``DDPDOCTOR_COLLECTIVES=recorder``) and whose ring no longer holds that rank's first
+    call: the recorder keeps no running digest, so a divergence before ``first`` (the latest of those ranks'
+    oldest recorded positions) is out of sight. None when every such ring still holds its group's first call."""
+    oldest: dict[str, dict[int, int]] = {}
+    for r, rec in record.ranks.items():
+        init = rec.event(schema.K_INIT)
+        if not (init and init.get("recorded")):
+            continue
+        for e in rec.ledger:
+            if e.get("src") != "flight" or not e.get("seq"):
+                continue
+            g, pos = str(e.get("group")), int(e["seq"][0])
+            if pos < oldest.setdefault(g, {}).get(r, pos + 1):
+                oldest[g][r] = pos
+    for g in sorted(oldest):
+        wrapped = {r: p for r, p in oldest[g].items() if p > 1}
+        if wrapped:
+            return {"group": g, "first": max(wrapped.values()), "ranks": sorted(wrapped)}
+    return None
+
+
+def recorder_sentence(info: dict[str, Any]) -> str:
+    """What a hang finding says when torch's ring no longer holds a group's first calls."""
+    return (
+        f"torch's flight recorder of {ranks_phrase(info['ranks'])} holds group {info['group']}'s calls from "
+        f"#{info['first']} on: a divergence before it is out of sight (raise TORCH_FR_BUFFER_SIZE, or set "
+        "DDPDOCTOR_COLLECTIVES=wrappers for a running digest of every call)"
+    )
+
+
 def annotate(findings: list[Finding], record: RunRecord) -> list[Finding]:
     """The hang findings with the sentence and ``evidence["before_window"]`` when the ranks' sequences
-    already differed before the window every rank's ledger holds (only computed for a hang finding)."""
+    already differed before the window every rank's ledger holds, or with ``evidence["recorder_window"]`` when
+    a rank's calls were left to torch's recorder and its ring no longer holds the first of them (only computed
+    for a hang finding)."""
     if not any(f.id.startswith("hang.") for f in findings):
         return findings
     info = before_window(record)
+    key, text = "before_window", sentence
+    if info is None:
+        info = recorder_window(record)
+        key, text = "recorder_window", recorder_sentence
     if info is None:
         return findings
     out = []
@@ -116,11 +154,11 @@ def annotate(findings: list[Finding], record: RunRecord) -> list[Finding]:
             f = Finding(
                 f.id,
                 f.severity,
-                f"{f.message}; {sentence(info)}",
+                f"{f.message}; {text(info)}",
                 f.hint,
                 f.ranks,
                 f.locations,
-                dict(f.evidence, before_window=info),
+                dict(f.evidence, **{key: info}),
                 f.culprits,
             )
         out.append(f)
