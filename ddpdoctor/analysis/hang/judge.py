@@ -196,6 +196,16 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
 _ROUTINE_SPAN = 6
 
 
+def repeats(calls: Sequence[Hashable], period: int) -> bool:
+    """Whether ``calls`` end in a routine of ``period``: their last ``max(period, 6)`` calls are each the
+    call one period before. A short run of equal calls (two all-reduces in a row) is no routine, nor is a
+    step seen only twice when it holds fewer than 6 calls. The one reading of a routine, for the ranks'
+    common calls (``routine``) and for each rank's own (``programs.own_departure``)."""
+    span = max(period, _ROUTINE_SPAN)
+    n = len(calls)
+    return n - span - period >= 0 and all(calls[n - 1 - k] == calls[n - 1 - k - period] for k in range(span))
+
+
 def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ...], Hashable] | None:
     """Training repeats itself: each rank's calls, index by index (a token per call: what must agree and the
     line), read for the first index where the ranks' tokens differ; the smallest period of the calls before
@@ -211,17 +221,9 @@ def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ..
     if first is None:
         return None
     ref = calls[min(calls)]  # before ``first`` every rank's calls are the same
-    # the smallest period that the calls before repeat over at least one whole period and _ROUTINE_SPAN calls
-    # (a short run of equal calls, two all-reduces in a row, is no routine)
-    period = next(
-        (
-            p
-            for p in range(1, first // 2 + 1)
-            if first - max(p, _ROUTINE_SPAN) - p >= 0
-            and all(ref[first - 1 - k] == ref[first - 1 - k - p] for k in range(max(p, _ROUTINE_SPAN)))
-        ),
-        None,
-    )
+    # the smallest period that the calls before repeat over
+    before = ref[:first]
+    period = next((p for p in range(1, first // 2 + 1) if repeats(before, p)), None)
     if period is None:
         return None
     expected = ref[first - period]
