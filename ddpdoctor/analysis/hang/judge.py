@@ -103,6 +103,19 @@ def one_place(facts: Iterable[RankFacts]) -> bool:
     return len(places) == 1
 
 
+def receive_cycle(facts: Mapping[int, RankFacts]) -> tuple[int, ...] | None:
+    """Every rank waits to receive and none has a send of its own outstanding: no message can ever arrive.
+    The ranks, or None where any rank runs, ended, left no record or waits in anything else. The one copy of
+    the policy's receive-cycle rule: the ledger's post-mortem and the live monitor's proof ask it of their
+    facts (the live ones count only the waits that lasted the settle time)."""
+    if not facts:
+        return None
+    for f in facts.values():
+        if f.state != WAITING or f.pending is None or not f.pending.receives or f.sending:
+            return None
+    return tuple(sorted(facts))
+
+
 def pending_parting(facts: Mapping[int, RankFacts]) -> tuple[str, int, dict[int, Call]] | None:
     """The first position (group, sequence id) where two or more waiting ranks' pending calls sit and differ
     in what must agree (``Call.key``): those calls can never meet, whatever the ranks' histories say. The
