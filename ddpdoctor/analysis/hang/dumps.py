@@ -537,7 +537,7 @@ def _op_tokens(d: Dump, group: str) -> tuple[list[tuple], list[Entry | None]] | 
 def _own_routine(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
     """``hang.rank-conditional-collective`` where one rank's step left out a point-to-point call or made one
     collective more: each rank's calls on the group of the pending calls, p2p ops as gloo's op ids count
-    them, read against its own earlier steps (``programs.own_departure``: the stages of a pipeline run
+    them, read against its own earlier steps (``programs.off_routine``: the stages of a pipeline run
     different programs by role, so no index compares across ranks); exactly one rank left its routine, every
     other rank is where its own routine has it. A skipped call's line is not in any dump (gloo records no
     p2p): the rank's next call, after the gap, is named. An extra collective is named at its own entry, at
@@ -555,18 +555,14 @@ def _own_routine(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
         if d.op_units
     ):
         return None
-    read: dict[int, programs.OwnReading] = {}
-    entries: dict[int, list[Entry | None]] = {}
-    for r, d in sorted(inp.dumps.items()):
-        got = _op_tokens(d, g)
-        reading = programs.own_departure(got[0]) if got else None
-        if got is None or reading is None:
-            return None
-        read[r], entries[r] = reading, got[1]
-    odd = [r for r, got in read.items() if got.kind != "ok"]
-    if len(odd) != 1:
+    tokens = {r: _op_tokens(d, g) for r, d in sorted(inp.dumps.items())}
+    got = programs.off_routine({r: t[0] if t else None for r, t in tokens.items()})
+    if got is None:
         return None
-    (r,) = odd
+    r, reading = got
+    mine = tokens[r]
+    assert mine is not None  # off_routine read its calls
+    ents = mine[1]  # the entry of each of its calls (None: a p2p op)
     victims = sorted(x for x in inp.dumps if x != r)
     waits = "; ".join(
         _pending_phrase(v, p)
@@ -575,8 +571,7 @@ def _own_routine(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
         for v in victims
     )
     locs = [loc for v in victims if v in stuck for loc in _loc(v, user_frame(stuck[v].pending), "victim")]
-    reading = read[r]
-    extra = entries[r][reading.at] if reading.kind == "extra" and reading.at is not None else None
+    extra = ents[reading.at] if reading.kind == "extra" and reading.at is not None else None
     if reading.kind == "skipped" and reading.call == _P2P_HOLE:
         after = stuck[r].pending if r in stuck else inp.dumps[r].last()
         msg = (
@@ -594,7 +589,7 @@ def _own_routine(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
             f"group {g}){_at(user_frame(extra))} than each of its own earlier steps made there (the stages' calls "
             f"differ by role, so each is read against its own routine, p2p ops counted by gloo's op ids)"
         )
-        nxt = entries[r][reading.at + 1] if reading.at + 1 < len(entries[r]) else None
+        nxt = ents[reading.at + 1] if reading.at + 1 < len(ents) else None
         if nxt is not None and _key(nxt) == _key(extra):
             # two alike calls in a row, no line to tell them apart (a JSON dump): the second may as well be the
             # one made in place of the routine's next call; the rank and its step are the same either way

@@ -301,6 +301,23 @@ def own_departure(calls: Sequence[Hashable]) -> OwnReading | None:
     return None
 
 
+def off_routine(calls: Mapping[int, Sequence[Hashable] | None]) -> tuple[int, OwnReading] | None:
+    """The one rank off its own routine: each rank's calls (``None``: the source could not give them) read
+    against its own earlier steps (``own_departure``); exactly one rank's step left out a call or made one
+    more, and every other rank is where its own routine has it. The rank and its reading, or None where a
+    rank has no routine to read it against, or no rank or several ranks left theirs. The one body of the
+    policy's own-routine rule, whichever source gave the calls: the ledger's (op, line) of each call, p2p ops
+    included, or a gloo dump's entries with a hole for each p2p op its op ids count."""
+    read: dict[int, OwnReading] = {}
+    for r, own in calls.items():
+        got = own_departure(own) if own else None
+        if got is None:
+            return None  # a rank without a routine: nothing to read it against
+        read[r] = got
+    odd = [r for r, got in read.items() if got.kind != "ok"]
+    return (odd[0], read[odd[0]]) if len(odd) == 1 else None
+
+
 def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: dict[str, Any]) -> Finding | None:
     """``hang.rank-conditional-collective`` where the ranks run different programs by role (pipeline stages:
     one sends, one receives and sends on, one receives), so no index compares across ranks and the
@@ -313,17 +330,11 @@ def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: 
         return None
     if not any((states[r].pending or {}).get("op") in P2P for r in ranks):
         return None
-    read: dict[int, OwnReading] = {}
-    for r in ranks:
-        got = own_departure(_own_calls(record, states[r]))
-        if got is None:
-            return None  # a rank without a routine: nothing to read it against
-        read[r] = got
-    odd = [r for r in ranks if read[r].kind != "ok"]
-    if len(odd) != 1 or read[odd[0]].kind != "skipped":
-        return None
-    (r,) = odd
-    call = read[r].call
+    got = off_routine({r: _own_calls(record, states[r]) for r in ranks})
+    if got is None or got[1].kind != "skipped":
+        return None  # an extra call is the first divergence's, read by the rules before
+    r, reading = got
+    call = reading.call
     assert isinstance(call, tuple)  # an (op, site) of _own_calls
     op, site = str(call[0]), tuple(call[1])
     victims = [v for v in ranks if v != r]
