@@ -11,15 +11,16 @@ only after ``timeout`` seconds.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
-from ddpdoctor.analysis.hang import policy
+from ddpdoctor.analysis.hang import judge, policy
 from ddpdoctor.analysis.hang.facts import RankFacts, agreement_of
 from ddpdoctor.analysis.ids import HANG_DIVERGENT_COLLECTIVE, HANG_EARLY_EXIT, HANG_P2P_DEADLOCK, HANG_TIMEOUT
-from ddpdoctor.analysis.state import P2P, RECVS, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.analysis.state import P2P, RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -47,13 +48,14 @@ class LiveCase(policy.Case):
         self.record, self.states, self.cfg, self.now = record, states, cfg, now
         self._first: tuple[str, str] | None | bool = False  # not looked for yet
 
-    @property
+    @functools.cached_property
     def facts(self) -> Mapping[int, RankFacts]:  # type: ignore[override]
-        """The per-rank facts of the live ledger, heartbeats and flight pendings (built when asked for: the
-        proofs read the states they come from, and the judge of a job asks 1,024 ranks every second)."""
-        from ddpdoctor.analysis.hang.sources.ledger import facts
+        """The per-rank facts of the live ledger, heartbeats and flight pendings, a wait counted once it has
+        lasted the settle time and a fresh heartbeat still shows it (``settled``); each built when first read:
+        the proofs read the states they come from, and the judge of a job asks 1,024 ranks every second."""
+        from ddpdoctor.analysis.hang.sources.ledger import LazyFacts
 
-        return facts(self.states)
+        return LazyFacts(self.states, lambda s: _settled(s, self.cfg, self.now))
 
     def _proof(self) -> tuple[str, str] | None:
         if self._first is False:
@@ -69,8 +71,15 @@ class LiveCase(policy.Case):
         return _said(HANG_DIVERGENT_COLLECTIVE, "certain", got[1]) if got and got[0] == "peer" else None
 
     def receive_cycle(self) -> Finding | None:
-        reason = _receive_all(self.states, self.cfg, self.now)
-        return _said(HANG_P2P_DEADLOCK, "certain", reason) if reason else None
+        ranks = judge.receive_cycle(self.facts)
+        if ranks is None:
+            return None
+        text = "; ".join(
+            waits_text(s, self.now)
+            + (f" from rank {peer}" if (peer := (s.pending or {}).get("peer")) is not None else "")
+            for s in (self.states[r] for r in ranks[:4])
+        )
+        return _said(HANG_P2P_DEADLOCK, "certain", f"{text}; every rank waits to receive and none sends")
 
     def overdue(self) -> Finding | None:
         reason = _overdue(self.record, self.states, self.cfg, self.now)
@@ -81,28 +90,16 @@ def _said(fid: str, mode: str, reason: str) -> Finding:
     return Finding(fid, "error", reason, "", (), (), {"live": mode})
 
 
+def _settled(s: RankState, cfg: Config, now: float) -> bool:
+    """A wait the live proof counts: in a collective (or at a sync point for one) for at least the settle
+    time, seen by a heartbeat that is not stale (a wait younger than that may be a call passing through)."""
+    return bool(s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle)
+
+
 def _waiting(states: dict[int, RankState], cfg: Config, now: float) -> tuple[list[RankState], list[RankState]]:
     live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    waiting = [s for s in live if s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle]
+    waiting = [s for s in live if _settled(s, cfg, now)]
     return live, waiting
-
-
-def _receive_all(states: dict[int, RankState], cfg: Config, now: float) -> str | None:
-    """Every rank waits to receive and none has a send outstanding: nobody can ever send."""
-    live, waiting = _waiting(states, cfg, now)
-    if (
-        live
-        and len(waiting) == len(live)
-        and len(live) == len(states)
-        and all((s.pending or {}).get("op") in RECVS and not (s.pending or {}).get("sends") for s in live)
-    ):
-        text = "; ".join(
-            f"{waits_text(s, now)}"
-            + (f" from rank {(s.pending or {}).get('peer')}" if (s.pending or {}).get("peer") is not None else "")
-            for s in live[:4]
-        )
-        return f"{text}; every rank waits to receive and none sends"
-    return None
 
 
 def _first_proof(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> tuple[str, str] | None:

@@ -33,7 +33,7 @@ SIZE_MISMATCH = re.compile(r"Received data size doesn't match|size mismatch|Mism
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 P2P, SHAPED = schema.P2P, schema.SHAPED  # the collective vocabulary (record/schema.py)
-RECVS = frozenset({"recv", "irecv"})  # point-to-point receives
+RECVS = schema.RECVS  # point-to-point receives
 
 
 def loc(rank: int, site: Any, role: str = "") -> Location | None:

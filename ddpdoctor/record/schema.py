@@ -158,6 +158,7 @@ SHAPED = frozenset(
 # sizes differ by design, and comparing them blamed a healthy exchange for a hang elsewhere (torch's own
 # analyzer leaves all_to_all's sizes undecided too)
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+RECVS = frozenset({"recv", "irecv"})  # point-to-point receives
 OTHER = frozenset(
     {
         "gather",

@@ -1,9 +1,9 @@
 """A pipeline of three stages with p2p on gloo (tests/frjobs/stagejob.py: every step rank 0 sends to rank 1 and
 rank 1 to rank 2, then all three all-reduce and meet at a barrier), live under ``ddpdoctor hang`` and from the
 same job's own flight-recorder dumps (plain torchrun, frjob.py's watchdog). Healthy, it reads OK both ways;
-with the middle stage's extra all-reduce at one step, the report names the middle stage (rank 1): live at its
-extra call's line, from the dumps (pickle and JSON alike: the culprit never rests on the frames only the pickle
-carries) at the call where its sequence parts from the others'. With the middle stage's send left out at one
+with the middle stage's extra all-reduce at one step, the report names the middle stage (rank 1) and its extra
+call: live at its line, from the dumps (pickle and JSON alike: the culprit never rests on the frames only the
+pickle carries) by its position, read against its own earlier steps, and at its line where the pickle has it. With the middle stage's send left out at one
 step, live names it at that send; its own dumps name it too (gloo records no p2p op, but its op ids count them:
 the middle stage's step has one op fewer than each of its earlier steps), at its next call after the gap.
 Three-rank jobs: the ``extended`` tier."""
@@ -83,18 +83,22 @@ def test_own_dumps_of_the_healthy_pipeline_read_ok(dumps, fmt, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["fr", "json"])
-def test_own_dumps_of_the_extra_collective_name_the_stage(dumps, fmt, tmp_path):
+def test_own_dumps_of_the_extra_collective_name_the_stage_at_its_extra_call(dumps, fmt, tmp_path):
+    """The extra all-reduce has the step's own shape: it met the others' step all-reduce, and rank 1's own step
+    all-reduce then stands where the others' barrier does. Each stage read against its own earlier steps (p2p
+    ops counted by gloo's op ids) names rank 1's extra call (#7), at its line where the pickle has the frames.
+    Before, the dumps read `hang.divergent-collective` at the next call's line (STEP)."""
     res = ddpdoctor(["analyze", str(dumps["extra"] / fmt)], tmp_path)
     assert res.code == 3, res.err + res.out
     assert res.report["verdict"] == "hang"
-    # the extra all-reduce has the step's own shape: it met the others' step all-reduce, and rank 1's own step
-    # all-reduce then stands where the others' barrier does (rank 1's call there differs)
     (f,) = [f for f in res.report["findings"] if f["severity"] == "error"]
-    assert f["id"] in ("hang.divergent-collective", "hang.rank-conditional-collective"), f["id"]
-    assert f["culprits"] == [1], f["message"]
+    assert (f["id"], f["culprits"]) == ("hang.rank-conditional-collective", [1]), f["message"]
+    assert f["evidence"]["divergence"]["seq"] == 7, f["evidence"]
     if fmt == "fr":  # the pickle has the frames: the lines
-        assert lines_of(f, 1) & {marker_line(STAGE_JOB, "STEP"), marker_line(STAGE_JOB, "EXTRA")}, f["locations"]
+        assert lines_of(f, 1) == {marker_line(STAGE_JOB, "EXTRA")}, f["locations"]
         assert lines_of(f, 0) == lines_of(f, 2) == {marker_line(STAGE_JOB, "BAR")}, f["locations"]
+    else:
+        assert f["locations"] == [], f["locations"]
 
 
 @pytest.mark.parametrize("fmt", ["fr", "json"])

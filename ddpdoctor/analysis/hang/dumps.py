@@ -148,10 +148,12 @@ class DumpCase(policy.Case):
     def own_routine(self) -> Finding | None:
         # pipeline stages on gloo: its recorder leaves send/recv out, its op ids count them; the one rank whose
         # step left out a point-to-point call its own earlier steps made (asked before `behind`: the stage it
-        # starved waits in a receive with nothing pending in its dump, and reads as behind)
+        # starved waits in a receive with nothing pending in its dump, and reads as behind), or made one
+        # collective more (asked before `one_place`: the extra call met the others' next one, and the ranks
+        # then wait at one position in calls that differ, which names the rank but not its extra call)
         if not self._hung() or self.missing:
             return None
-        return _p2p_skipped(self.inp, self.stuck)
+        return _own_routine(self.inp, self.stuck)
 
     def program(self) -> Finding | None:
         # every group's own sequence agrees or shows a rank behind, and the waits are a cycle across groups:
@@ -503,11 +505,11 @@ def _behind(
 _P2P_HOLE = ("<p2p>",)  # an op id gloo's recorder counted and left no entry for: a send or a recv
 
 
-def _op_tokens(d: Dump, group: str) -> list[tuple] | None:
+def _op_tokens(d: Dump, group: str) -> tuple[list[tuple], list[Entry | None]] | None:
     """The rank's calls on ``group`` in issue order: each entry's ``_key``, and a ``_P2P_HOLE`` for every op id
     no entry holds (between two entries; before the first where it is the group's first call; after the last,
-    up to what pg_status says was enqueued: gloo does not count a receive still pending there). None where the
-    dump is not in op units (only gloo's count p2p ops)."""
+    up to what pg_status says was enqueued: gloo does not count a receive still pending there); with them, the
+    entry of each token (None for a hole). None where the dump is not in op units (only gloo's count p2p ops)."""
     if not d.op_units:
         return None
     idx = d.group_index.get(group, ())
@@ -518,21 +520,29 @@ def _op_tokens(d: Dump, group: str) -> list[tuple] | None:
     es = [d.entry(i) for i in idx[-_LOOK:]]
     # from the group's first call where the ring still holds it (op ids start at 1): the p2p ops before it too
     out: list[tuple] = [_P2P_HOLE] * max(0, es[0].op_id - 1) if es[0].seq == 1 else []
+    at: list[Entry | None] = [None] * len(out)
     for a, b in zip(es, es[1:]):
         out.append(_key(a))
-        out += [_P2P_HOLE] * max(0, b.op_id - a.op_id - 1)
+        at.append(a)
+        holes = max(0, b.op_id - a.op_id - 1)
+        out += [_P2P_HOLE] * holes
+        at += [None] * holes
     out.append(_key(es[-1]))
+    at.append(es[-1])
     enq = max((st.last_enqueued for pg, st in d.pg_status.items() if d.group_of(pg) == group), default=0)
-    out += [_P2P_HOLE] * max(0, enq - es[-1].op_id)
-    return out
+    holes = max(0, enq - es[-1].op_id)
+    return out + [_P2P_HOLE] * holes, at + [None] * holes
 
 
-def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
-    """``hang.rank-conditional-collective`` where one rank's step left out a point-to-point call: each rank's
-    calls on the group of the pending calls, p2p ops as gloo's op ids count them, read against its own earlier
-    steps (``programs.own_departure``); exactly one rank skipped a p2p op its routine makes, every other rank
-    is where its own routine has it. The skipped call's line is not in any dump (gloo records no p2p): the
-    rank's next call, after the gap, is named."""
+def _own_routine(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
+    """``hang.rank-conditional-collective`` where one rank's step left out a point-to-point call or made one
+    collective more: each rank's calls on the group of the pending calls, p2p ops as gloo's op ids count
+    them, read against its own earlier steps (``programs.off_routine``: the stages of a pipeline run
+    different programs by role, so no index compares across ranks); exactly one rank left its routine, every
+    other rank is where its own routine has it. A skipped call's line is not in any dump (gloo records no
+    p2p): the rank's next call, after the gap, is named. An extra collective is named at its own entry, at
+    its line where the dump has frames (the reading itself never rests on them: a JSON dump names the same
+    rank and position)."""
     groups = {s.pending.group for s in stuck.values() if s.pending is not None and not s.pending.is_p2p}
     if len(groups) != 1 or len(inp.dumps) < 2:
         return None
@@ -545,18 +555,14 @@ def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
         if d.op_units
     ):
         return None
-    read: dict[int, tuple[str, Any]] = {}
-    for r, d in sorted(inp.dumps.items()):
-        tokens = _op_tokens(d, g)
-        got = programs.own_departure(tokens) if tokens else None
-        if got is None:
-            return None
-        read[r] = got
-    odd = [r for r, got in read.items() if got[0] == "skipped"]
-    if len(odd) != 1 or read[odd[0]][1] != _P2P_HOLE:
+    tokens = {r: _op_tokens(d, g) for r, d in sorted(inp.dumps.items())}
+    got = programs.off_routine({r: t[0] if t else None for r, t in tokens.items()})
+    if got is None:
         return None
-    (r,) = odd
-    after = stuck[r].pending if r in stuck else inp.dumps[r].last()
+    r, reading = got
+    mine = tokens[r]
+    assert mine is not None  # off_routine read its calls
+    ents = mine[1]  # the entry of each of its calls (None: a p2p op)
     victims = sorted(x for x in inp.dumps if x != r)
     waits = "; ".join(
         _pending_phrase(v, p)
@@ -564,13 +570,38 @@ def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
         else f"rank {v} has nothing pending on group {g} (in a send or recv, which gloo does not record)"
         for v in victims
     )
-    msg = (
-        f"a call is left out on one rank: rank {r} skipped a point-to-point call (a send or recv: gloo's flight "
-        f"recorder does not record them, and its op ids count them) before {after.call() if after else 'its last call'}"
-        f"{_at(user_frame(after))}, where each of its own earlier steps made one; stranded: {waits}"
-    )
-    locs = _loc(r, user_frame(after), "after the skipped call")
-    locs += [loc for v in victims if v in stuck for loc in _loc(v, user_frame(stuck[v].pending), "victim")]
+    locs = [loc for v in victims if v in stuck for loc in _loc(v, user_frame(stuck[v].pending), "victim")]
+    extra = ents[reading.at] if reading.kind == "extra" and reading.at is not None else None
+    if reading.kind == "skipped" and reading.call == _P2P_HOLE:
+        after = stuck[r].pending if r in stuck else inp.dumps[r].last()
+        msg = (
+            f"a call is left out on one rank: rank {r} skipped a point-to-point call (a send or recv: gloo's flight "
+            f"recorder does not record them, and its op ids count them) before "
+            f"{after.call() if after else 'its last call'}{_at(user_frame(after))}, where each of its own earlier "
+            f"steps made one; stranded: {waits}"
+        )
+        locs = _loc(r, user_frame(after), "after the skipped call") + locs
+        how: dict[str, Any] = {"diverged": [r], "how": "own routine: skipped p2p", "group": g}
+    elif extra is not None:
+        assert reading.at is not None
+        msg = (
+            f"a collective is called on some ranks only: rank {r} made one {extra.call()} more (#{extra.seq} of "
+            f"group {g}){_at(user_frame(extra))} than each of its own earlier steps made there (the stages' calls "
+            f"differ by role, so each is read against its own routine, p2p ops counted by gloo's op ids)"
+        )
+        nxt = ents[reading.at + 1] if reading.at + 1 < len(ents) else None
+        if nxt is not None and _key(nxt) == _key(extra):
+            # two alike calls in a row, no line to tell them apart (a JSON dump): the second may as well be the
+            # one made in place of the routine's next call; the rank and its step are the same either way
+            msg += (
+                f"; its next call, #{nxt.seq}, is alike and the dump holds no line to tell which of the two its "
+                "routine does not make"
+            )
+        msg += f"; stranded: {waits}"
+        locs = _loc(r, user_frame(extra), "extra call") + locs
+        how = {"diverged": [r], "how": "own routine: extra call", "group": g, "seq": extra.seq}
+    else:
+        return None  # a left-out collective is read by the questions over every rank's calls
     return Finding(
         HANG_RANK_CONDITIONAL_COLLECTIVE,
         "error",
@@ -578,7 +609,7 @@ def _p2p_skipped(inp: Inputs, stuck: dict[int, Stand]) -> Finding | None:
         HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
         tuple(sorted(inp.dumps)),
         tuple(locs),
-        {"source": "flight recorder", "divergence": {"diverged": [r], "how": "own routine: skipped p2p", "group": g}},
+        {"source": "flight recorder", "divergence": how},
         culprits=(r,),
     )
 

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ddpdoctor.record.schema import P2P, SHAPED
+from ddpdoctor.record.schema import P2P, RECVS, SHAPED
 
 # Where a rank stands.
 WAITING: Final = "waiting"  # inside a call (a collective, a p2p op, DDP's all-reduce) that has not returned
@@ -43,6 +43,11 @@ class Call:
     sites: tuple[Hashable, ...] = ()
     key: Hashable = None  # the op and what of its arguments must agree (shapes, dtypes)
 
+    @property
+    def receives(self) -> bool:
+        """A point-to-point receive (``recv``, or an ``irecv`` whose Work the rank waits on)."""
+        return self.op in RECVS
+
     def place(self) -> tuple:
         """Where the call waits, for telling whether ranks wait in the same one: its group and position
         where known; else (stacks) its op and innermost line."""
@@ -55,13 +60,15 @@ class Call:
 class RankFacts:
     """What one source says of one rank: where it stands, the call it waits in (``None``: the source cannot
     say which), per group the last position it issued (its pending call's included; a group it takes part
-    in), and per group its oldest p2p op that has not completed."""
+    in), per group its oldest p2p op that has not completed, and whether a send of its own is outstanding
+    (``sending``: an ``isend`` whose Work has not completed, where the source tracks them: the ledger's)."""
 
     rank: int
     state: str
     pending: Call | None = None
     issued: Mapping[str, int] = field(default_factory=dict)
     open_p2p: Mapping[str, Call] = field(default_factory=dict)
+    sending: bool = False
 
 
 # What a rank holds at a position where it holds no call of its own.

@@ -103,6 +103,19 @@ def one_place(facts: Iterable[RankFacts]) -> bool:
     return len(places) == 1
 
 
+def receive_cycle(facts: Mapping[int, RankFacts]) -> tuple[int, ...] | None:
+    """Every rank waits to receive and none has a send of its own outstanding: no message can ever arrive.
+    The ranks, or None where any rank runs, ended, left no record or waits in anything else. The one copy of
+    the policy's receive-cycle rule: the ledger's post-mortem and the live monitor's proof ask it of their
+    facts (the live ones count only the waits that lasted the settle time)."""
+    if not facts:
+        return None
+    for f in facts.values():
+        if f.state != WAITING or f.pending is None or not f.pending.receives or f.sending:
+            return None
+    return tuple(sorted(facts))
+
+
 def pending_parting(facts: Mapping[int, RankFacts]) -> tuple[str, int, dict[int, Call]] | None:
     """The first position (group, sequence id) where two or more waiting ranks' pending calls sit and differ
     in what must agree (``Call.key``): those calls can never meet, whatever the ranks' histories say. The
@@ -196,6 +209,16 @@ def insertion(extra: Sequence[T], other: Sequence[T], same: Callable[[T, T], boo
 _ROUTINE_SPAN = 6
 
 
+def repeats(calls: Sequence[Hashable], period: int) -> bool:
+    """Whether ``calls`` end in a routine of ``period``: their last ``max(period, 6)`` calls are each the
+    call one period before. A short run of equal calls (two all-reduces in a row) is no routine, nor is a
+    step seen only twice when it holds fewer than 6 calls. The one reading of a routine, for the ranks'
+    common calls (``routine``) and for each rank's own (``programs.own_departure``)."""
+    span = max(period, _ROUTINE_SPAN)
+    n = len(calls)
+    return n - span - period >= 0 and all(calls[n - 1 - k] == calls[n - 1 - k - period] for k in range(span))
+
+
 def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ...], Hashable] | None:
     """Training repeats itself: each rank's calls, index by index (a token per call: what must agree and the
     line), read for the first index where the ranks' tokens differ; the smallest period of the calls before
@@ -211,17 +234,9 @@ def routine(calls: Mapping[int, Sequence[Hashable]]) -> tuple[int, tuple[int, ..
     if first is None:
         return None
     ref = calls[min(calls)]  # before ``first`` every rank's calls are the same
-    # the smallest period that the calls before repeat over at least one whole period and _ROUTINE_SPAN calls
-    # (a short run of equal calls, two all-reduces in a row, is no routine)
-    period = next(
-        (
-            p
-            for p in range(1, first // 2 + 1)
-            if first - max(p, _ROUTINE_SPAN) - p >= 0
-            and all(ref[first - 1 - k] == ref[first - 1 - k - p] for k in range(max(p, _ROUTINE_SPAN)))
-        ),
-        None,
-    )
+    # the smallest period that the calls before repeat over
+    before = ref[:first]
+    period = next((p for p in range(1, first // 2 + 1) if repeats(before, p)), None)
     if period is None:
         return None
     expected = ref[first - period]

@@ -129,8 +129,8 @@ class Case:
         return None
 
     def own_routine(self) -> Finding | None:
-        """Ranks whose programs differ by role (pipeline stages), a rank in a p2p op: the one rank whose step
-        left out a call its own earlier steps made."""
+        """Ranks whose programs differ by role (pipeline stages): the one rank whose step left out a call its
+        own earlier steps made, or made one call more than they did."""
         return None
 
     def all_moved(self) -> Finding | None:

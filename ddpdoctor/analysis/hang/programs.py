@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpdoctor.analysis.findings import Finding, Location, group_values
 from ddpdoctor.analysis.hang import judge
@@ -253,33 +253,69 @@ def _on(site: tuple[Any, ...] | None) -> str:
     return f" at {str(site[0]).rsplit('/', 1)[-1]}:{site[1]}" if site else ""
 
 
-def own_departure(calls: Sequence[Hashable]) -> tuple[str, Hashable] | None:
+class OwnReading(NamedTuple):
+    """A rank's calls read against its own earlier steps (``own_departure``): ``kind`` is ``ok``, ``skipped``
+    (``call``: the routine's call it left out) or ``extra`` (``call``: the call its routine does not make
+    there); ``at``: the index, in the calls read, of the extra call, or of the first call made after the
+    left-out one (None for ``ok``)."""
+
+    kind: str
+    call: Hashable = None
+    at: int | None = None
+
+
+def own_departure(calls: Sequence[Hashable]) -> OwnReading | None:
     """A rank's calls read against its own earlier steps: the smallest period its calls repeat over (twice
-    whole, before what it has made of the step it is in), then ``("ok", None)`` where the calls since are the
-    start of that period, ``("skipped", call)`` where they are the period with one call left out and a later
-    call of it already made (the left-out call is proven, not just not yet made); None where no period
-    repeats, or the readings disagree."""
+    whole, before what it has made of the step it is in), then ``ok`` where the calls since are the start of
+    that period, ``skipped`` where they are the period with one call left out and a later call of it already
+    made (the left-out call is proven, not just not yet made), ``extra`` where they are the period with one
+    call put in and a call of the period already made after it (proven the same way: a call that only stands
+    where the period's next one should is no more an extra call than a call made in its place); None where no
+    period repeats, or the readings disagree."""
     n = len(calls)
     for p in range(1, n // 3 + 1):
-        said: set[tuple[str, Hashable]] = set()
+        said: dict[tuple[str, Hashable], int | None] = {}  # (kind, call): the first index it is read at
         for k in range(p):  # how many calls of the step it is in it has made
             body = calls[: n - k]
-            period = body[len(body) - p :]
-            if len(body) < 2 * p or list(body[len(body) - 2 * p : len(body) - p]) != list(period):
+            if not judge.repeats(body, p):
                 continue
+            period = body[len(body) - p :]
             tail = list(calls[n - k :])
             if tail == list(period[:k]):
-                said.add(("ok", None))
+                said[("ok", None)] = None
                 continue
             for j in range(k):  # a call left out before the last one made: the later one proves it
                 rest = list(period[:j]) + list(period[j + 1 :])
                 if tail == rest[:k]:
-                    said.add(("skipped", period[j]))
+                    said.setdefault(("skipped", period[j]), n - k + j)
+            for j in range(k - 1):  # a call put in before the last one made: the later one proves it
+                if tail[:j] == list(period[:j]) and tail[j + 1 :] == list(period[j : k - 1]):
+                    said.setdefault(("extra", tail[j]), n - k + j)
         if ("ok", None) in said:
-            return ("ok", None)
+            return OwnReading("ok")
         if said:
-            return said.pop() if len(said) == 1 else None
+            if len(said) > 1:
+                return None
+            ((kind, call), at) = said.popitem()
+            return OwnReading(kind, call, at)
     return None
+
+
+def off_routine(calls: Mapping[int, Sequence[Hashable] | None]) -> tuple[int, OwnReading] | None:
+    """The one rank off its own routine: each rank's calls (``None``: the source could not give them) read
+    against its own earlier steps (``own_departure``); exactly one rank's step left out a call or made one
+    more, and every other rank is where its own routine has it. The rank and its reading, or None where a
+    rank has no routine to read it against, or no rank or several ranks left theirs. The one body of the
+    policy's own-routine rule, whichever source gave the calls: the ledger's (op, line) of each call, p2p ops
+    included, or a gloo dump's entries with a hole for each p2p op its op ids count."""
+    read: dict[int, OwnReading] = {}
+    for r, own in calls.items():
+        got = own_departure(own) if own else None
+        if got is None:
+            return None  # a rank without a routine: nothing to read it against
+        read[r] = got
+    odd = [r for r, got in read.items() if got.kind != "ok"]
+    return (odd[0], read[odd[0]]) if len(odd) == 1 else None
 
 
 def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: dict[str, Any]) -> Finding | None:
@@ -294,17 +330,11 @@ def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: 
         return None
     if not any((states[r].pending or {}).get("op") in P2P for r in ranks):
         return None
-    read: dict[int, tuple[str, Hashable]] = {}
-    for r in ranks:
-        got = own_departure(_own_calls(record, states[r]))
-        if got is None:
-            return None  # a rank without a routine: nothing to read it against
-        read[r] = got
-    odd = [r for r in ranks if read[r][0] == "skipped"]
-    if len(odd) != 1:
-        return None
-    (r,) = odd
-    call = read[r][1]
+    got = off_routine({r: _own_calls(record, states[r]) for r in ranks})
+    if got is None or got[1].kind != "skipped":
+        return None  # an extra call is the first divergence's, read by the rules before
+    r, reading = got
+    call = reading.call
     assert isinstance(call, tuple)  # an (op, site) of _own_calls
     op, site = str(call[0]), tuple(call[1])
     victims = [v for v in ranks if v != r]

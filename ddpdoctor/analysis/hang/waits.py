@@ -12,7 +12,7 @@ from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.ids import HANG_P2P_DEADLOCK, HANG_TIMEOUT, HANG_TRANSPORT_STALL
-from ddpdoctor.analysis.state import RECVS, RankState, describe_op, loc
+from ddpdoctor.analysis.state import RankState, describe_op, loc
 from ddpdoctor.record.reader import RunRecord
 
 
@@ -40,21 +40,15 @@ def best_where(record: RunRecord, st: RankState, role: str) -> Location | None:
 
 
 def receive_cycle(states: dict[int, RankState]) -> Finding | None:
-    """Every rank that has not ended waits to receive (``recv``, or ``irecv`` whose Work it waits on) and
-    none has a send outstanding: no message can ever arrive."""
-    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    if (
-        not live
-        or len(live) != len(states)
-        or any(
-            s.state != "waiting" or (s.pending or {}).get("op") not in RECVS or (s.pending or {}).get("sends")
-            for s in live
-        )
-    ):
+    """Every rank waits to receive (``recv``, or ``irecv`` whose Work it waits on) and none has a send
+    outstanding: no message can ever arrive (``judge.receive_cycle`` over the ranks' facts), in the ledger's
+    words: each rank's receive, its peer and its line."""
+    ranks = judge.receive_cycle(ledger_facts(states))
+    if ranks is None:
         return None
     parts: dict[int, str] = {}
     locs: list[Location] = []
-    for s in live:
+    for s in (states[r] for r in ranks):
         p = s.pending or {}
         peer = p.get("peer")
         src = f" from rank {peer}" if peer is not None else ""

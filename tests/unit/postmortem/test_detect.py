@@ -253,23 +253,32 @@ def test_a_collective_another_rank_completed_is_not_pending(tmp_path):
     assert (rep.verdict, rep.findings) == ("ok", ())
 
 
-def _stages(tmp: Path, fmt: str, skip: bool) -> None:
+def _stages(tmp: Path, fmt: str, skip: bool, extra: bool = False) -> None:
     """Three pipeline stages' dumps on gloo (no p2p entries; op ids count them): each step rank 0 sends, rank 1
     receives and sends on, rank 2 receives, then all three all-reduce (line 38) and meet at a barrier (line 40).
-    Steps 0-2 whole; at step 3 rank 1 does not send on (``skip``) or the dumps are cut the same way without it."""
+    Steps 0-2 whole; at step 3 rank 1 does not send on (``skip``) or the dumps are cut the same way without it.
+    ``extra``: at step 3 rank 1 all-reduces once more first (line 37), which meets the others' step all-reduce;
+    its own step all-reduce then waits against their barrier (tests/frjobs/stagejob.py's ``extra``)."""
     per = {0: 1, 1: 2, 2: 1}  # p2p ops of each rank's step
     for r, n_p2p in per.items():
-        ents, op, rid = [], 0, 0
+        ents, op, rid, seq = [], 0, 0, 0
         for step in range(4):
             op += n_p2p if not (skip and r == 1 and step == 3) else 1
-            ents.append(dict(_entry(rid, "0", 2 * step + 1, line=38), op_id=op + 1))
+            if extra and r == 1 and step == 3:
+                seq += 1
+                ents.append(dict(_entry(rid, "0", seq, line=37), op_id=op + 1))
+                op, rid = op + 1, rid + 1
+            seq += 1
+            ents.append(dict(_entry(rid, "0", seq, line=38), op_id=op + 1))
             op, rid = op + 1, rid + 1
-            if step == 3:
-                break
-            ents.append(dict(_entry(rid, "0", 2 * step + 2, op="barrier", line=40), op_id=op + 1))
+            if step == 3 and (not extra or r == 1):
+                break  # extra: rank 1 in its own step all-reduce, the others in their barrier (below)
+            seq += 1
+            ents.append(dict(_entry(rid, "0", seq, op="barrier", line=40), op_id=op + 1))
             op, rid = op + 1, rid + 1
-        if r == 2:  # stranded in its receive: the all-reduce of step 3 never made; gloo's pg_status does not
-            # count the receive still pending (a real dump of tests/frjobs/stagejob.py's skip reads so)
+        if r == 2 and not extra:
+            # stranded in its receive: the all-reduce of step 3 never made; gloo's pg_status does not count the
+            # receive still pending (a real dump of tests/frjobs/stagejob.py's skip reads so)
             ents.pop()
             last = ents[-1]["op_id"]
             _write(tmp, r, ents if fmt == "pickle" else [dict(e, frames=[]) for e in ents], {"0": (last, last)}, fmt)
@@ -289,6 +298,24 @@ def test_a_stage_that_skipped_its_send_is_named_from_the_op_ids_not_the_stage_it
     assert "skipped a point-to-point call" in f.message
     if fmt == "pickle":
         assert {(loc.rank, loc.line) for loc in f.locations if loc.role == "after the skipped call"} == {(1, 38)}
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+def test_a_stage_that_all_reduced_once_more_is_named_at_its_extra_call(tmp_path, fmt):
+    """Rank 1's extra all-reduce (line 37) met the others' step all-reduce (line 38); they wait in their
+    barrier, it in its own step all-reduce, at one position. Each stage read against its own earlier steps
+    (p2p ops counted by gloo's op ids) names rank 1's extra call, from the pickle at its line and from the JSON
+    (no frames) all the same; before, the dumps read a divergent collective at the next call's line."""
+    _stages(tmp_path, fmt, skip=False, extra=True)
+    rep = _report(tmp_path)
+    f = rep.findings[0]
+    assert (f.id, f.culprits, rep.exit_code) == ("hang.rank-conditional-collective", (1,), 3), f.message
+    assert "#7 of group 0" in f.message, f.message
+    if fmt == "pickle":
+        assert {(loc.rank, loc.line) for loc in f.locations if loc.role == "extra call"} == {(1, 37)}
+        assert {(loc.rank, loc.line) for loc in f.locations if loc.role == "victim"} == {(0, 40), (2, 40)}
+    else:
+        assert not f.locations
 
 
 def test_stages_whose_steps_all_agree_with_their_own_earlier_steps_name_no_skipped_call(tmp_path):

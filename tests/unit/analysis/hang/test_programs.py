@@ -16,7 +16,7 @@ from helpers import marker_line
 
 from ddpdoctor.analysis import diagnose
 from ddpdoctor.analysis.config import Config
-from ddpdoctor.analysis.hang.programs import Step, group_label, own_departure, program_parting
+from ddpdoctor.analysis.hang.programs import OwnReading, Step, group_label, own_departure, program_parting
 from ddpdoctor.record.reader import load_run
 from ddpdoctor.render.lanes import lanes_svg
 
@@ -106,21 +106,38 @@ LAST = [("recv", 35), ("all_reduce", 38), ("barrier", 40)]
 
 
 def test_own_routine_a_stage_that_left_out_its_send():
-    assert own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38)]) == ("skipped", ("send", 33))
-    assert own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38), ("barrier", 40)]) == ("skipped", ("send", 33))
+    assert own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38)]) == OwnReading("skipped", ("send", 33), 13)
+    got = own_departure(MIDDLE * 3 + [("recv", 31), ("all_reduce", 38), ("barrier", 40)])
+    assert got == OwnReading("skipped", ("send", 33), 13)
+
+
+def test_own_routine_a_stage_that_made_one_collective_more():
+    # stagejob.py extra: the middle stage all-reduces at line 37 before its step's all-reduce (line 38)
+    calls = MIDDLE * 3 + [("recv", 31), ("send", 33), ("all_reduce", 37), ("all_reduce", 38)]
+    assert own_departure(calls) == OwnReading("extra", ("all_reduce", 37), 14)
+
+
+def test_own_routine_an_extra_call_without_lines_is_not_read_as_a_short_routine():
+    """Without lines (a JSON dump) the extra all-reduce and the step's own are two equal calls in a row: a
+    period of one seen twice, which is no routine (``judge.repeats``); the step's routine reads the extra."""
+    bare = [(op, 0) for op, _ in MIDDLE]
+    calls = bare * 3 + [("recv", 0), ("send", 0), ("all_reduce", 0), ("all_reduce", 0)]
+    assert own_departure(calls) == OwnReading("extra", ("all_reduce", 0), 14)
 
 
 @pytest.mark.parametrize("calls", [FIRST * 3 + FIRST[:2], LAST * 3 + LAST[:1], MIDDLE * 3, MIDDLE * 3 + MIDDLE[:3]])
 def test_own_routine_a_rank_where_its_routine_has_it(calls):
-    assert own_departure(calls) == ("ok", None)
+    assert own_departure(calls) == OwnReading("ok")
 
 
 @pytest.mark.parametrize(
     ("calls", "read"),
     [
         (MIDDLE + [("recv", 31), ("all_reduce", 38)], None),  # one whole step before: no routine to read against
-        (MIDDLE * 3 + [("recv", 31)], ("ok", None)),  # its send not made yet: nothing proves it left out
+        (MIDDLE * 3 + [("recv", 31)], OwnReading("ok")),  # its send not made yet: nothing proves it left out
         ([("all_reduce", i) for i in range(12)], None),  # no period at all
+        # a call only where the step's next one should be: as much a call in its place as an extra one
+        (MIDDLE * 3 + [("recv", 31), ("send", 33), ("all_reduce", 37)], None),
     ],
 )
 def test_own_routine_names_nothing_it_cannot_prove(calls, read):
