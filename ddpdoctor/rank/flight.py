@@ -169,11 +169,14 @@ class Recorder:
         except Exception:  # a torch without this table or these counters: read as before
             return True
 
-    def status(self) -> dict[str, tuple[int, int]]:
+    def status(self, blocked: bool = False) -> dict[str, tuple[int, int]]:
         """Per group id, (last position enqueued, last position completed); {} where it cannot say (and
-        while a group has yet to make its first op: :meth:`settled`)."""
+        while a group has yet to make its first op: :meth:`settled`, unless ``blocked``: the main thread has sat
+        at one instruction of one torch.distributed call since the last beat, past the enqueue where a group's
+        first op adds its status, so no insertion races this read; a group kept for the end, as a mesh job's
+        default group waits for its final barrier, would otherwise hide every position of the run)."""
         out: dict[str, tuple[int, int]] = {}
-        if not self.settled():
+        if not blocked and not self.settled():
             return out
         for src in self.sources if self.on else ():
             try:

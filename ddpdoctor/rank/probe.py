@@ -106,6 +106,7 @@ class Probe:
         self.keep_wrappers = bool(manifest.get("profile")) or mode == "wrappers"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._c10d_at: tuple[int, int] | None = None  # the main thread's torch.distributed call at the last beat
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, **fields: Any) -> None:
@@ -241,7 +242,10 @@ class Probe:
         pending = None
         if not self.init_seen:
             self._init_from_beat()
-        status = self.flight.status() if self.flight.on else {}
+        inner = _c10d_call(frame)
+        blocked = inner is not None and inner == self._c10d_at
+        self._c10d_at = inner
+        status = self.flight.status(blocked) if self.flight.on else {}
         if status:  # every group's position, FSDP's and DDP's own groups included (the wrappers' win)
             for name, pos in self.flight.positions(status).items():
                 seq.setdefault(name, pos)
@@ -340,11 +344,17 @@ class Probe:
 
 def _inside_c10d(frame: Any) -> bool:
     """Is the thread of ``frame`` inside one of torch.distributed's collective functions?"""
+    return _c10d_call(frame) is not None
+
+
+def _c10d_call(frame: Any) -> tuple[int, int] | None:
+    """(identity, instruction) of the innermost frame of torch.distributed's collective functions on the thread of
+    ``frame``, None outside them: the same at two beats, the thread sat in one call between them."""
     while frame is not None:
         if frame.f_code.co_filename.endswith("distributed_c10d.py"):
-            return True
+            return (id(frame), frame.f_lasti)
         frame = frame.f_back
-    return False
+    return None
 
 
 class Counters:

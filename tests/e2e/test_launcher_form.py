@@ -127,7 +127,9 @@ def test_a_shell_script_that_calls_torchrun_runs_as_it_is_and_its_ranks_see_what
     assert len(workers) == len(plain_workers) == 2
     assert all(w == plain_workers[0] and w["tool"] == [] and not w["env"] for w in workers), workers
     # the probes were in both ranks: their records, as under ddpdoctor's own torchrun
-    assert all((r.run_dir / "ranks" / str(k) / "ledger.jsonl").stat().st_size > 0 for k in (0, 1))
+    # (their heartbeats, and torch's flight record of their collectives, the rank's record by default)
+    assert all((r.run_dir / "ranks" / str(k) / "heartbeat.jsonl").stat().st_size > 0 for k in (0, 1))
+    assert all(json.loads((r.run_dir / "ranks" / str(k) / "flight.json").read_text())["entries"] for k in (0, 1))
 
 
 def test_a_shell_script_that_calls_torchrun_gets_the_rank_conditional_collective_with_culprit_and_line(tmp_path):
@@ -179,4 +181,4 @@ def test_no_python_takes_the_same_path_and_a_rank_the_probes_could_not_enter_is_
     f = finding(r.report, "launch.rank-not-entered")
     assert f["culprits"] == [1] and "rank 1" in f["message"]
     assert r.report["verdict"] != "ok"
-    assert (r.run_dir / "ranks" / "0" / "ledger.jsonl").exists() and not (r.run_dir / "ranks" / "1").exists()
+    assert (r.run_dir / "ranks" / "0" / "heartbeat.jsonl").exists() and not (r.run_dir / "ranks" / "1").exists()
