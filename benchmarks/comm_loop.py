@@ -3,7 +3,9 @@
 Each step: DDP forward/backward (one gradient all-reduce from C++) plus one Python-level all_reduce of
 a metric, so both the DDP counters and the collective wrappers are on the hot path. ``--compile BACKEND``
 (``inductor``, ``aot_eager``, ``eager``) runs ``torch.compile(ddp_model, backend=BACKEND)`` instead (issue
-51: the compiled steady step under each command against bare); the warm-up steps compile it.
+51: the compiled steady step under each command against bare); the warm-up steps compile it. Besides the process's
+CPU per step (every thread: gloo's too), it prints the training thread's own (``THREAD_MS_PER_STEP``): what the
+probes' work on that thread moves, without the noise of the others.
 """
 
 import argparse
@@ -33,6 +35,7 @@ def main():
             dist.barrier()
             t0 = time.perf_counter()
             c0 = time.process_time()
+            tc0 = time.thread_time()
         loss = model(x).pow(2).mean()
         loss.backward()
         opt.step()
@@ -42,9 +45,10 @@ def main():
     dist.barrier()
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
+    tcpu = time.thread_time() - tc0
     print(
         f"RANK {dist.get_rank()} STEPS_PER_S {args.steps / dt:.2f} STEP_MS {1000 * dt / args.steps:.3f} "
-        f"CPU_MS_PER_STEP {1000 * cpu / args.steps:.3f}",
+        f"CPU_MS_PER_STEP {1000 * cpu / args.steps:.3f} THREAD_MS_PER_STEP {1000 * tcpu / args.steps:.4f}",
         flush=True,
     )
     dist.destroy_process_group()

@@ -1,7 +1,8 @@
 """memleak's per-step memory lines in-process, on a fake rank-0 probe (tests/fakeprobe.py): every one of
 the first steps has its line, a fast loop later has one at most every ``SAMPLE_EVERY_S`` (reading RSS
-costs more than the rest of a step's bookkeeping), a slow loop keeps one per step, and ``--census-every``
-stays exact to the step between the lines."""
+costs more than the rest of a step's bookkeeping), a slow loop keeps one per step, and ``--census-every`` and
+the planned censuses (``--steps``) stay exact to the step between the lines; the lines, formatted together at
+each flush, keep the time each was taken."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from torch.utils.data import dataloader as dl_mod
 from ddpdoctor.record import schema
 
 
-def _memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, census_every: int | None) -> Any:
+def _memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, census_every: int | None, stop_steps: int | None = None
+) -> Any:
     from ddpdoctor.rank.probes.memleak import sampler
 
     # the probe wraps the DataLoader's iterator reset and shutdown: restored after the test
@@ -25,7 +28,7 @@ def _memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, census_every: int |
     monkeypatch.setattr(cls, "_reset", cls._reset)
     monkeypatch.setattr(cls, "_shutdown_workers", cls._shutdown_workers)
     p = fakeprobe.make_probe(tmp_path)
-    return sampler.Memory(p, census_every)
+    return sampler.Memory(p, census_every, stop_steps)
 
 
 @pytest.fixture
@@ -78,6 +81,39 @@ def test_census_every_is_exact_between_the_lines(tmp_path: Path, monkeypatch: py
         assert [c["step"] for c in censuses] == [1, 50, 100, 150, 200, 250, 300]
     finally:
         fakeprobe.close(m.p)
+
+
+def test_planned_censuses_are_exact_between_the_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the run's length known (``--steps 400``), the evenly spaced censuses and the one two steps before
+    the end fall on their steps in a fast loop, though most steps have no line and skip the rest of the
+    schedule (issue 51: the per-step cost of a millisecond step)."""
+    m = _memory(tmp_path, monkeypatch, None, 400)
+    try:
+        plan = list(m.plan)
+        for _ in range(400):
+            m.on_step()
+        censuses = [r for r in fakeprobe.records(m.p, schema.MEMORY) if r.get("kind") == schema.K_CENSUS]
+        assert [c["step"] for c in censuses if c["why"] == "planned"] == plan == [50, 100, 150, 200, 250, 300, 350, 398]
+    finally:
+        fakeprobe.close(m.p)
+
+
+def test_the_lines_written_together_keep_the_time_each_was_taken(memory: Any) -> None:
+    """A flush writes the lines kept since the last one; each line's ``t`` is its step's time, not the flush's."""
+    from ddpdoctor.rank.probes.memleak import sampler
+
+    for _ in range(sampler.EARLY_STEPS):
+        memory.on_step()
+    memory.flush()
+    taken = []
+    for _ in range(5):
+        time.sleep(sampler.SAMPLE_EVERY_S * 1.5)
+        taken.append(time.time())
+        memory.on_step()
+    lines = fakeprobe.kinds(_lines(memory), schema.K_MEM)[-5:]
+    assert [r["step"] for r in lines] == list(range(sampler.EARLY_STEPS + 1, sampler.EARLY_STEPS + 6))
+    assert all(abs(r["t"] - t) < 0.01 for r, t in zip(lines, taken, strict=True)), ([r["t"] for r in lines], taken)
+    assert all({"v", "kind", "rank", "t", "step", "rss"} <= set(r) and r["rss"] > 0 for r in lines)
 
 
 def test_the_census_floor_is_counted_in_steps_while_growth_is_seen(
