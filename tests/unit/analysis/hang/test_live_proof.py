@@ -10,6 +10,7 @@ flight``, the default) are both pinned where their answers differ."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from builder import RunBuilder, pending
 
 from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang.facts import ENDED, MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.live import live_verdict
 from ddpdoctor.record.reader import load_run
 
@@ -205,3 +208,75 @@ def test_the_first_peer_in_rank_order_gives_the_reason(tmp_path, exited, words):
     _waits(b, 0, pending("all_reduce", 5, 20, 2.0))
     _waits(b, other, pending("barrier", 5, 30, 2.0, ()))
     assert _verdict(b) == ("certain", words)
+
+
+# The rule itself, over hand-built facts: ranks 0 and 1 of group "0", rank 0 waiting in an all-reduce at #5
+# (seen at t=10), the peer as each case has it.
+
+AR = Call("all_reduce", "0", 5, key=("all_reduce", ((4,),), ("float32",)))
+
+
+def _facts(peer: RankFacts, mine: Call = AR) -> dict[int, RankFacts]:
+    return {0: RankFacts(0, WAITING, mine, {"0": mine.seq or 0}, seen=10.0), 1: peer}
+
+
+def _never(q: int, c: Call) -> Call | None:
+    raise AssertionError("a peer's history was read where its wait or its end decides")
+
+
+@pytest.mark.parametrize(
+    ("peer", "how"),
+    [
+        (RankFacts(1, ENDED, issued={"0": 4}, seen=8.0), judge.EXITED),
+        (RankFacts(1, ENDED, issued={"0": 4}), judge.EXITED),  # its end time unknown
+        (
+            RankFacts(1, WAITING, dataclasses.replace(AR, op="barrier", key=("barrier", None, None)), {"0": 5}),
+            judge.WAITS,
+        ),
+        (RankFacts(1, WAITING, dataclasses.replace(AR, seq=6), {"0": 6}), judge.WAITS),
+        (RankFacts(1, WAITING, dataclasses.replace(AR, group="1", seq=1), {"0": 4, "1": 1}), judge.ELSEWHERE),
+    ],
+    ids=["ended", "ended-at-an-unknown-time", "another-op", "another-position", "another-group"],
+)
+def test_stranded_names_the_wait_and_the_peer_that_proves_it(peer, how):
+    got = judge.stranded(_facts(peer), _never, margin=1.0)
+    assert got is not None and (got.rank, got.peer, got.how) == (0, 1, how)
+
+
+@pytest.mark.parametrize(
+    "peer",
+    [
+        RankFacts(1, ENDED, issued={"0": 4}, seen=9.5),  # ended less than the margin before rank 0 was seen
+        RankFacts(1, ENDED, issued={"1": 4}, seen=1.0),  # not a member of the group
+        RankFacts(1, WAITING, AR, {"0": 5}),  # the same call
+        RankFacts(1, RUNNING, issued={"0": 4}),  # behind: it may still come
+        RankFacts(1, RUNNING, issued={"0": 7}, steady=False),  # past #5, but its counts moved within the settle time
+        RankFacts(1, MISSING),
+    ],
+    ids=["ended-too-recently", "another-groups-member", "same-call", "behind", "not-steady", "missing"],
+)
+def test_stranded_proves_nothing(peer):
+    assert judge.stranded(_facts(peer), _never, margin=1.0) is None
+
+
+def test_stranded_proves_a_wait_on_another_group_only_while_no_rank_runs():
+    other = RankFacts(1, WAITING, dataclasses.replace(AR, group="1", seq=1), {"0": 4, "1": 1})
+    facts = {**_facts(other), 2: RankFacts(2, RUNNING, issued={"0": 4})}
+    assert judge.stranded(facts, _never) is None
+
+
+def test_stranded_reads_what_a_peer_past_the_position_issued_there():
+    ahead = RankFacts(1, RUNNING, issued={"0": 7})
+    other = Call("broadcast", "0", 5, key=("broadcast", ((4,),), ("float32",)))
+    got = judge.stranded(_facts(ahead), lambda q, c: other)
+    assert got == judge.Stranded(0, 1, judge.ISSUED, other)
+    assert judge.stranded(_facts(ahead), lambda q, c: AR) is None  # it issued the same call there
+    got = judge.stranded(_facts(ahead), lambda q, c: None)  # no Python call there: DDP's all-reduce
+    assert got == judge.Stranded(0, 1, judge.ISSUED, None)
+    # the waiting call is one torch's recorder saw: the peer's ledger holds no collectives, so no proof
+    assert judge.stranded(_facts(ahead, dataclasses.replace(AR, recorder=True)), lambda q, c: None) is None
+
+
+def test_stranded_leaves_p2p_ops_to_their_peers():
+    recv = Call("recv", "0", 5, p2p=True, peer=("recv", 1))
+    assert judge.stranded(_facts(RankFacts(1, ENDED, issued={"0": 4}), recv), _never) is None
