@@ -5,22 +5,21 @@ A wait is *certain* to be a deadlock when a rank has waited at least ``settle`` 
 that its peers cannot match: a peer has exited, waits in a different collective (other sequence
 position, op or shape), or has already issued a different collective at that position (DDP's
 all-reduces count: they move the sequence counter). Otherwise a wait is *uncertain* and becomes a hang
-only after ``timeout`` seconds.
+only after ``timeout`` seconds. The proof is the one policy's (``judge.stranded``, ``judge.receive_cycle``)
+over the live facts; this module words its answers.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Mapping
-from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.hang import judge, policy
 from ddpdoctor.analysis.hang.facts import RankFacts, agreement_of
 from ddpdoctor.analysis.ids import HANG_DIVERGENT_COLLECTIVE, HANG_EARLY_EXIT, HANG_P2P_DEADLOCK, HANG_TIMEOUT
-from ddpdoctor.analysis.state import P2P, RankState, all_states, describe_op, ledger_entry_at
+from ddpdoctor.analysis.state import RankState, all_states, describe_op, ledger_entry_at
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 
@@ -46,29 +45,40 @@ class LiveCase(policy.Case):
 
     def __init__(self, record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> None:
         self.record, self.states, self.cfg, self.now = record, states, cfg, now
-        self._first: tuple[str, str] | None | bool = False  # not looked for yet
 
     @functools.cached_property
     def facts(self) -> Mapping[int, RankFacts]:  # type: ignore[override]
-        """The per-rank facts of the live ledger, heartbeats and flight pendings, a wait counted once it has
-        lasted the settle time and a fresh heartbeat still shows it (``settled``); each built when first read:
-        the proofs read the states they come from, and the judge of a job asks 1,024 ranks every second."""
-        from ddpdoctor.analysis.hang.sources.ledger import LazyFacts
+        """The per-rank facts of the live ledger, heartbeats and flight pendings, as a look at a running job
+        sees them (``sources.ledger.Look``: a wait counted once it has lasted the settle time on a fresh
+        heartbeat, a rank's counts once they held that long); each built when first read: the judge of a job
+        asks 1,024 ranks every second."""
+        from ddpdoctor.analysis.hang.sources.ledger import LazyFacts, Look
 
-        return LazyFacts(self.states, lambda s: _settled(s, self.cfg, self.now))
+        return LazyFacts(self.states, Look(self.now, self.cfg.settle))
 
-    def _proof(self) -> tuple[str, str] | None:
-        if self._first is False:
-            self._first = _first_proof(self.record, self.states, self.cfg, self.now)
-        return self._first  # type: ignore[return-value]
+    @functools.cached_property
+    def stranded(self) -> judge.Stranded | None:
+        """The policy's proof over the live facts (``judge.stranded``): the first wait some peer proves can
+        never complete; a peer's ended wait counts once the waiting rank was seen still waiting a settle time
+        later. The exited and differ rules both read it."""
+        from ddpdoctor.analysis.hang.sources.ledger import call_at
+
+        ranks = self.record.ranks
+        return judge.stranded(self.facts, lambda q, c: call_at(ranks[q], c), self.cfg.settle)
 
     def exited(self) -> Finding | None:
-        got = self._proof()
-        return _said(HANG_EARLY_EXIT, "certain", got[1]) if got and got[0] == "exited" else None
+        got = self.stranded
+        if got is None or got.how != judge.EXITED:
+            return None
+        return _said(
+            HANG_EARLY_EXIT, "certain", f"{waits_text(self.states[got.rank], self.now)}; rank {got.peer} has exited"
+        )
 
     def differ(self) -> Finding | None:
-        got = self._proof()
-        return _said(HANG_DIVERGENT_COLLECTIVE, "certain", got[1]) if got and got[0] == "peer" else None
+        got = self.stranded
+        if got is None or got.how == judge.EXITED:
+            return None
+        return _said(HANG_DIVERGENT_COLLECTIVE, "certain", _proof_text(self.record, self.states, got, self.now))
 
     def receive_cycle(self) -> Finding | None:
         ranks = judge.receive_cycle(self.facts)
@@ -90,108 +100,22 @@ def _said(fid: str, mode: str, reason: str) -> Finding:
     return Finding(fid, "error", reason, "", (), (), {"live": mode})
 
 
-def _settled(s: RankState, cfg: Config, now: float) -> bool:
-    """A wait the live proof counts: in a collective (or at a sync point for one) for at least the settle
-    time, seen by a heartbeat that is not stale (a wait younger than that may be a call passing through)."""
-    return bool(s.proof_waiting and not s.stale and s.since and now - s.since >= cfg.settle)
-
-
-def _waiting(states: dict[int, RankState], cfg: Config, now: float) -> tuple[list[RankState], list[RankState]]:
-    live = [s for s in states.values() if not s.ended and s.state != "not-started"]
-    waiting = [s for s in live if _settled(s, cfg, now)]
-    return live, waiting
-
-
-def _first_proof(record: RunRecord, states: dict[int, RankState], cfg: Config, now: float) -> tuple[str, str] | None:
-    """The first waiting rank (in rank order) that some peer proves stuck, with the first such peer: a member
-    of its group that exited (``("exited", reason)``), waits elsewhere, or issued something else at that
-    position (``("peer", reason)``). Linear in the ranks: what a peer proves depends only on what the rank
-    waits in (group, position, call), so each distinct wait scans the peers once, not each waiting rank
-    (1,023 ranks waiting in the same barrier while one rank waits elsewhere is the common case of a job across
-    nodes)."""
-    live, waiting = _waiting(states, cfg, now)
-    order = list(states.values())
-    all_wait = len(waiting) == len(live)  # waiting is a part of live
-    exited: dict[Any, tuple[list[float], list[tuple[int, RankState]]]] = {}
-    proofs: dict[Any, tuple[int, bool, str] | None] = {}
-    for a in waiting:
-        p = a.pending or {}
-        op, g, seq = p.get("op"), p.get("group"), p.get("seq")
-        if op in P2P:
-            continue
-        key = (g, seq, op_key(p))
-        try:
-            proof = (
-                proofs[key]
-                if key in proofs
-                else proofs.setdefault(key, _peer_proof(record, order, p, cfg, now, all_wait))
-            )
-        except TypeError:  # a call that does not hash (odd shapes): no memo
-            proof = _peer_proof(record, order, p, cfg, now, all_wait)
-        gone = _first_exited(exited, order, g, (a.hb_t or 0) - cfg.settle)
-        if gone is not None and (proof is None or gone[0] < proof[0]):
-            return "exited", f"{waits_text(a, now)}; rank {gone[1].rank} has exited"
-        if proof is not None:
-            pos = "" if a.blocked is not None else f" (#{seq})"
-            return "peer", f"{waits_text(a, now)}{pos if proof[1] else ''}{proof[2]}"
-    return None
-
-
-def _first_exited(
-    cache: dict[Any, tuple[list[float], list[tuple[int, RankState]]]],
-    order: list[RankState],
-    g: Any,
-    before: float,
-) -> tuple[int, RankState] | None:
-    """The first member of group ``g`` (in rank order) that exited at or before ``before`` (still waiting,
-    as seen by a heartbeat written ``settle`` after the peer ended), or whose end time is unknown."""
-    if g not in cache:
-        ends = [(i, b) for i, b in enumerate(order) if b.ended and b.seq and g in b.seq]
-        low, m = [], float("inf")
-        for _i, b in ends:  # the earliest end so far, negated: a non-decreasing list to bisect
-            m = min(m, float("-inf") if b.ended_t is None else b.ended_t)
-            low.append(-m)
-        cache[g] = (low, ends)
-    low, ends = cache[g]
-    i = bisect.bisect_left(low, -before)
-    return ends[i] if i < len(ends) else None
-
-
-def _peer_proof(
-    record: RunRecord, order: list[RankState], p: dict[str, Any], cfg: Config, now: float, all_wait: bool
-) -> tuple[int, bool, str] | None:
-    """The first live peer (in rank order) that proves a wait in ``p`` can never complete: (its index, whether
-    the reason names the position, the reason after the waiting rank's words); None if none does. A rank
-    waiting in ``p`` itself never proves anything against ``p``, so this holds for every rank waiting in it."""
-    g, seq = p.get("group"), p.get("seq")
-    want = op_key(p)
-    for i, b in enumerate(order):
-        if b.ended or not b.seq or g not in b.seq or b.stale or b.state == "not-started":
-            continue  # not (known to be) a member of that group, or exited (see _first_exited), or not seen
-        if b.proof_waiting:
-            q = b.pending or {}
-            if not b.since or now - b.since < cfg.settle or q.get("op") in P2P:
-                continue
-            if q.get("group") != g:
-                if all_wait:
-                    return i, False, f" on group {g}; rank {b.rank} waits on group {q.get('group')}"
-                continue
-            if q.get("seq") != seq or op_key(q) != want:
-                return (
-                    i,
-                    True,
-                    f"; rank {b.rank} waits in {describe_op(q.get('op'), q.get('shapes'))} (#{q.get('seq')})",
-                )
-            continue
-        bs = b.seq.get(g)
-        if seq is not None and bs is not None and bs >= seq and b.seq_stable_for >= cfg.settle:
-            e = ledger_entry_at(record.ranks[b.rank], g, seq)
-            if e is None and p.get("source") == "flight":
-                continue  # a call torch made here, seen by the recorder, against one the peer's ledger lacks: no proof
-            if e is None or op_key(e) != want:
-                other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
-                return i, True, f"; rank {b.rank} issued {other} at that position"
-    return None
+def _proof_text(record: RunRecord, states: dict[int, RankState], got: judge.Stranded, now: float) -> str:
+    """The monitor's words for a peer's proof other than an exit: what the rank waits in (and where: its
+    position, unless it is blocked at a sync point), and what the peer waits in or issued there."""
+    a, b = states[got.rank], states[got.peer]
+    mine, theirs = a.pending or {}, b.pending or {}
+    what = waits_text(a, now)
+    if got.how == judge.ELSEWHERE:
+        return f"{what} on group {mine.get('group')}; rank {got.peer} waits on group {theirs.get('group')}"
+    pos = "" if a.blocked is not None else f" (#{mine.get('seq')})"
+    if got.how == judge.WAITS:
+        other = describe_op(theirs.get("op"), theirs.get("shapes"))
+        return f"{what}{pos}; rank {got.peer} waits in {other} (#{theirs.get('seq')})"
+    c = got.call  # the peer's Python call at the waiting rank's position, in its ledger's words
+    e = ledger_entry_at(record.ranks[got.peer], c.group, c.seq) if c and c.group is not None and c.seq else None
+    other = describe_op(e.get("op"), e.get("shapes")) if e else "a DDP all-reduce"
+    return f"{what}{pos}; rank {got.peer} issued {other} at that position"
 
 
 def waits_text(s: RankState, now: float) -> str:

@@ -42,6 +42,9 @@ class Call:
     peer: tuple[str, int] | None = None  # a p2p op's (send|recv, the peer's global rank), where known
     sites: tuple[Hashable, ...] = ()
     key: Hashable = None  # the op and what of its arguments must agree (shapes, dtypes)
+    # seen by torch's flight recorder, not by ddpdoctor's wrappers: it may be a call torch made itself (DDP's
+    # bucket all-reduce), so a peer whose ledger holds no Python call at its position proves nothing
+    recorder: bool = False
 
     @property
     def receives(self) -> bool:
@@ -61,7 +64,12 @@ class RankFacts:
     """What one source says of one rank: where it stands, the call it waits in (``None``: the source cannot
     say which), per group the last position it issued (its pending call's included; a group it takes part
     in), per group its oldest p2p op that has not completed, and whether a send of its own is outstanding
-    (``sending``: an ``isend`` whose Work has not completed, where the source tracks them: the ledger's)."""
+    (``sending``: an ``isend`` whose Work has not completed, where the source tracks them: the ledger's).
+
+    A look at a running job (the live monitor's) adds when it last saw the rank as it stands (``seen``: a
+    waiting rank's last heartbeat, an ended rank's end) and whether that look has held still long enough to
+    judge by (``steady``: a fresh heartbeat, counts unchanged for the settle time); a post-mortem's records
+    are final, so they are steady."""
 
     rank: int
     state: str
@@ -69,6 +77,8 @@ class RankFacts:
     issued: Mapping[str, int] = field(default_factory=dict)
     open_p2p: Mapping[str, Call] = field(default_factory=dict)
     sending: bool = False
+    seen: float | None = None
+    steady: bool = True
 
 
 # What a rank holds at a position where it holds no call of its own.

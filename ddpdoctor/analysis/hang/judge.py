@@ -16,13 +16,14 @@ with none (every chain is a cycle), the ranks diverged: an extra call or a misma
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
-from ddpdoctor.analysis.hang.facts import ABSENT, MISSING, WAITING, Call, RankFacts, Slot
+from ddpdoctor.analysis.hang.facts import ABSENT, ENDED, MISSING, RUNNING, WAITING, Call, RankFacts, Slot
 
 T = TypeVar("T")
 P = TypeVar("P", bound=Hashable)  # a position: a sequence id, (group, sequence id), ...
@@ -114,6 +115,133 @@ def receive_cycle(facts: Mapping[int, RankFacts]) -> tuple[int, ...] | None:
         if f.state != WAITING or f.pending is None or not f.pending.receives or f.sending:
             return None
     return tuple(sorted(facts))
+
+
+# How a peer proves that a wait can never complete (``Stranded.how``).
+EXITED: Final = "exited"  # a member of the call's group ended without it
+WAITS: Final = "waits"  # it waits in another call of the group, or at another position of it
+ELSEWHERE: Final = "elsewhere"  # it waits on another group while no rank runs
+ISSUED: Final = "issued"  # it went past the position with another call there
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """A wait that can never complete: the waiting rank, the first peer (in the facts' order) that proves it,
+    how (``EXITED``, ``WAITS``, ``ELSEWHERE``, ``ISSUED``) and the peer's call there (``None`` for ``EXITED``,
+    and for ``ISSUED`` where the peer's records hold no Python call at the position: DDP's own all-reduce)."""
+
+    rank: int
+    peer: int
+    how: str
+    call: Call | None = None
+
+
+def stranded(
+    facts: Mapping[int, RankFacts], issued_at: Callable[[int, Call], Call | None], margin: float = 0.0
+) -> Stranded | None:
+    """The first rank (in the facts' order) that waits in a collective no peer can ever match, with the first
+    member of its group that proves it: one that ended (at least ``margin`` seconds before the waiting rank
+    was last seen still waiting, or at a time unknown), one that waits in another call of the group or at
+    another position of it, one that waits on another group while no rank runs, or one that went past the
+    position with another call there (``issued_at(peer, call)``: the call the peer's records hold at that
+    call's group and position; ``None``: no Python call, DDP's own all-reduce, unless the waiting call is one
+    torch's recorder saw, which a ledger never holds). A p2p op is matched by its peer, never by position: it
+    is no such wait. Peers whose look is not ``steady`` prove nothing.
+
+    The one copy of the policy's exited and differ rules over the ranks' pending calls: the live monitor's
+    proof asks it of its facts (the waits that lasted the settle time, seen by fresh heartbeats). Linear in
+    the ranks: what a peer proves depends only on the call waited in (group, position, what must agree), so
+    each distinct call scans the peers once, not each waiting rank (1,023 ranks waiting in one barrier while
+    one rank waits elsewhere is the common case of a job across nodes); each group's ended members are read
+    once."""
+    order = list(facts)
+    calm: list[bool] = []  # whether no rank runs, read once when first needed
+
+    def none_runs() -> bool:
+        if not calm:
+            calm.append(all(facts[q].state != RUNNING for q in order))
+        return calm[0]
+
+    proofs: dict[Hashable, tuple[int, str, Call | None] | None] = {}
+    ends: dict[str | None, tuple[list[float], list[int]]] = {}
+    for r in order:
+        f = facts[r]
+        c = f.pending
+        if f.state != WAITING or c is None or c.p2p or c.group is None:
+            continue  # a p2p op, or a call of no known group: no member can prove anything against it
+        k = (c.group, c.seq, c.key, c.recorder)
+        try:
+            if k not in proofs:
+                proofs[k] = _peer_proof(facts, order, c, issued_at, none_runs)
+            proof = proofs[k]
+        except TypeError:  # a call that does not hash (odd shapes): no memo
+            proof = _peer_proof(facts, order, c, issued_at, none_runs)
+        gone = _first_ended(ends, facts, order, c.group, (f.seen or 0.0) - margin)
+        if gone is not None and (proof is None or gone < proof[0]):
+            return Stranded(r, order[gone], EXITED)
+        if proof is not None:
+            return Stranded(r, order[proof[0]], proof[1], proof[2])
+    return None
+
+
+def _peer_proof(
+    facts: Mapping[int, RankFacts],
+    order: Sequence[int],
+    c: Call,
+    issued_at: Callable[[int, Call], Call | None],
+    none_runs: Callable[[], bool],
+) -> tuple[int, str, Call | None] | None:
+    """The first live member of ``c``'s group (its index in ``order``) that proves a wait in ``c`` can never
+    complete, how, and its call; None if none does. A rank waiting in ``c`` itself proves nothing against
+    ``c``, so the answer holds for every rank waiting in it. Ended members are ``_first_ended``'s."""
+    g = c.group
+    for i, q in enumerate(order):
+        b = facts[q]
+        if b.state in (ENDED, MISSING) or not b.steady or g not in b.issued:
+            continue  # not (known to be) a member of that group, ended, or not seen long enough
+        if b.state == WAITING:
+            d = b.pending
+            if d is None or d.p2p:
+                continue
+            if d.group != g:
+                if none_runs():
+                    return i, ELSEWHERE, d
+                continue
+            if d.seq != c.seq or d.key != c.key:
+                return i, WAITS, d
+            continue
+        if c.seq is None or g is None or b.issued[g] < c.seq:
+            continue  # behind: it may still issue the call
+        e = issued_at(q, c)
+        if e is None:
+            if c.recorder:
+                continue  # a call torch made here, seen by the recorder, against one the peer's ledger lacks
+            return i, ISSUED, None
+        if e.key != c.key:
+            return i, ISSUED, e
+    return None
+
+
+def _first_ended(
+    cache: dict[str | None, tuple[list[float], list[int]]],
+    facts: Mapping[int, RankFacts],
+    order: Sequence[int],
+    group: str | None,
+    before: float,
+) -> int | None:
+    """The index in ``order`` of the first member of ``group`` that ended at or before ``before``, or whose
+    end time is unknown; None if none did."""
+    if group not in cache:
+        idx = [i for i, q in enumerate(order) if facts[q].state == ENDED and group in facts[q].issued]
+        low, m = [], float("inf")
+        for i in idx:  # the earliest end so far, negated: a non-decreasing list to bisect
+            t = facts[order[i]].seen
+            m = min(m, float("-inf") if t is None else t)
+            low.append(-m)
+        cache[group] = (low, idx)
+    low, idx = cache[group]
+    j = bisect.bisect_left(low, -before)
+    return idx[j] if j < len(idx) else None
 
 
 def pending_parting(facts: Mapping[int, RankFacts]) -> tuple[str, int, dict[int, Call]] | None:

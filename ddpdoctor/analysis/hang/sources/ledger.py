@@ -3,11 +3,13 @@ collective ledger, the heartbeat, the sequence counters, the finish events). Pur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
-from ddpdoctor.analysis.hang.facts import ENDED, RUNNING, WAITING, Call, RankFacts
+from ddpdoctor.analysis.hang.facts import ENDED, MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.facts import agreement_of as op_key
-from ddpdoctor.analysis.state import P2P, RankState
+from ddpdoctor.analysis.state import P2P, RankState, ledger_entry_at
+from ddpdoctor.record.reader import RankRecord
 
 DDP_CALL = "<ddp all-reduce>"  # inside DDP's backward or forward: its all-reduce has no ledger position
 
@@ -21,39 +23,87 @@ def issued(s: RankState, group: str) -> int:
     return n
 
 
-def facts(states: Mapping[int, RankState], settled: Callable[[RankState], bool] | None = None) -> dict[int, RankFacts]:
+@dataclass(frozen=True)
+class Look:
+    """A look at a running job (the live monitor's): when, and how long a wait or a rank's counts must have
+    held to be judged by (the settle time: a wait younger than that may be a call passing through)."""
+
+    now: float
+    settle: float
+
+    def settled(self, s: RankState) -> bool:
+        """A wait the look counts: in a collective (or at a sync point for one) for at least the settle time,
+        seen by a heartbeat that is not stale."""
+        return bool(s.proof_waiting and not s.stale and s.since and self.now - s.since >= self.settle)
+
+    def steady(self, s: RankState) -> bool:
+        """A rank outside any counted wait whose counts the look may judge by: a fresh heartbeat, and its
+        positions unchanged for the settle time."""
+        return not s.stale and s.seq_stable_for >= self.settle
+
+
+def facts(states: Mapping[int, RankState], look: Look | None = None) -> dict[int, RankFacts]:
     """One fact per rank state (``fact``)."""
-    return {r: fact(s, settled) for r, s in states.items()}
+    return {r: fact(s, look) for r, s in states.items()}
 
 
-def fact(s: RankState, settled: Callable[[RankState], bool] | None = None) -> RankFacts:
+def fact(s: RankState, look: Look | None = None, calls: dict[tuple, Call] | None = None) -> RankFacts:
     """A rank state's fact. A rank takes part in the groups it counts positions on (an ended rank counts what
     it issued); a rank waiting at a sync point for its asynchronous collective waits in that one; DDP's own
-    all-reduce and a p2p op have no position or peer the ledger can compare, so their wait is unknown.
-    ``settled``: which waits count as waits (the live monitor's: those that lasted its settle time, seen by a
-    fresh heartbeat); any other wait reads as a rank running, a call that may be passing through."""
-    r = s.rank
-    done = {g: issued(s, g) for g in (s.seq or {})}
-    if s.state == "waiting" and settled is not None and not settled(s):
-        return RankFacts(r, RUNNING, issued=done)
-    if s.state == "waiting":
-        p = s.pending or {}
-        g, pos = p.get("group"), p.get("seq")
-        site = tuple(p["site"][:2]) if p.get("site") else None
-        call = Call(
-            str(p.get("op")),
-            str(g) if g is not None else None,
-            int(pos) if pos is not None else None,
-            p2p=p.get("op") in P2P,
-            sites=(site,) if site else (),
-            key=op_key(p),
-        )
-        return RankFacts(r, WAITING, call, done, sending=bool(p.get("sends")))
-    if s.state == "ddp-wait":
-        return RankFacts(r, WAITING, Call(DDP_CALL, key=op_key({})), done)
+    all-reduce and a p2p op have no position or peer the ledger can compare, so their wait is unknown; a rank
+    with no heartbeat yet is missing (what it did is unknown).
+
+    ``look``: a running job's (the live monitor's). Only the waits it counts (``Look.settled``) are waits; any
+    other (a call that may be passing through, DDP's all-reduce) reads as a rank running, steady where its
+    counts held (``Look.steady``), and an unsettled wait is never steady. A waiting rank is seen at its last
+    heartbeat, an ended one at its end.
+
+    ``calls``: the calls built so far, by what they are (the ranks that wait in one call share it: the
+    monitor builds the facts of 1,024 ranks every second, most of them in one collective)."""
+    r, state = s.rank, s.state
+    if state == "not-started":
+        return RankFacts(r, MISSING)
+    # the positions it issued (``issued``), written out: the monitor builds a fact of 1,024 ranks every second
+    done = {g: int(n) for g, n in s.seq.items()} if s.seq else {}
     if s.ended:
-        return RankFacts(r, ENDED, issued=done)
-    return RankFacts(r, RUNNING, issued=done)
+        return RankFacts(r, ENDED, issued=done, seen=s.ended_t)
+    p = s.pending
+    if p:
+        g, pos = p.get("group"), p.get("seq")
+        g = str(g) if g is not None else None
+        pos = int(pos) if pos is not None else None
+        if g in done and pos is not None and done[g] < pos:
+            done[g] = pos  # its pending call counts as issued
+    if look is not None and state in ("waiting", "ddp-wait") and not look.settled(s):
+        return RankFacts(r, RUNNING, issued=done, steady=state != "waiting" and look.steady(s))
+    if state == "waiting":
+        p = p or {}
+        op, site = p.get("op"), p.get("site")
+        at = (str(op), g, pos, tuple(site[:2]) if site else None, op_key(p), p.get("source") == "flight")
+        try:
+            call = calls[at] if calls is not None and at in calls else None
+        except TypeError:  # a call that does not hash (odd shapes): built on its own
+            calls = None
+        if call is None:
+            call = Call(at[0], g, pos, op in P2P, None, (at[3],) if at[3] else (), at[4], at[5])
+            if calls is not None:
+                calls[at] = call
+        return RankFacts(r, WAITING, call, done, sending=bool(p.get("sends")), seen=s.hb_t)
+    if state == "ddp-wait":
+        return RankFacts(r, WAITING, Call(DDP_CALL, key=op_key({})), done)
+    return RankFacts(r, RUNNING, issued=done, steady=look is None or look.steady(s))
+
+
+def call_at(rec: RankRecord, c: Call) -> Call | None:
+    """The Python call a rank's ledger holds at ``c``'s group and position; None where it holds none (a
+    position its counter passed with no Python call: DDP's, or, under torch's recorder, any collective)."""
+    if c.group is None or c.seq is None:
+        return None
+    e = ledger_entry_at(rec, c.group, c.seq)
+    if e is None:
+        return None
+    site = tuple(e["site"][:2]) if e.get("site") else None
+    return Call(str(e.get("op")), c.group, c.seq, sites=(site,) if site else (), key=op_key(e))
 
 
 class LazyFacts(Mapping[int, RankFacts]):
@@ -61,14 +111,15 @@ class LazyFacts(Mapping[int, RankFacts]):
     not fit (every rank receiving, while rank 0 waits in an all-reduce) reads one rank of a thousand, as the
     live monitor asks every second."""
 
-    def __init__(self, states: Mapping[int, RankState], settled: Callable[[RankState], bool] | None = None) -> None:
-        self._states, self._settled = states, settled
+    def __init__(self, states: Mapping[int, RankState], look: Look | None = None) -> None:
+        self._states, self._look = states, look
         self._built: dict[int, RankFacts] = {}
+        self._calls: dict[tuple, Call] = {}
 
     def __getitem__(self, r: int) -> RankFacts:
         got = self._built.get(r)
         if got is None:
-            got = self._built[r] = fact(self._states[r], self._settled)
+            got = self._built[r] = fact(self._states[r], self._look, self._calls)
         return got
 
     def __iter__(self) -> Iterator[int]:

@@ -1,0 +1,110 @@
+"""The policy's rank-test rule, asked by the two sources that answer it, on hand-built run directories of one
+script (tests/builder.py): the collective ledger of a run ``ddpdoctor hang`` stopped (``deadlock.detect``)
+and the stacks ``ddpdoctor attach`` took (``attach.detect``). Rank 0 waits in a barrier it reached under
+``if rank == 0:`` while rank 1 went on without it (it ended, or it sits elsewhere): both sources name rank 0
+at the barrier's line. Without the rank test the same waits name rank 1, the rank that left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from builder import RunBuilder, pending
+
+from ddpdoctor.analysis.config import Config
+from ddpdoctor.analysis.hang import attach, deadlock
+from ddpdoctor.record.reader import load_run
+
+CFG = Config(timeout=10.0)
+
+GUARDED = """import torch.distributed as dist
+
+
+def main(rank, x):
+    dist.all_reduce(x)
+    if rank == 0:
+        dist.barrier()
+    return x
+
+
+main(0, None)
+"""
+PLAIN = GUARDED.replace("    if rank == 0:\n        dist.barrier()\n", "    dist.barrier()\n    pass\n")
+COMMON, BARRIER, RETURN = 5, 7, 8  # in PLAIN the barrier is at line 6
+_TORCH = "/venv/lib/python3.11/site-packages/torch"
+_IN_BARRIER = [
+    [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
+    [f"{_TORCH}/distributed/distributed_c10d.py", 5356, "barrier"],
+]
+
+
+def _script(tmp: Path, text: str) -> str:
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "train.py"
+    path.write_text(text)
+    return str(path)
+
+
+def _ledger(tmp: Path, text: str, barrier: int, rank1_made_it: bool = False) -> list[tuple[str, tuple, set]]:
+    """Both ranks all-reduce at COMMON (#1); rank 1 then finishes, rank 0 waits in the barrier (#2) until
+    the monitor stops the run. ``rank1_made_it``: rank 1's ledger holds that barrier's line from before."""
+    script = _script(tmp, text)
+    b = RunBuilder(tmp / "run", script=script).start(0).start(1)
+    site = [script, COMMON, "main"]
+    for r in (0, 1):
+        b.add(r, "ledger.jsonl", "coll", 1.0, op="all_reduce", group="0", seq=[1, 1], shapes=[[4]],
+              dtypes=["float32"], site=site, t0=1.0, t1=1.0, err=None)  # fmt: skip
+    if rank1_made_it:
+        b.add(1, "ledger.jsonl", "coll", 0.5, op="barrier", group="0", seq=[0, 0], shapes=[], dtypes=[],
+              site=[script, barrier, "main"], t0=0.5, t1=0.5, err=None)  # fmt: skip
+    b.finish(1, 1.5, seq=1)
+    p = dict(pending("barrier", 2, barrier, 2.0, ()), site=[script, barrier, "main"])
+    b.hb(0, 2.1, 2, p, where=barrier).hb(0, 4.0, 2, p, where=barrier)
+    b.add(None, "monitor.jsonl", "verdict", 4.0, mode="certain", reason="rank 0 waits; rank 1 has exited")
+    got = deadlock.detect(load_run(str(b.root)), CFG)
+    return [(f.id, f.culprits, {l.line for l in f.locations if l.rank in f.culprits}) for f in got]
+
+
+def _stacks(tmp: Path, text: str, barrier: int, rank1: int | None) -> list[tuple[str, tuple, set]]:
+    """``attach`` of the two ranks: rank 0 in the barrier; rank 1 idle at line ``rank1``, or gone (None)."""
+    script = _script(tmp, text)
+    b = RunBuilder(tmp / "run", script=script, command="attach", attach={"interval": 1.0})
+    where = {0: (barrier, _IN_BARRIER)} | ({1: (rank1, [])} if rank1 is not None else {})
+    for r in (0, 1):
+        b.add(r, "events.jsonl", "start", 1.0, pid=1000 + r, local_rank=r)
+        b.add(r, "events.jsonl", "init", 1.0, world_size=2)
+        if r not in where:
+            b.add(r, "events.jsonl", "gone", 1.0, world_size=2)
+            continue
+        line, frames = where[r]
+        stack = [[script, 11, "<module>"], [script, line, "main"], *frames]
+        thread = {"main": True, "name": "MainThread", "stack": stack}
+        b.add(r, "stacks.jsonl", "stacks", 2.0, threads=[thread], moved=False, cpu=0.0)
+    got = attach.detect(load_run(str(b.root)), CFG)
+    return [(f.id, f.culprits, {l.line for l in f.locations if l.rank in f.culprits}) for f in got]
+
+
+def test_the_ledger_names_the_rank_waiting_under_the_rank_test(tmp_path):
+    assert _ledger(tmp_path, GUARDED, BARRIER) == [("hang.rank-conditional-collective", (0,), {BARRIER})]
+
+
+def test_the_ledger_names_the_rank_that_left_where_no_rank_test_leads_to_the_wait(tmp_path):
+    (got,) = _ledger(tmp_path, PLAIN, BARRIER - 1)
+    assert got[:2] == ("hang.early-exit", (1,))
+
+
+def test_the_ledger_names_the_rank_that_left_where_it_had_made_the_tested_call_itself(tmp_path):
+    """Rank 1's ledger holds the barrier's line: the rank test did not keep it out of the call."""
+    (got,) = _ledger(tmp_path, GUARDED, BARRIER, rank1_made_it=True)
+    assert got[:2] == ("hang.early-exit", (1,))
+
+
+@pytest.mark.parametrize("rank1", [None, RETURN], ids=["rank-1-gone", "rank-1-elsewhere"])
+def test_the_stacks_name_the_rank_waiting_under_the_rank_test(tmp_path, rank1):
+    (got,) = _stacks(tmp_path, GUARDED, BARRIER, rank1)
+    assert got == ("hang.rank-conditional-collective", (0,), {BARRIER})
+
+
+def test_the_stacks_name_the_rank_that_left_where_no_rank_test_leads_to_the_wait(tmp_path):
+    (got,) = _stacks(tmp_path, PLAIN, BARRIER - 1, None)
+    assert got[:2] == ("hang.early-exit", (1,))
