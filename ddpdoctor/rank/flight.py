@@ -268,11 +268,14 @@ class Recorder:
             if now - self._read_at < READ_EVERY:
                 return None  # one read of the entries (tens of ms for a full ring) per READ_EVERY at most
             self._read_at = now
+            # the first recorded call past the last completed one: gloo counts its p2p ops in the group's op ids
+            # but neither records them nor marks them completed, so the positions after ``done`` may be sends and
+            # receives that returned (a pipeline stage's), and the call the rank waits in is the next recorded one
             found = None
-            for prefix, e in reversed(self._entries()):
-                if prefix + str(e.get("pg_id")) == flight[0] and position(e) == flight[1]:
-                    found = e
-                    break
+            for prefix, e in self._entries():
+                if prefix + str(e.get("pg_id")) == flight[0] and flight[1] <= position(e) <= status[flight[0]][0]:
+                    if found is None or position(e) < position(found):
+                        found = e
             self._entry = (flight, found)
         e = self._entry[1]
         if e is None:
@@ -280,7 +283,7 @@ class Recorder:
         return {
             "op": op_name(e),
             "group": self.name_of(flight[0]) or flight[0],
-            "seq": flight[1],
+            "seq": position(e),
             "shapes": e.get("input_sizes") or [],
             "dtypes": [dtype_name(d) for d in e.get("input_dtypes") or []],
             "site": where,
@@ -325,6 +328,10 @@ class Recorder:
             "t": time.time(),
             "groups": {gid: [*nd, _ranks_of(nd[0])] for gid, nd in self.names.items()},
             "buffer": self.size,
+            # the oldest entry's id (ids count every recorded call of every group from 0): above 0, the ring wrapped
+            "first_record": min(
+                (e["record_id"] for e in d.get("entries") or () if isinstance(e.get("record_id"), int)), default=0
+            ),
             # the script's folder: its frames are the user's code wherever the reader runs
             "script_dir": os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "",
             "took_s": round(time.monotonic() - t0, 4),

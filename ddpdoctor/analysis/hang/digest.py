@@ -104,14 +104,16 @@ def sentence(info: dict[str, Any]) -> str:
 
 def recorder_window(record: RunRecord) -> dict[str, Any] | None:
     """``{"group", "first", "ranks"}`` for the first process group whose calls some rank left to torch's flight
-    recorder (the default, ``DDPDOCTOR_COLLECTIVES=recorder``) and whose ring no longer holds that rank's first
-    call: the recorder keeps no running digest, so a divergence before ``first`` (the latest of those ranks'
+    recorder (the default, ``DDPDOCTOR_COLLECTIVES=recorder``) and whose ring wrapped (its oldest entry's id,
+    ``flight.json``'s ``first_record``, is above 0) and no longer holds that rank's first call: the recorder keeps no running digest, so a divergence before ``first`` (the latest of those ranks'
     oldest recorded positions) is out of sight. None when every such ring still holds its group's first call."""
     oldest: dict[str, dict[int, int]] = {}
     for r, rec in record.ranks.items():
         init = rec.event(schema.K_INIT)
-        if not (init and init.get("recorded")):
+        if not (init and init.get("recorded")) or not isinstance(rec.flight, dict):
             continue
+        if not (isinstance(rec.flight.get("first_record"), int) and rec.flight["first_record"] > 0):
+            continue  # the ring never wrapped: it holds every call (a first position above 1 is a p2p op's)
         for e in rec.ledger:
             if e.get("src") != "flight" or not e.get("seq"):
                 continue
