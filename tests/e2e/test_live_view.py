@@ -60,7 +60,9 @@ def run_in_pty(args: list[str], tmp: Path, timeout: float = 120.0, env: dict | N
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     penv = dict(os.environ)
     penv.pop(live.ENV, None)
-    penv.update({"TERM": "xterm-256color", TOKEN_VAR: token, **(env or {})})
+    # COLUMNS as the window: rich reads the size from the standard streams and falls back to 80 columns where that
+    # fails, and the table's line column was then cut on a loaded run
+    penv.update({"TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40", TOKEN_VAR: token, **(env or {})})
     p = subprocess.Popen(
         [sys.executable, "-m", "ddpdoctor", *args],
         stdin=subprocess.DEVNULL,

@@ -165,3 +165,17 @@ def test_a_dump_with_frames_does_not_import_inductor(world: Any) -> None:
     dump = flight.Recorder(env={}).dump(True)
     assert dump is not None and dump["entries"][-1]["frames"], "no frames in the dump"
     assert "torch._inductor" not in sys.modules and torch.__dict__["__getattr__"] is lazy
+
+
+def test_a_group_yet_to_make_its_first_op_hides_the_status_unless_the_main_thread_sits_in_a_call(world: Any) -> None:
+    """A mesh job's default group makes no op until its final barrier. While a group has yet to make its first op
+    the status is not read (torch 2.13 inserts that group's status unlocked at its first op: ``settled``), unless
+    the caller says the main thread has sat in one torch.distributed call since the last beat (``blocked``: past
+    the enqueue, no insertion can race the read); then every group's position is read."""
+    rec = flight.Recorder(env={})
+    dist.all_reduce(torch.ones(1))
+    side = dist.new_group([0])  # made, never used: its sequence number stays 0
+    assert side._get_sequence_number_for_group() == 0
+    assert not rec.settled() and rec.status() == {}
+    got = rec.status(blocked=True)
+    assert got and rec.positions(got)[world.group_name] == world._get_sequence_number_for_group()
