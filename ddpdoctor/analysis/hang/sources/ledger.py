@@ -101,6 +101,19 @@ def call_at(rec: RankRecord, c: Call) -> Call | None:
         return None
     e = ledger_entry_at(rec, c.group, c.seq)
     if e is None:
+        # under torch's recorder the ledger holds none of the recorded calls: the call the rank's last heartbeat
+        # says it is in (pending) or awaits (issued asynchronously, or DDP's bucket all-reduce in backward) at
+        # that group and position is the one it issued there
+        hb = rec.last_hb or {}
+        e = next(
+            (
+                x
+                for x in (hb.get("pending"), hb.get("awaiting"))
+                if isinstance(x, dict) and x.get("group") == c.group and x.get("seq") == c.seq and x.get("op")
+            ),
+            None,
+        )
+    if e is None:
         return None
     site = tuple(e["site"][:2]) if e.get("site") else None
     return Call(str(e.get("op")), c.group, c.seq, sites=(site,) if site else (), key=op_key(e))

@@ -280,3 +280,19 @@ def test_stranded_reads_what_a_peer_past_the_position_issued_there():
 def test_stranded_leaves_p2p_ops_to_their_peers():
     recv = Call("recv", "0", 5, p2p=True, peer=("recv", 1))
     assert judge.stranded(_facts(RankFacts(1, ENDED, issued={"0": 4}), recv), _never) is None
+
+
+def test_a_peer_in_backward_awaiting_the_recorders_bucket_all_reduce_at_the_position_proves_the_wait(tmp_path):
+    """Under the recorder (the default) a peer in DDP's backward says, in its heartbeat, which call it awaits at
+    which position (torch's recorder saw DDP's bucket all-reduce): that is the call it issued there, and a
+    barrier at the same position can never meet it (probes/early_exit_some.py: proven at the timeout before)."""
+    b = _job(tmp_path)
+    _beat(b, 0, 1.0, {"0": 9})
+    _waits(b, 0, dict(pending("barrier", 10, 44, 2.0, ()), source="flight"), {"0": 10})
+    bucket = dict(pending("all_reduce", 10, 20, 2.0, ((14,),)), source="flight", site=None, n=1, sends=0)
+    _beat(b, 1, 1.0, {"0": 9})
+    _beat(b, 1, 2.1, {"0": 10}, in_backward=True, awaiting=bucket)
+    _beat(b, 1, 4.0, {"0": 10}, in_backward=True, awaiting=bucket)
+    verdict = _verdict(b)
+    assert verdict is not None and verdict[0] == "certain", verdict
+    assert verdict[1].startswith("rank 0 waits 2.0 s in barrier (#10); rank 1 issued "), verdict
