@@ -65,13 +65,35 @@ def _final(rec: Any, group: str) -> int:
     return out
 
 
+def _end_recorded(rec: Any) -> bool:
+    """Whether the rank recorded its own end: its finish event, its final heartbeat, the exception it raised
+    or the fatal signal it died of (its stack). A rank ended from outside before any of these (torchrun's
+    SIGTERM once a peer died) has only its last periodic heartbeat, which may be from long before: a lower
+    bound of its reach, not its end."""
+    if rec.event(schema.K_FINISH) is not None or rec.error is not None or rec.fatal.strip():
+        return True
+    return bool((rec.last_hb or {}).get("final"))
+
+
+def _furthest(record: RunRecord, ranks: set[int], group: str) -> int:
+    """The furthest position of ``group`` that any of ``ranks`` recorded (heartbeats, finish, every entry)."""
+    out = max((_final(record.ranks[r], group) for r in ranks), default=0)
+    for r in ranks:
+        for e in record.ranks[r].ledger:
+            rng = e.get("seq")
+            if e.get("group") == group and isinstance(rng, list) and rng and isinstance(rng[-1], int):
+                out = max(out, rng[-1])
+    return out
+
+
 def harmonized(record: RunRecord) -> RunRecord:
     """The record with each rank's calls comparable across ranks. A rank that left no flight record (killed
     or aborted before its dump) knows of its collectives only the ones the wrappers saw; the positions torch
     filled in between are unknown there. Another rank's flight entry at such a position (DDP's bucket, FSDP's
     all-gather: a call torch made) is set aside, so that both read "a call torch made" and a culprit never
-    rests on what only one rank's records carry. Positions beyond what that rank reached stay (it never got
-    there: that is evidence). The input is not changed: the ranks whose ledgers change are copies."""
+    rests on what only one rank's records carry. Positions beyond where that rank recorded its end stay (it
+    never got there: that is evidence); a rank that did not record its end (``_end_recorded``: ended from
+    outside) may have gone anywhere the others went, so all of those are unknown there. The input is not changed: the ranks whose ledgers change are copies."""
     have = {r for r, rec in record.ranks.items() if rec.flight is not None}
     lacking = [rec for r, rec in record.ranks.items() if r not in have and rec.event(schema.K_INIT) is not None]
     if not have or not lacking:
@@ -87,7 +109,8 @@ def harmonized(record: RunRecord) -> RunRecord:
                 rng = e.get("seq")
                 if e.get("group") == g and isinstance(rng, list) and len(rng) == 2:
                     covered.update(range(int(rng[0]), int(rng[1]) + 1))
-            unknown.setdefault(g, set()).update(p for p in range(1, _final(rec, g) + 1) if p not in covered)
+            upto = _final(rec, g) if _end_recorded(rec) else _furthest(record, have, g)
+            unknown.setdefault(g, set()).update(p for p in range(1, upto + 1) if p not in covered)
     ranks = dict(record.ranks)
     for r in have:
         rec = ranks[r]

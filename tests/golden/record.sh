@@ -31,6 +31,9 @@ record leak_graph memleak probes/leak_graph.py
 # gloo aborts rank 0 (data size mismatch): its extra all_reduce met rank 1's DDP all-reduce; rank 1 raised a
 # transport error (tests/unit/analysis/hang/test_size_abort.py)
 KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort hang tests/corpus/f22_save_branch_allreduce.py
+# the same job again, now that every rank dumps torch's recorder (flight.json) at its end: the test cuts rank 1's
+# dumps and its late records, as torchrun's SIGTERM can (tests/unit/analysis/hang/test_size_abort.py)
+KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort_flight hang tests/corpus/f22_save_branch_allreduce.py
 # the same job with the collectives left to torch's recorder alone (DDPDOCTOR_COLLECTIVES=recorder): gloo aborts
 # rank 0 before any flight record of it is read, so its calls are unknown (tests/unit/analysis/hang/test_size_abort.py)
 DDPDOCTOR_COLLECTIVES=recorder KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort_recorder hang tests/corpus/f22_save_branch_allreduce.py

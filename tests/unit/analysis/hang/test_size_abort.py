@@ -51,6 +51,34 @@ def test_the_rank_that_made_the_extra_call_is_named_however_its_peer_was_ended(t
     assert (0, 42) in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
 
 
+FLIGHT = GOLDEN.parent / "size_abort_flight"
+
+
+@pytest.mark.parametrize("cut", ["intact", "ended-before-its-dumps"])
+def test_a_peer_ended_before_its_flight_record_and_its_late_heartbeats_leaves_the_culprit_named(tmp_path, cut):
+    """The job once more, every rank dumping torch's recorder at its end (tests/golden/size_abort_flight). torchrun
+    may SIGTERM rank 1 before its error.json, its flight.json, its finish event and every heartbeat since training
+    began: its last heartbeat then says position 0. That is not where it ended: DDP's calls rank 0's recorder
+    holds at positions rank 1 may have reached are unknown there, not missing (CI once named rank 0's DDP
+    construction, line 23, as the extra call)."""
+    run = tmp_path / "run"
+    shutil.copytree(FLIGHT, run)
+    if cut != "intact":
+        r1 = run / "ranks" / "1"
+        (r1 / "flight.json").unlink()
+        (r1 / "error.json").unlink()
+        _drop_last_lines(r1 / "events.jsonl", 1)
+        assert b'"kind":"finish"' not in (r1 / "events.jsonl").read_bytes()
+        _heartbeats_before_training(r1 / "heartbeat.jsonl")
+    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
+    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
+    f = rep.findings[0]
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    lines = {(loc.rank, loc.line, loc.role) for loc in f.locations if loc.file.endswith(SCRIPT)}
+    assert (0, 42, "diverged") in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
+    assert not [x for x in lines if x[0] == 0 and x[2] == "diverged" and x[1] != 42], f.locations
+
+
 RECORDER = GOLDEN.parent / "size_abort_recorder"
 
 
