@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from ddpdoctor.rank import failures, hooks, sites
+from ddpdoctor.rank import failures, hooks, rankfiles, sites
 from ddpdoctor.record import schema
 from ddpdoctor.record.writer import JsonlWriter, MappedRingWriter, RingWriter, write_json_atomic
 
@@ -126,11 +126,12 @@ class Probe:
         """The rank's end: its last heartbeat (where it stands: the sequence numbers a hang's judgement
         needs), the exception record ``error`` if it raised, the probes' own end records, then the finish
         event. In that order because torchrun may SIGTERM the rank at any moment once a peer died: the
-        cheap, decisive records go first."""
-        self.tick(final=True)
-        if error is not None:
-            write_json_atomic(os.path.join(self.dir, schema.ERROR), error)
-        self.write_flight("raised" if error is not None else "end")
+        cheap, decisive records go first, with SIGTERM held back until they are written."""
+        with rankfiles.sigterm_deferred():  # torchrun's SIGTERM waits for these few ms (rank/rankfiles.py)
+            self.tick(final=True)
+            if error is not None:
+                write_json_atomic(os.path.join(self.dir, schema.ERROR), error)
+            self.write_flight("raised" if error is not None else "end")
         if self.flight.on:
             from ddpdoctor.rank import onabort
 
