@@ -246,10 +246,14 @@ class Recorder:
             out[self.names[gid][0]] = status[gid][0]
         return out
 
-    def pending(self, status: dict[str, tuple[int, int]], where: list | None) -> dict[str, Any] | None:
+    def pending(
+        self, status: dict[str, tuple[int, int]], where: list | None, asked: bool = False
+    ) -> dict[str, Any] | None:
         """The collective the rank has been in for PENDING_AFTER seconds at least (a position enqueued and
         not completed), as the heartbeat's ``pending``; the entry is read once per position, and at most once
-        per READ_EVERY. ``where``: the main thread's line now (the recorder's frames are only in full dumps)."""
+        per READ_EVERY. ``where``: the main thread's line now (the recorder's frames are only in full dumps).
+        ``asked``: the monitor asked for this rank's stacks (a verdict is being made): whatever is in flight is
+        read now, without those waits, so that the verdict's records say what each rank waits on."""
         flight = None
         newest = {self.names[g][0]: g for g in sorted((g for g in status if g in self.names), key=_id_order)}
         for gid, (enq, done) in status.items():
@@ -261,11 +265,12 @@ class Recorder:
         now = time.monotonic()
         if flight != self._flight:
             self._flight, self._flight_since = flight, now
-            return None
-        if flight is None or now - self._flight_since < PENDING_AFTER:
+            if not asked:
+                return None
+        if flight is None or (now - self._flight_since < PENDING_AFTER and not asked):
             return None  # a call in flight for less than that is a step's own all-reduce, not a wait
         if self._entry is None or self._entry[0] != flight:
-            if now - self._read_at < READ_EVERY:
+            if now - self._read_at < READ_EVERY and not asked:
                 return None  # one read of the entries (tens of ms for a full ring) per READ_EVERY at most
             self._read_at = now
             # the first recorded call past the last completed one: gloo counts its p2p ops in the group's op ids

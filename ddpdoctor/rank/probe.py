@@ -236,7 +236,9 @@ class Probe:
             out["digest0"] = {g: list(v) for g, v in ring.items()}
         return out
 
-    def tick(self, final: bool = False) -> None:
+    def tick(self, final: bool = False, asked: bool = False) -> None:
+        """One heartbeat: where the main thread is, every group's position, the call it waits in. ``final``:
+        the rank's last; ``asked``: the beat written when the monitor asks for the stacks (``_maybe_dump``)."""
         frame = sys._current_frames().get(self.main_ident)
         pend = self.pending
         seq = self.seqs()
@@ -268,7 +270,7 @@ class Probe:
         if pending is None and awaiting is None and status:
             # a call the wrappers did not see (DDP's buckets, FSDP's, a name they do not know): the recorder's
             # entry, with the main thread's line (a call the wrappers saw has its own line in the ledger)
-            pending = self.flight.pending(status, sites.user_site(frame))
+            pending = self.flight.pending(status, sites.user_site(frame), asked)
             if pending is not None and not _inside_c10d(frame):
                 # the main thread is not inside the call: issued asynchronously, its Work (or a sync point) waited
                 # on; where it was issued is in flight.json's frames, not here
@@ -295,7 +297,7 @@ class Probe:
                 h()
             except Exception as e:
                 failures.hook_failed(self, h, e)
-        if not final:
+        if not final and not asked:
             self._maybe_dump(frame)
 
     def _maybe_dump(self, frame: Any) -> None:
@@ -306,6 +308,10 @@ class Probe:
             return
         if req > self.dump_id:
             self.dump_id = req
+            # a verdict is being made: a beat that says what this rank waits on now (the recorder's pending call
+            # is otherwise read only after it has been in flight PENDING_AFTER, and one verdict came sooner: a
+            # rank blocked in Work.wait() missing from the report's blocked ranks)
+            self.tick(asked=True)
             self.dump(req)
 
     def dump(self, req: int) -> None:

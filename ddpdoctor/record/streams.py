@@ -73,8 +73,13 @@ _BUSY_CPU = 0.03  # CPU seconds per wall second that count as progress (16 ranks
 
 
 def progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
-    """The rank moved between two heartbeats: a step, a collective, a new line, or CPU time."""
-    if any(prev.get(k) != hb.get(k) for k in ("seq", "step", "ncoll", "where", "pending", "awaiting")):
+    """The rank moved between two heartbeats: a step, a collective, a new line, or CPU time. A call waited on
+    that first shows (``pending`` or ``awaiting`` from none) is not a move: the rank was already there, and
+    the recorder names the call only once it has been in flight a while (rank/flight.py PENDING_AFTER); read
+    as a move, the wait would look that much younger than it is."""
+    if any(prev.get(k) != hb.get(k) for k in ("seq", "step", "ncoll", "where")):
+        return True
+    if any(prev.get(k) is not None and prev.get(k) != hb.get(k) for k in ("pending", "awaiting")):
         return True
     dt = float(hb.get("t") or 0) - float(prev.get("t") or 0)
     cpu0, cpu1 = prev.get("cpu"), hb.get("cpu")

@@ -156,6 +156,20 @@ def test_the_first_call_of_a_group_in_flight_is_the_pending_one(monkeypatch: pyt
     assert got["site"] == ["/w/train.py", 28, "main"] and got["source"] == "flight"
 
 
+def test_when_the_monitor_asks_the_call_in_flight_is_read_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verdict's beat (the monitor asked for the stacks) reads the call in flight without waiting PENDING_AFTER
+    or READ_EVERY: a rank blocked in Work.wait() a moment before the verdict is among the report's blocked."""
+    rec = flight.Recorder(env={})
+    entry = {"pg_id": 0, "profiling_name": "gloo:all_reduce", "op_id": 7, "input_sizes": [[2]], "input_dtypes": []}
+    monkeypatch.setattr(rec, "_entries", lambda: [("", entry)])
+    rec.names["0"] = ["0", "default_pg"]
+    monkeypatch.setattr(flight, "PENDING_AFTER", 60.0)
+    status = {"0": (7, 6)}
+    assert rec.pending(status, None) is None and rec.pending(status, None) is None  # in flight for under a minute
+    got = rec.pending(status, None, asked=True)
+    assert got is not None and (got["op"], got["seq"]) == ("all_reduce", 7), got
+
+
 def test_a_dump_with_frames_does_not_import_inductor(world: Any) -> None:
     # torch's symbolizer asks hasattr(torch, "_inductor"), which torch's lazy __getattr__ answers by importing it
     # (seconds of CPU); the dump keeps that one name absent while it runs, and only then

@@ -43,6 +43,15 @@ def test_a_step_a_collective_or_a_new_line_is_progress() -> None:
     assert progressed(hb, dict(hb, t=2.0, where=["a.py", 11, "f"]))
 
 
+def test_a_wait_that_first_shows_is_not_progress_and_one_that_ends_is() -> None:
+    hb = {"t": 1.0, "seq": {"0": 17}, "step": 6, "where": ["a.py", 25, "drain"], "cpu": 1.0}
+    call = {"op": "all_reduce", "group": "0", "seq": 17, "since": 0.5}
+    assert not progressed(hb, dict(hb, t=2.0, awaiting=call))  # named late by the recorder: it was already there
+    assert not progressed(hb, dict(hb, t=2.0, pending=call))
+    assert progressed(dict(hb, awaiting=call), dict(hb, t=2.0))  # the call completed
+    assert progressed(dict(hb, pending=call), dict(hb, t=2.0, pending=dict(call, seq=18)))  # another call
+
+
 def test_cpu_time_counts_as_progress_only_above_the_busy_share() -> None:
     hb = {"t": 1.0, "step": 5, "cpu": 1.0}
     assert progressed(hb, dict(hb, t=2.0, cpu=1.5))  # half a core: computing in one long line
