@@ -836,7 +836,6 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int], fact
             )
             if tested is not None:
                 return _guarded_finding(pend, shapes, *tested, ev)
-        if not rare:
             routine = _routine(inp, pend, e0.group, e0.seq)
             if routine is not None:
                 return routine
