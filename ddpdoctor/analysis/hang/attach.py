@@ -18,17 +18,17 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
-from ddpdoctor.analysis.hang import judge, policy
+from ddpdoctor.analysis.hang import judge, paths, policy
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
-from ddpdoctor.analysis.hang.facts import WAITING, Slot
+from ddpdoctor.analysis.hang.facts import WAITING, Call, RankTest, Slot
 from ddpdoctor.analysis.hang.paths import (
     _guard_at,
     _loops,
     _tree,
     departure,
+    frames_to,
     guard_ranks,
     loop_exits,
-    rank_guard,
     user_stack,
 )
 from ddpdoctor.analysis.hang.sources.stacks import View
@@ -186,7 +186,7 @@ class StackCase(policy.Case):
             [record.world_size or 0]
             + [int(e.get("world_size") or 0) for r in gone if (e := record.ranks[r].event(schema.K_GONE))]
         )
-        self.gone = gone
+        self.gone, self.world = gone, world
         self.unseen = [r for r in range(world) if r not in vs and r not in gone]
         self.ev: dict[str, Any] = {
             "interval": (record.manifest.get("attach") or {}).get("interval"),
@@ -217,35 +217,40 @@ class StackCase(policy.Case):
 
     def rank_test(self) -> Finding | None:
         # a wait reached under `if rank == ...:` that the other ranks are not in: the waiting ranks diverged
-        record, vs, waiting, gone, desc = self.record, self.vs, self.waiting, self.gone, self.desc
-        places = {v.key() for v in vs.values()}
-        for r, v in sorted(waiting.items()):
-            if v.kind == "collective" and v.site and (len(places) > 1 or gone):
-                g = rank_guard(record, r, [v.site.file, v.site.line, v.site.func])
-                if g is None:
-                    continue
-                div = [q for q, w in waiting.items() if w.key() == v.key()]
-                locs = [_loc(vs[q], "diverged") for q in div] + [
-                    _loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere") for q, w in vs.items() if q not in div
-                ]
-                gbase = g[0].rsplit("/", 1)[-1]
-                verb = "waits" if len(div) == 1 else "wait"
-                rest = group_values({q: desc[q] for q in vs if q not in div}) or "no other rank"
-                msg = (
-                    f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
-                    f"rank test at {gbase}:{g[1]}; {rest}" + (f"; {ranks_phrase(gone)} exited" if gone else "")
-                )
-                return _finding(
-                    HANG_RANK_CONDITIONAL_COLLECTIVE,
-                    "error",
-                    msg,
-                    hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
-                    vs,
-                    locs,
-                    div,
-                    dict(self.ev, guard=list(g)),
-                )
-        return None
+        got = judge.rank_test(self.facts, self._test_of)
+        if got is None:
+            return None
+        div, g = list(got[0]), got[1]
+        vs, gone = self.vs, self.gone
+        v = vs[div[0]]
+        locs = [_loc(vs[q], "diverged") for q in div] + [
+            _loc(w, "waiting" if w.kind != "elsewhere" else "elsewhere") for q, w in vs.items() if q not in div
+        ]
+        gbase = g.file.rsplit("/", 1)[-1]
+        verb = "waits" if len(div) == 1 else "wait"
+        rest = group_values({q: self.desc[q] for q in vs if q not in div}) or "no other rank"
+        msg = (
+            f"a collective is called on some ranks only: {ranks_phrase(div)} {verb} in {v.text()} under the "
+            f"rank test at {gbase}:{g.test}; {rest}" + (f"; {ranks_phrase(gone)} exited" if gone else "")
+        )
+        return _finding(
+            HANG_RANK_CONDITIONAL_COLLECTIVE,
+            "error",
+            msg,
+            hint_for(self.record, HANG_RANK_CONDITIONAL_COLLECTIVE),
+            vs,
+            locs,
+            div,
+            dict(self.ev, guard=[g.file, g.test]),
+        )
+
+    def _test_of(self, r: int, _c: Call) -> RankTest | None:
+        """The rank test on the way to the collective rank ``r``'s stacks sit in: around its line or a caller's
+        on its stack (DDP's all-reduce and a c10d wait name no collective of the user's)."""
+        v = self.vs.get(r)
+        if v is None or v.kind != "collective" or v.site is None:
+            return None
+        return paths.rank_test(frames_to(self.record, r, [v.site.file, v.site.line]), self.world)
 
     def _groups(self) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}

@@ -13,7 +13,7 @@ from typing import Any
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, group_values, ranks_phrase
-from ddpdoctor.analysis.hang import judge, policy
+from ddpdoctor.analysis.hang import judge, paths, policy
 from ddpdoctor.analysis.hang.attribution import as_suspects, attribute, explain
 from ddpdoctor.analysis.hang.damage import monitor_lost
 from ddpdoctor.analysis.hang.divergence import (
@@ -27,6 +27,7 @@ from ddpdoctor.analysis.hang.divergence import (
     sequence,
 )
 from ddpdoctor.analysis.hang.exits import rank_exits
+from ddpdoctor.analysis.hang.facts import ENDED, Call, RankTest
 from ddpdoctor.analysis.hang.hints import (
     BLOCKED_HINT,
     FRAMEWORK_HINTS,
@@ -36,7 +37,7 @@ from ddpdoctor.analysis.hang.hints import (
     hint_for,
     uneven_hint,
 )
-from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.paths import Departure, departure, frames_to, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
@@ -191,12 +192,31 @@ class LedgerCase(policy.Case):
         )
 
     def rank_test(self) -> Finding | None:
+        # asked where the first divergence is a rank that ended without the call the others wait in (where
+        # every rank waits, the alignment after the divergence reads the rank test among its evidence)
         div = self.div
         if self.cut or div is None or div.kind != "exited":
             return None
-        flipped = _guarded_waiters(self.record, div)
+        got = judge.rank_test({r: self.facts[r] for r in div.slots if r in self.facts}, self._test_of, self._reached)
+        if got is None:
+            return None
         # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
-        return self._rc(flipped) if flipped is not None else None
+        return self._rc(dataclasses.replace(div, diverged=got[0], kind="extra-call", exclusive=True))
+
+    def _test_of(self, r: int, c: Call) -> RankTest | None:
+        """The rank test on rank ``r``'s way to its call: around the call's line or a caller on its stack."""
+        if not c.sites:
+            return None
+        return paths.rank_test(frames_to(self.record, r, c.sites[0]), self.record.world_size or len(self.states))
+
+    def _reached(self, r: int, c: Call) -> bool:
+        """Whether rank ``r``'s ledger holds a call at ``c``'s line, or leaves it open: a rank that ended on an
+        error, or from outside before it recorded its finish, may have got there."""
+        rec = self.record.ranks[r]
+        if self.facts[r].state == ENDED and (rec.event(schema.K_FINISH) is None or rec.error):
+            return True
+        site = c.sites[0] if c.sites else None
+        return site is not None and any(e.get("site") and tuple(e["site"][:2]) == site for e in rec.ledger)
 
     def left_early(self) -> Finding | None:
         div = self.div
@@ -383,22 +403,6 @@ def _reached_by_abort(
         if seq != st.seq:
             out[r] = dataclasses.replace(st, seq=seq)
     return out, lifted
-
-
-def _guarded_waiters(record: RunRecord, div: Divergence) -> Divergence | None:
-    """Ranks exited normally while the others wait in a collective they reached under a rank test that the
-    exited ranks never reached: the waiting ranks diverged (``if rank == 0: dist.barrier()``)."""
-    waiters = [r for r in div.slots if r not in div.diverged]
-    if not waiters or any(
-        record.ranks[r].event(schema.K_FINISH) is None or record.ranks[r].error for r in div.diverged
-    ):
-        return None
-    for r in waiters:
-        site = div.slots[r].site
-        gone_sites = {e.get("site") and tuple(e["site"]) for d in div.diverged for e in record.ranks[d].ledger}
-        if not site or tuple(site) in gone_sites or rank_guard(record, r, site) is None:
-            return None
-    return dataclasses.replace(div, diverged=tuple(sorted(waiters)), kind="extra-call", exclusive=True)
 
 
 def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:

@@ -11,15 +11,14 @@ import dataclasses
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, Severity, ranks_phrase
-from ddpdoctor.analysis.hang import judge, policy, programs
+from ddpdoctor.analysis.hang import judge, paths, policy, programs
 from ddpdoctor.analysis.hang.attach import STACKS_ONLY
-from ddpdoctor.analysis.hang.facts import Slot
+from ddpdoctor.analysis.hang.facts import RankFacts, RankTest, Slot
 from ddpdoctor.analysis.hang.hints import HINTS
-from ddpdoctor.analysis.hang.paths import guard_in
 from ddpdoctor.analysis.hang.sources.flight import Stand, members, used_groups, user_frame, user_frames
 from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
@@ -171,7 +170,7 @@ class DumpCase(policy.Case):
     def one_place(self) -> Finding | None:
         if not self._hung() or self._apart():
             return None
-        return _unseen(_same_collective(self.inp, self.stuck, self.world), self.missing)
+        return _unseen(_same_collective(self.inp, self.stuck, self.world, self.facts), self.missing)
 
     def different_calls(self) -> Finding | None:
         if not self._hung() or not self._apart():
@@ -795,7 +794,7 @@ def misfit(e: Entry, size: int) -> str | None:
     return None
 
 
-def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> Finding:
+def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int], facts: Mapping[int, RankFacts]) -> Finding:
     pend = {r: s.pending for r, s in stuck.items() if s.pending}
     shapes = {r: signature(inp.dumps[r], e) for r, e in pend.items()}
     e0 = next(iter(pend.values()))
@@ -829,10 +828,14 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int]) -> F
         # left the loop early and a rank that made an extra call before (the sequence shifted, its extra call
         # met another's regular one) leave the same dumps; only lines or history tell them apart
         rare = part.odd if len(part.odd) < len(pend) else ()
-        guarded = {} if rare else _guarded(pend, len(world))
-        if guarded and len(guarded) < len(pend):
-            return _guarded_finding(pend, shapes, guarded, ev)
         if not rare:
+            # the source files the frames name (a pickle dump's) may say which side's call sits under a rank test
+            n = len(world)
+            tested = judge.rank_test(
+                {r: facts[r] for r in pend if r in facts}, lambda _r, c: paths.rank_test(c.sites, n)
+            )
+            if tested is not None:
+                return _guarded_finding(pend, shapes, *tested, ev)
             routine = _routine(inp, pend, e0.group, e0.seq)
             if routine is not None:
                 return routine
@@ -938,45 +941,23 @@ def _site(e: Entry) -> tuple[str, int] | None:
     return (f[0], f[1]) if f else None
 
 
-def _guarded(pend: dict[int, Entry], world: int) -> dict[int, tuple[tuple[str, int, str], str, int]]:
-    """The ranks whose pending call is reached under a rank test (``if rank == 1:`` around the call, or
-    around a caller on its stack), read from the source files the dumps' stacks name where they are readable
-    (the ledger's and the stacks' judgements use the same reading, analysis/hang/paths.py): each with the frame
-    under the test and the test's file and line. A test that excludes the rank itself (the file changed since
-    the job ran) is not taken."""
-    out = {}
-    for r, e in pend.items():
-        frames = user_frames(e)
-        g = guard_in([f[:2] for f in frames], world)
-        if g is None:
-            continue
-        path, line, test, who = g
-        if who is not None and r not in who:
-            continue
-        out[r] = (next(f for f in frames if f[:2] == (path, line)), path, test)
-    return out
-
-
 def _guarded_finding(
-    pend: dict[int, Entry],
-    shapes: dict[int, tuple],
-    guarded: dict[int, tuple[tuple[str, int, str], str, int]],
-    ev: dict,
+    pend: dict[int, Entry], shapes: dict[int, tuple], extra: tuple[int, ...], test: RankTest, ev: dict
 ) -> Finding:
-    """Ranks at one position in different calls, where some ranks' call is reached under a rank test and
-    the others' is not: those ranks made a call the others never make (the dumps alone could not say which
-    side; the source can)."""
-    extra = sorted(guarded)
-    rest = [r for r in sorted(pend) if r not in guarded]
-    e, (frame, path, test) = pend[extra[0]], guarded[extra[0]]
+    """Ranks at one position in different calls, where ``extra``'s call is reached under a rank test (``test``,
+    the first one's) and the others' is not: those ranks made a call the others never make (the dumps alone
+    could not say which side; the source can)."""
+    rest = [r for r in sorted(pend) if r not in extra]
+    under = {r: next((f for f in user_frames(pend[r]) if f[:2] == (test.file, test.line)), None) for r in extra}
+    e, frame = pend[extra[0]], under[extra[0]]
     waits = "; ".join(f"rank {r} waits in {_calls(shapes[r])} (#{pend[r].seq}){_at(user_frame(pend[r]))}" for r in rest)
     msg = (
         f"a collective is called on some ranks only: {ranks_phrase(extra)} "
         f"wait{'s' if len(extra) == 1 else ''} in {_calls(shapes[extra[0]])} (#{e.seq} of group {e.group})"
-        f"{_at(frame)}, reached under the rank test at {os.path.basename(path)}:{test}, which "
+        f"{_at(frame)}, reached under the rank test at {os.path.basename(test.file)}:{test.test}, which "
         f"{ranks_phrase(rest)} {'does' if len(rest) == 1 else 'do'} not take; {waits}; diverged: {ranks_phrase(extra)}"
     )
-    locs = [loc for r in extra for loc in _loc(r, guarded[r][0], "diverged")]
+    locs = [loc for r in extra for loc in _loc(r, under[r] or user_frame(pend[r]), "diverged")]
     locs += [loc for r in rest for loc in _loc(r, user_frame(pend[r]), "waiting")]
     return Finding(
         HANG_RANK_CONDITIONAL_COLLECTIVE,
@@ -985,8 +966,8 @@ def _guarded_finding(
         HINTS[HANG_RANK_CONDITIONAL_COLLECTIVE],
         tuple(sorted(pend)),
         tuple(locs),
-        {**ev, "guard": [path, test]},
-        culprits=tuple(extra),
+        {**ev, "guard": [test.file, test.test]},
+        culprits=extra,
     )
 
 

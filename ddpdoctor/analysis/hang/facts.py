@@ -81,6 +81,26 @@ class RankFacts:
     steady: bool = True
 
 
+@dataclass(frozen=True)
+class RankTest:
+    """An ``if`` that tests the rank (``if rank == 0:``, ``if accelerator.is_main_process:``) on a rank's way to
+    its call: the frame under it (``file``, ``line``: the call's own line, or a caller's on the rank's stack),
+    the test's line, the ranks that take that branch (``None``: the test does not say) and the first and last
+    line of that branch. Read from the source files (analysis/hang/paths.py) where they are readable."""
+
+    file: str
+    line: int
+    test: int
+    ranks: frozenset[int] | None = None
+    branch: tuple[int, int] = (0, 0)
+
+    def holds(self, other: RankTest) -> bool:
+        """``other``'s test sits inside the branch this test led to: every rank ``other`` led somewhere took
+        this branch too, so this test is no rank's own against it (``if local_rank != -1:`` around the whole
+        step, and ``if rank == 0:`` inside it)."""
+        return self.file == other.file and self.branch[0] <= other.test <= self.branch[1]
+
+
 # What a rank holds at a position where it holds no call of its own.
 INTERNAL: Final = "<ddp/internal>"  # a position its counter passed with no Python call: DDP's C++ collective
 ABSENT: Final = "<never issued>"  # nothing at this position: the rank never got there, or its record is gone

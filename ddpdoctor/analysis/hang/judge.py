@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, 
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from ddpdoctor.analysis.hang.facts import ABSENT, ENDED, MISSING, RUNNING, WAITING, Call, RankFacts, Slot
+from ddpdoctor.analysis.hang.facts import ABSENT, ENDED, MISSING, RUNNING, WAITING, Call, RankFacts, RankTest, Slot
 
 T = TypeVar("T")
 P = TypeVar("P", bound=Hashable)  # a position: a sequence id, (group, sequence id), ...
@@ -115,6 +115,67 @@ def receive_cycle(facts: Mapping[int, RankFacts]) -> tuple[int, ...] | None:
         if f.state != WAITING or f.pending is None or not f.pending.receives or f.sending:
             return None
     return tuple(sorted(facts))
+
+
+def rank_test(
+    facts: Mapping[int, RankFacts],
+    test_of: Callable[[int, Call], RankTest | None],
+    reached: Callable[[int, Call], bool] | None = None,
+) -> tuple[tuple[int, ...], RankTest] | None:
+    """The ranks that wait in a collective they reached under a rank test (``if rank == 0:``) that the other
+    ranks never reached: theirs is the call the others never make, so they are the culprits at its line. The
+    ranks, and the test that led the first of them there; None where no rank test explains the waits (the
+    rules after this one then name the rank that left).
+
+    ``test_of(rank, call)``: the rank test on that rank's way to the call it waits in, None for none (the
+    source reads its frames: ``paths.rank_test``). A test that leaves the rank itself out is not taken (the
+    file changed since the job ran). ``reached(rank, call)``: whether that rank's records say it made that call
+    (its line) before, or leave it open (a rank ended from outside may have got there); the test did not keep
+    such a rank out of the call.
+
+    The culprits are every rank waiting in the same call (its place, what must agree, its line) as the lowest
+    rank a rank test led to its wait. They are named when the others are off that call, at least one of them
+    known to be (ended, running, or waiting in another call: a rank without records proves nothing), no other
+    rank waits under a rank test of its own (an if/else on the rank, each side waiting in its own call, or two
+    ``if``s on the rank, one for each side: no side is named; a test whose branch holds the culprits' test, as
+    ``if local_rank != -1:`` around a whole step, is every rank's, not theirs) and no other rank reached the
+    call.
+
+    The one body of the policy's rank-test rule: the ledger's post-mortem (analysis/hang/deadlock.py), the
+    stacks ``attach`` took (attach.py) and torch's flight-recorder dumps (dumps.py) ask it of their facts."""
+    waiting = {r: f.pending for r, f in sorted(facts.items()) if f.state == WAITING and f.pending and not f.pending.p2p}
+    tests: dict[int, RankTest] = {}
+
+    def tested(r: int, c: Call) -> RankTest | None:
+        if r not in tests:
+            t = test_of(r, c)
+            if t is None or (t.ranks is not None and r not in t.ranks):
+                return None
+            tests[r] = t
+        return tests[r]
+
+    first = next((r for r, c in waiting.items() if tested(r, c) is not None), None)
+    if first is None:
+        return None
+    call = waiting[first]
+    spot = _spot(call)
+    culprits = tuple(r for r, c in waiting.items() if _spot(c) == spot)
+    others = [q for q in facts if q not in culprits]
+    if all(facts[q].state == MISSING for q in others):
+        return None  # nobody is known to be off the call
+    mine = tests[first]
+    for q in others:
+        c = waiting.get(q)
+        theirs = tested(q, c) if c is not None else None
+        if (theirs is not None and not theirs.holds(mine)) or (reached is not None and reached(q, call)):
+            return None
+    return culprits, mine
+
+
+def _spot(c: Call) -> tuple:
+    """Which call a rank waits in, for the ranks in one call: its place, what must agree and its line (ranks
+    at one position may wait in different calls there)."""
+    return (c.place(), c.key, c.sites[:1])
 
 
 # How a peer proves that a wait can never complete (``Stranded.how``).

@@ -10,7 +10,9 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+from ddpdoctor.analysis.hang.facts import RankTest
 from ddpdoctor.analysis.state import is_user_path
 from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
@@ -181,46 +183,56 @@ def _guard_at(path: str, line: int) -> int | None:
     return g[0] if g else None
 
 
-def _guard_branch(path: str, line: int) -> tuple[int, bool] | None:
+def _guard_branch(path: str, line: int) -> tuple[int, bool, tuple[int, int]] | None:
     """(the line of the innermost ``if`` around ``line`` whose test looks at the rank, whether ``line`` is in
-    its ``else``)."""
+    its ``else``, the first and last line of the branch ``line`` is in)."""
     tree = _tree(path)
     if tree is None:
         return None
     best = None
     for n in ast.walk(tree):
         if isinstance(n, ast.If) and n.lineno < line <= (n.end_lineno or 0):
-            body = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.body)
-            other = any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in n.orelse)
+            body = [b for b in n.body if b.lineno <= line <= (b.end_lineno or b.lineno)]
+            other = [b for b in n.orelse if b.lineno <= line <= (b.end_lineno or b.lineno)]
             if (body or other) and _RANK_TEST.search(ast.unparse(n.test)):
                 if best is None or n.lineno > best[0]:
-                    best = (n.lineno, other and not body)
+                    branch = n.body if body else n.orelse
+                    span = (branch[0].lineno, max(b.end_lineno or b.lineno for b in branch))
+                    best = (n.lineno, bool(other) and not body, span)
     return best
 
 
-def guard_in(frames: Iterable[tuple[str, int]], world: int) -> tuple[str, int, int, set[int] | None] | None:
-    """The innermost of ``frames`` ((file, line), innermost first: a call and its callers) that is reached
-    under a rank test: (file, its line, the test's line, the ranks that take that branch, None where the test
-    does not say). Reads the source files (where they are readable); None when no frame is under one."""
-    for path, line in frames:
+def rank_test(frames: Iterable[Any], world: int) -> RankTest | None:
+    """The rank test on the way to a call: the innermost of ``frames`` ((file, line[, function]), innermost
+    first: the call and its callers, as ``Call.sites`` holds them) that sits under an ``if`` testing the rank,
+    with the ranks that take that branch where the test says. Reads the source files (where they are readable);
+    None when no frame is under one. The one reading every source gives the rank-test rule
+    (``judge.rank_test``)."""
+    for path, line in ((str(f[0]), int(f[1])) for f in frames):
         g = _guard_branch(path, line)
         if g is not None:
             who = guard_ranks(path, g[0], world)
             if who is not None and g[1]:
                 who = set(range(world)) - who
-            return path, line, g[0], who
+            return RankTest(path, line, g[0], frozenset(who) if who is not None else None, g[2])
     return None
+
+
+def frames_to(record: RunRecord, rank: int, site: Any) -> list[tuple[str, int]]:
+    """The way to a rank's call, innermost first: the call's line (``site``), then the user frames of the
+    rank's stack (``user_stack``) from the innermost out."""
+    frames: list[tuple[str, int]] = []
+    if site:
+        frames.append((str(site[0]), int(site[1])))
+    stack = user_stack(record, rank) or []
+    frames += [(f[0], f[1]) for f in reversed(stack)]
+    return frames
 
 
 def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
     """Is the collective at ``site`` reached only under a rank test, in its own function or in a caller
     on the rank's stack? Returns the guard's (file, line)."""
-    frames: list = []
-    if site:
-        frames.append((str(site[0]), int(site[1])))
-    stack = user_stack(record, rank) or []
-    frames += [(f[0], f[1]) for f in reversed(stack)]
-    for path, line in frames:
+    for path, line in frames_to(record, rank, site):
         g = _guard_at(path, line)
         if g is not None:
             return path, g

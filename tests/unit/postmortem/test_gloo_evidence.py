@@ -268,6 +268,23 @@ def test_a_call_under_a_rank_test_at_the_position_where_the_calls_part_is_the_cu
     assert f"under the rank test at zoojob.py:{ZOO_LINES['EXTRA'] - 1}, which rank 0 does not take" in f.message
 
 
+def test_an_if_else_on_the_rank_names_no_side(tmp_path):
+    """The same dumps, read against a zoojob.py whose LAST all-reduce sits under the ``else:`` of EXTRA's rank
+    test: each rank took its own branch of one test, which names neither side (the rank-test rule,
+    judge.rank_test, as the ledger and the stacks ask it)."""
+    text = ZOO_JOB.read_text().splitlines(keepends=True)
+    last = ZOO_LINES["LAST"] - 1
+    assert text[last].startswith("    dist.all_reduce(")  # the premise: LAST at the test's level
+    text[last] = "    else: " + text[last].lstrip()
+    script = tmp_path / "ifelse" / "zoojob.py"
+    script.parent.mkdir()
+    script.write_text("".join(text))
+    rep = _report(_here("zoo-extra", tmp_path, script))
+    f = rep.findings[0]
+    assert (f.id, f.culprits) == ("hang.divergent-collective", ()), f.message
+    assert _lines(f, 1) == {ZOO_LINES["EXTRA"]} and _lines(f, 0) == {ZOO_LINES["LAST"]}
+
+
 PIPE_LINES = json.loads((DATA / "pipe-lines.json").read_text())
 
 
