@@ -95,7 +95,14 @@ def harmonized(record: RunRecord) -> RunRecord:
     never got there: that is evidence); a rank that did not record its end (``_end_recorded``: ended from
     outside) may have gone anywhere the others went, so all of those are unknown there. The input is not changed: the ranks whose ledgers change are copies."""
     have = {r for r, rec in record.ranks.items() if rec.flight is not None}
-    lacking = [rec for r, rec in record.ranks.items() if r not in have and rec.event(schema.K_INIT) is not None]
+    # a rank that left its calls to the recorder (its init lists the ``recorded`` ops) has none of them in its
+    # ledger: every rule already reads its positions as unknown (hang/divergence.unrecorded), and the others'
+    # records stay whole for the rules that read a rank against its own steps
+    lacking = [
+        rec
+        for r, rec in record.ranks.items()
+        if r not in have and (init := rec.event(schema.K_INIT)) is not None and not init.get("recorded")
+    ]
     if not have or not lacking:
         return record
     unknown: dict[str, set[int]] = {}  # group -> positions some rank without a flight record has no entry for

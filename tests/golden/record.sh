@@ -37,6 +37,11 @@ KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort_flight hang tests/corpus/f22_sav
 # the same job with the collectives left to torch's recorder alone (DDPDOCTOR_COLLECTIVES=recorder): gloo aborts
 # rank 0 before any flight record of it is read, so its calls are unknown (tests/unit/analysis/hang/test_size_abort.py)
 DDPDOCTOR_COLLECTIVES=recorder KEEP_LOGS=1 SCRIPT_ARGS="3 1" record size_abort_recorder hang tests/corpus/f22_save_branch_allreduce.py
+# probes/trainer_async_save.py under the recorder and NCCL's CPU-side semantics (tests/ncclsim): rank 0's
+# asynchronous extra all_reduce, then its next DDP all-reduce, are in the flight record its abort wrote (check that
+# position 15 is there; plain gloo often aborts before it); the test cuts rank 1's records as torchrun's SIGTERM can
+# (tests/unit/analysis/hang/test_size_abort.py)
+DDPDOCTOR_TEST_NCCLSIM=1 PYTHONPATH=tests/ncclsim DDPDOCTOR_COLLECTIVES=recorder KEEP_LOGS=1 record async_abort_recorder hang probes/trainer_async_save.py
 # rank 1's extra all_reduce on a second group while rank 0 waits in the default one: a cross-group deadlock
 # (tests/unit/analysis/hang/test_cross_group.py)
 record cross_group hang tests/frjobs/attachjob.py

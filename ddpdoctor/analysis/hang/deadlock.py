@@ -38,7 +38,7 @@ from ddpdoctor.analysis.hang.hints import (
     uneven_hint,
 )
 from ddpdoctor.analysis.hang.paths import Departure, departure, frames_to, loop_exits, rank_guard
-from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
+from ddpdoctor.analysis.hang.programs import abort_off_routine, own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
     at,
@@ -158,6 +158,7 @@ class LedgerCase(policy.Case):
             first_divergence(record, case.states)
             or cross_group_divergence(record, case.states)
             or abort_divergence(record, case.states, size_err)
+            or abort_off_routine(record, case.states, size_err)
         )
         case.steps = _uneven(record, case.states)
         ev: dict[str, Any] = {

@@ -105,6 +105,7 @@ class RankTest:
 INTERNAL: Final = "<ddp/internal>"  # a position its counter passed with no Python call: DDP's C++ collective
 ABSENT: Final = "<never issued>"  # nothing at this position: the rank never got there, or its record is gone
 AWAY: Final = "<waits in another group>"  # a live rank with nothing at this position: it waits elsewhere
+UNRECORDED: Final = "<unrecorded>"  # a call proven made (gloo's size-mismatch abort) by a rank whose record is gone
 
 
 def agreement(op: Any, shapes: Any = None, dtypes: Any = None) -> tuple:

@@ -24,10 +24,13 @@ from typing import Any, NamedTuple
 
 from ddpdoctor.analysis.findings import Finding, Location, group_values
 from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang.divergence import Divergence, main_group, unrecorded
+from ddpdoctor.analysis.hang.facts import UNRECORDED, Slot
 from ddpdoctor.analysis.hang.hints import hint_for
 from ddpdoctor.analysis.hang.waits import best_where, state_text
 from ddpdoctor.analysis.ids import HANG_RANK_CONDITIONAL_COLLECTIVE
 from ddpdoctor.analysis.state import RankState
+from ddpdoctor.record import schema
 from ddpdoctor.record.reader import RunRecord
 from ddpdoctor.record.schema import P2P
 
@@ -316,6 +319,40 @@ def off_routine(calls: Mapping[int, Sequence[Hashable] | None]) -> tuple[int, Ow
         read[r] = got
     odd = [r for r, got in read.items() if got.kind != "ok"]
     return (odd[0], read[odd[0]]) if len(odd) == 1 else None
+
+
+def abort_off_routine(record: RunRecord, states: Mapping[int, RankState], aborted: Sequence[int]) -> Divergence | None:
+    """gloo aborted one rank on a size mismatch while every other rank's calls are unknown (they were left to
+    torch's recorder, and torchrun ended those ranks before any record of them was written: ``unrecorded``), so
+    nothing compares across ranks. The aborted rank's own calls on the main group, (op, line) each, are read
+    against its own routine: where its first call that never completed is not the one its routine makes
+    there (the call one period before: ``judge.repeats``, the one reading of a routine), and the call it made
+    next is, it made one call more, and gloo matched that call with a peer's call of another size. None
+    otherwise (no routine before it, or nothing made after it: an extra call unproven)."""
+    group = main_group(record, dict(states))
+    others = [o for o in states if o not in aborted]
+    if group is None or len(aborted) != 1 or not others or not all(unrecorded(record, o) for o in others):
+        return None
+    r = aborted[0]
+    entries = sorted(
+        (e for e in record.ranks[r].ledger if e.get("group") == group and e.get("seq")), key=lambda e: e["seq"][0]
+    )
+    i = next((k for k, e in enumerate(entries) if e.get("st") != schema.ST_DONE), None)
+    if i is None or i + 1 >= len(entries) or any(not e.get("site") for e in entries[: i + 2]):
+        return None
+    calls = [(str(e.get("op")), tuple(e["site"])) for e in entries[: i + 2]]
+    before = calls[:i]
+    period = next((p for p in range(1, len(before) // 3 + 1) if judge.repeats(before, p)), None)
+    if period is None:
+        return None
+    routine_next = before[len(before) - period]
+    if calls[i] == routine_next or calls[i + 1] != routine_next:
+        return None
+    extra = entries[i]
+    slots = {r: Slot(str(extra.get("op")), tuple(extra["site"]), extra.get("shapes"), dtypes=extra.get("dtypes"))}
+    slots.update({o: Slot(UNRECORDED) for o in others})
+    # exclusive: the policy's own-line rule names it (a call its own routine does not make is the extra one)
+    return Divergence(group, int(extra["seq"][0]), slots, (r,), "extra-call", exclusive=True)
 
 
 def own_routine_finding(record: RunRecord, states: Mapping[int, RankState], ev: dict[str, Any]) -> Finding | None:

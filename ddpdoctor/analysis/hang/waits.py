@@ -9,6 +9,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, analyze_command, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang import judge
 from ddpdoctor.analysis.hang.divergence import ABSENT, AWAY, INTERNAL
+from ddpdoctor.analysis.hang.facts import UNRECORDED
 from ddpdoctor.analysis.hang.hints import BLOCKED_HINT, HINTS, P2P_HINT
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.ids import HANG_P2P_DEADLOCK, HANG_TIMEOUT, HANG_TRANSPORT_STALL
@@ -79,6 +80,8 @@ def slot_text(sl: Any) -> str:
         return "a DDP all-reduce/broadcast"
     if sl.op == ABSENT:
         return "nothing (exited)"
+    if sl.op == UNRECORDED:
+        return "a call of another size (its record is missing)"
     if sl.op == AWAY:
         return "nothing: it waits in another group's collective" + (
             f" at {sl.site[0].rsplit('/', 1)[-1]}:{sl.site[1]}" if sl.site else ""

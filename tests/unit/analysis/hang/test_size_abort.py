@@ -79,6 +79,35 @@ def test_a_peer_ended_before_its_flight_record_and_its_late_heartbeats_leaves_th
     assert not [x for x in lines if x[0] == 0 and x[2] == "diverged" and x[1] != 42], f.locations
 
 
+ASYNC_RECORDER = GOLDEN.parent / "async_abort_recorder"
+ASYNC_SCRIPT = "probes/trainer_async_save.py"
+
+
+@pytest.mark.parametrize("cut", ["intact", "peer-ended-before-its-records"])
+def test_an_aborted_rank_off_its_own_routine_is_named_where_its_peers_calls_are_unknown(tmp_path, cut):
+    """probes/trainer_async_save.py under DDPDOCTOR_COLLECTIVES=recorder (tests/golden/async_abort_recorder):
+    rank 0's asynchronous extra all_reduce (line 40) met rank 1's DDP all-reduce and gloo aborted rank 0, whose
+    abort dump holds the extra call and, after it, its next DDP all-reduce. Cut as torchrun's SIGTERM can, rank 1
+    leaves no flight record, no error and no beat since training began: none of its calls is known. Rank 0's
+    own routine still tells the extra call (it once read as an abnormal exit with no culprit)."""
+    run = tmp_path / "run"
+    shutil.copytree(ASYNC_RECORDER, run)
+    if cut != "intact":
+        r1 = run / "ranks" / "1"
+        (r1 / "flight.json").unlink()
+        (r1 / "error.json").unlink()
+        _drop_last_lines(r1 / "events.jsonl", 1)
+        assert b'"kind":"finish"' not in (r1 / "events.jsonl").read_bytes()
+        _heartbeats_before_training(r1 / "heartbeat.jsonl")
+    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
+    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
+    f = rep.findings[0]
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    diverged = {(loc.rank, loc.line) for loc in f.locations if loc.role == "diverged"}
+    assert diverged == {(0, 40)}, f.locations  # the all_reduce of the checkpoint branch (# EXTRA)
+    assert all(loc.file.endswith(ASYNC_SCRIPT) for loc in f.locations if loc.role == "diverged")
+
+
 RECORDER = GOLDEN.parent / "size_abort_recorder"
 
 
