@@ -9,7 +9,7 @@ such an object. Nothing is ever unpickled or evaluated.
   in short, its newest ledger entries). :func:`rank_from_summary` turns one back into a
   :class:`~ddpdoctor.record.reader.RankRecord`, so the live detectors run over every node's ranks unchanged.
 - ``final``: a node's run directory after its run ended, bounded (:func:`bundle_run`): the rank files' tails,
-  its manifest and monitor log. :func:`write_mirror` writes one into ``RUN_DIR/nodes/<n>/`` as a run directory
+  their flight records whole, its manifest and monitor log. :func:`write_mirror` writes one into ``RUN_DIR/nodes/<n>/`` as a run directory
   of its own, which :mod:`~ddpdoctor.record.mirror` reads with the node's own ranks.
 - ``verdict``: the judging node's live verdict and the job's nodes (host, node rank, ranks).
 """
@@ -69,6 +69,10 @@ _FILE_CAPS = {
     schema.FATAL: 64 << 10,
     schema.TERMINATED: 64 << 10,
 }
+# a rank's files a final bundle carries whole or not at all (JSON: a tail would not parse). flight.json is the
+# record of every collective of a rank that left its calls to torch's recorder (the default): without it the
+# judging node knows of another node's ranks only their heartbeats' positions and pending calls
+_WHOLE_FILES = {schema.FLIGHT: 8 << 20}
 _RUN_FILES = {schema.MANIFEST: 64 << 10, schema.MONITOR: 256 << 10}
 STDERR_CAP = 16 << 10
 
@@ -249,6 +253,17 @@ def _tail_bytes(path: str, cap: int) -> bytes | None:
     return data
 
 
+def _whole_bytes(path: str, cap: int) -> bytes | None:
+    """The file whole, or None where it is missing or over ``cap`` bytes."""
+    try:
+        if os.path.getsize(path) > cap:
+            return None
+        with open(path, "rb") as f:
+            return f.read(cap + 1)[:cap]
+    except OSError:
+        return None
+
+
 def bundle_run(run_dir: str, ranks: list[int]) -> dict[str, Any]:
     """This node's records after its run, bounded (see the caps above), compressed (zlib, base64 in JSON)."""
     files: dict[str, bytes] = {}
@@ -259,6 +274,10 @@ def bundle_run(run_dir: str, ranks: list[int]) -> dict[str, Any]:
         d = os.path.join(run_dir, schema.RANKS_DIR, str(r))
         for name, cap in _FILE_CAPS.items():
             b = _tail_bytes(os.path.join(d, name), cap)
+            if b:
+                files[f"{schema.RANKS_DIR}/{r}/{name}"] = b
+        for name, cap in _WHOLE_FILES.items():
+            b = _whole_bytes(os.path.join(d, name), cap)
             if b:
                 files[f"{schema.RANKS_DIR}/{r}/{name}"] = b
     for root, _dirs, names in os.walk(os.path.join(run_dir, schema.LOGS_DIR)):

@@ -27,7 +27,7 @@ from ddpdoctor.analysis.hang.divergence import (
     sequence,
 )
 from ddpdoctor.analysis.hang.exits import rank_exits
-from ddpdoctor.analysis.hang.facts import ENDED, Call, RankTest
+from ddpdoctor.analysis.hang.facts import ENDED, WAITING, Call, RankFacts, RankTest
 from ddpdoctor.analysis.hang.hints import (
     BLOCKED_HINT,
     FRAMEWORK_HINTS,
@@ -39,6 +39,7 @@ from ddpdoctor.analysis.hang.hints import (
 )
 from ddpdoctor.analysis.hang.paths import Departure, departure, frames_to, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import abort_off_routine, own_routine_finding, program_finding
+from ddpdoctor.analysis.hang.sources.ledger import call_at
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
     at,
@@ -198,11 +199,27 @@ class LedgerCase(policy.Case):
         div = self.div
         if self.cut or div is None or div.kind != "exited":
             return None
-        got = judge.rank_test({r: self.facts[r] for r in div.slots if r in self.facts}, self._test_of, self._reached)
+        got = judge.rank_test(self._waits_at(div), self._test_of, self._reached)
         if got is None:
             return None
         # the ranks still waiting made a call under `if rank == ...`: theirs is the extra collective
         return self._rc(dataclasses.replace(div, diverged=got[0], kind="extra-call", exclusive=True))
+
+    def _waits_at(self, div: Divergence) -> dict[int, RankFacts]:
+        """The facts of the divergence's ranks, a rank the verdict ended while it waited (its record says no
+        pending call any more: torchrun SIGTERMed it, its peer's transport error) waiting in the call its
+        ledger holds at the divergence, the call that never completed."""
+        out: dict[int, RankFacts] = {}
+        for r in div.slots:
+            if r not in self.facts:
+                continue
+            f = self.facts[r]
+            if f.pending is None and f.state == ENDED and r not in div.diverged:
+                c = call_at(self.record.ranks[r], Call("?", div.group, div.position(r)))
+                if c is not None and c.sites:
+                    f = dataclasses.replace(f, state=WAITING, pending=c)
+            out[r] = f
+        return out
 
     def _test_of(self, r: int, c: Call) -> RankTest | None:
         """The rank test on rank ``r``'s way to its call: around the call's line or a caller on its stack."""

@@ -7,6 +7,7 @@ at the barrier's line. Without the rank test the same waits name rank 1, the ran
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,13 @@ def _script(tmp: Path, text: str) -> str:
     return str(path)
 
 
-def _ledger(tmp: Path, text: str, barrier: int, rank1_made_it: bool = False) -> list[tuple[str, tuple, set]]:
+def _ledger(
+    tmp: Path, text: str, barrier: int, rank1_made_it: bool = False, ended: bool = False
+) -> list[tuple[str, tuple, set]]:
     """Both ranks all-reduce at COMMON (#1); rank 1 then finishes, rank 0 waits in the barrier (#2) until
-    the monitor stops the run. ``rank1_made_it``: rank 1's ledger holds that barrier's line from before."""
+    the monitor stops the run. ``rank1_made_it``: rank 1's ledger holds that barrier's line from before.
+    ``ended``: the stop reached rank 0 as a transport error, and its last beat (its end) has no pending call:
+    only its ledger says it waited in the barrier."""
     script = _script(tmp, text)
     b = RunBuilder(tmp / "run", script=script).start(0).start(1)
     site = [script, COMMON, "main"]
@@ -62,6 +67,15 @@ def _ledger(tmp: Path, text: str, barrier: int, rank1_made_it: bool = False) -> 
     p = dict(pending("barrier", 2, barrier, 2.0, ()), site=[script, barrier, "main"])
     b.hb(0, 2.1, 2, p, where=barrier).hb(0, 4.0, 2, p, where=barrier)
     b.add(None, "monitor.jsonl", "verdict", 4.0, mode="certain", reason="rank 0 waits; rank 1 has exited")
+    if ended:
+        b.add(0, "ledger.jsonl", "coll", 2.0, op="barrier", group="0", seq=[2, 2], shapes=[], dtypes=[],
+              site=[script, barrier, "main"], st="issued")  # fmt: skip
+        b.hb(0, 4.5, 2, None, where=barrier, final=True)
+        msg = "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"
+        (b.root / "ranks" / "0" / "error.json").write_text(
+            json.dumps({"type": "RuntimeError", "message": msg, "frames": [], "user_frame": [script, barrier, "main"]})
+        )
+        b.finish(0, 4.6, code=1, seq=2, exception=True)
     got = deadlock.detect(load_run(str(b.root)), CFG)
     return [(f.id, f.culprits, {l.line for l in f.locations if l.rank in f.culprits}) for f in got]
 
@@ -87,6 +101,13 @@ def _stacks(tmp: Path, text: str, barrier: int, rank1: int | None) -> list[tuple
 
 def test_the_ledger_names_the_rank_waiting_under_the_rank_test(tmp_path):
     assert _ledger(tmp_path, GUARDED, BARRIER) == [("hang.rank-conditional-collective", (0,), {BARRIER})]
+
+
+def test_the_ledger_names_the_rank_under_the_rank_test_that_the_stop_ended_in_its_wait(tmp_path):
+    """The stop ended rank 0 in the barrier (a transport error: its peer's node went away, as on two nodes of
+    tests/e2e/test_realistic_hangs.py): its end has no pending call, its ledger still holds the barrier it
+    waited in. It once read as rank 1's early exit."""
+    assert _ledger(tmp_path, GUARDED, BARRIER, ended=True) == [("hang.rank-conditional-collective", (0,), {BARRIER})]
 
 
 def test_the_ledger_names_the_rank_that_left_where_no_rank_test_leads_to_the_wait(tmp_path):
