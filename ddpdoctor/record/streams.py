@@ -70,6 +70,9 @@ def read_whole(w: Whole, path: str) -> tuple[bool, Any]:
 # a rank blocked in C++ (a collective, Work.wait(), a sync point) burns almost no CPU; one that computes
 # inside a single long line of the user's code does
 _BUSY_CPU = 0.03  # CPU seconds per wall second that count as progress (16 ranks on 2 cores get 0.12)
+# the shortest gap between two heartbeats whose CPU times tell a share: the rank writes its CPU time in whole ms,
+# and the beat it writes when the monitor asks for its stacks may follow the last by well under one
+_CPU_SPAN = 0.1
 
 
 def progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
@@ -85,4 +88,4 @@ def progressed(prev: dict[str, Any], hb: dict[str, Any]) -> bool:
     cpu0, cpu1 = prev.get("cpu"), hb.get("cpu")
     if cpu0 is None or cpu1 is None:
         return False
-    return dt > 0 and (float(cpu1) - float(cpu0)) / dt > _BUSY_CPU
+    return dt >= _CPU_SPAN and (float(cpu1) - float(cpu0)) / dt > _BUSY_CPU

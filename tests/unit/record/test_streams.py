@@ -57,3 +57,5 @@ def test_cpu_time_counts_as_progress_only_above_the_busy_share() -> None:
     assert progressed(hb, dict(hb, t=2.0, cpu=1.5))  # half a core: computing in one long line
     assert not progressed(hb, dict(hb, t=2.0, cpu=1.01))  # blocked in C++
     assert not progressed({"t": 1.0}, {"t": 2.0})  # no CPU figures: no proof of progress
+    # two beats under a ms apart (the one the monitor's request for stacks adds): a ms of CPU tells nothing
+    assert not progressed(hb, dict(hb, t=1.0007, cpu=1.001))
