@@ -26,7 +26,6 @@ from ddpdoctor.analysis.hang.paths import (
     _loops,
     _tree,
     departure,
-    frames_to,
     guard_ranks,
     loop_exits,
     user_stack,
@@ -250,7 +249,7 @@ class StackCase(policy.Case):
         v = self.vs.get(r)
         if v is None or v.kind != "collective" or v.site is None:
             return None
-        return paths.rank_test(frames_to(self.record, r, [v.site.file, v.site.line]), self.world)
+        return paths.rank_test_of(self.record, r, [v.site.file, v.site.line], self.world)
 
     def _groups(self) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}

@@ -37,7 +37,7 @@ from ddpdoctor.analysis.hang.hints import (
     hint_for,
     uneven_hint,
 )
-from ddpdoctor.analysis.hang.paths import Departure, departure, frames_to, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
@@ -204,10 +204,11 @@ class LedgerCase(policy.Case):
         return self._rc(dataclasses.replace(div, diverged=got[0], kind="extra-call", exclusive=True))
 
     def _test_of(self, r: int, c: Call) -> RankTest | None:
-        """The rank test on rank ``r``'s way to its call: around the call's line or a caller on its stack."""
+        """The rank test on rank ``r``'s way to its call (``paths.rank_test_of``, as the extra-call rule reads
+        it): around the call's line or a caller on its stack, or around a call into the helper that made it."""
         if not c.sites:
             return None
-        return paths.rank_test(frames_to(self.record, r, c.sites[0]), self.record.world_size or len(self.states))
+        return paths.rank_test_of(self.record, r, c.sites[0], self.record.world_size or len(self.states))
 
     def _reached(self, r: int, c: Call) -> bool:
         """Whether rank ``r``'s ledger holds a call at ``c``'s line, or leaves it open: a rank that ended on an

@@ -183,6 +183,7 @@ def _guard_at(path: str, line: int) -> int | None:
     return g[0] if g else None
 
 
+@functools.lru_cache(maxsize=1024)  # asked per rank: a thousand ranks waiting in one call ask the same line
 def _guard_branch(path: str, line: int) -> tuple[int, bool, tuple[int, int]] | None:
     """(the line of the innermost ``if`` around ``line`` whose test looks at the rank, whether ``line`` is in
     its ``else``, the first and last line of the branch ``line`` is in)."""
@@ -229,14 +230,59 @@ def frames_to(record: RunRecord, rank: int, site: Any) -> list[tuple[str, int]]:
     return frames
 
 
-def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
-    """Is the collective at ``site`` reached only under a rank test, in its own function or in a caller
-    on the rank's stack? Returns the guard's (file, line)."""
-    for path, line in frames_to(record, rank, site):
-        g = _guard_at(path, line)
-        if g is not None:
-            return path, g
+def rank_test_of(record: RunRecord, rank: int, site: Any, world: int) -> RankTest | None:
+    """The rank test on rank ``rank``'s way to its call at ``site`` ((file, line[, function])), as its records
+    show the way: around the call's line or a caller's on its stack (``frames_to``, ``rank_test``); where the
+    stack does not pass through the call's function (an asynchronous call waited on elsewhere, a rank with no
+    stack), around a call of that function elsewhere in its file that the test lets the rank take
+    (``if rank == 0: log(x)``, the collective inside ``log``). The one reading the ledger (its rank-test and
+    extra-call rules) and the stacks give the rank-test rule (``judge.rank_test``)."""
+    if not site:
+        return None
+    got = rank_test(frames_to(record, rank, site), world)
+    if got is not None:
+        return got
+    path, line = str(site[0]), int(site[1])
+    span = _function_at(path, line)
+    if span is None or any(f[0] == path and span[1] <= f[1] <= span[2] for f in user_stack(record, rank) or ()):
+        return None  # the stack shows the way through the function: no test on it
+    for call in _calls_of(path, span[0]):
+        got = rank_test([(path, call)], world)
+        if got is not None and got.admits(rank):
+            return got
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_at(path: str, line: int) -> tuple[str, int, int] | None:
+    """The innermost function whose body holds ``line``: (its name, its first and last line)."""
+    tree = _tree(path)
+    best = None
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno < line <= (n.end_lineno or 0):
+            if best is None or n.lineno > best[1]:
+                best = (n.name, n.lineno, n.end_lineno or n.lineno)
+    return best
+
+
+@functools.lru_cache(maxsize=1024)
+def _calls_of(path: str, func: str) -> tuple[int, ...]:
+    """The lines of ``path`` that call a function or method named ``func``, in order."""
+    tree = _tree(path)
+    out = set()
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.Call):
+            f = n.func
+            if (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None) == func:
+                out.add(n.lineno)
+    return tuple(sorted(out))
+
+
+def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
+    """The rank test that led ``rank`` to its call at ``site`` (``rank_test_of``, one it lets the rank take):
+    its (file, line); None where none did."""
+    t = rank_test_of(record, rank, site, record.world_size or len(record.ranks))
+    return (t.file, t.test) if t is not None and t.admits(rank) else None
 
 
 def guard_ranks(path: str, line: int, world: int) -> set[int] | None:
