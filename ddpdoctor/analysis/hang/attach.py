@@ -20,6 +20,7 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang import judge, paths, policy
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
+from ddpdoctor.analysis.hang.exits import ways_out
 from ddpdoctor.analysis.hang.facts import WAITING, Call, RankTest, Slot
 from ddpdoctor.analysis.hang.paths import (
     _guard_at,
@@ -271,10 +272,11 @@ class StackCase(policy.Case):
             return None
         w = next(iter(waiting.values()))
         exits = loop_exits(w.site.file, w.site.line, every_loop=True) if w.site else ()
-        role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
-        locs: list[Location | None] = (
-            [Location(r, w.site.file, x, "", role) for r in gone for x in exits[:3]] if w.site else []
-        )
+        locs: list[Location | None] = []
+        if w.site:
+            # the ways out each rank that left may have taken (a rank-tested break is only some ranks' way out)
+            ways, exits = ways_out(w.site.file, exits, gone, self.world)
+            locs += ways
         locs += [_loc(v, "waiting") for v in waiting.values()]
         base = w.site.file.rsplit("/", 1)[-1] if w.site else "?"
         left = ", ".join(f"{base}:{x}" for x in exits[:3])
@@ -400,14 +402,7 @@ def _departed(
                 extra,
                 dict(ev, guard=[dep.file, g], extra_call=line),
             )
-        exits = dep.exits
-        locs = [
-            Location(
-                r, dep.exit_file, x, "", "left the loop here" if len(exits) == 1 else "may have left the loop here"
-            )
-            for r in leavers
-            for x in exits[:3]
-        ]
+        locs = list(ways_out(dep.exit_file, dep.exits, leavers, world)[0])
         locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
         base = dep.file.rsplit("/", 1)[-1]
         msg = (

@@ -26,7 +26,7 @@ from ddpdoctor.analysis.hang.divergence import (
     first_divergence,
     sequence,
 )
-from ddpdoctor.analysis.hang.exits import rank_exits
+from ddpdoctor.analysis.hang.exits import ways_out
 from ddpdoctor.analysis.hang.facts import ENDED, Call, RankTest
 from ddpdoctor.analysis.hang.hints import (
     BLOCKED_HINT,
@@ -431,9 +431,9 @@ def _early_exit(
     gone = sorted(leavers)
     stay = sorted(r for r in div.slots if r not in gone)
     locs = [l for r in gone if (l := slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
-    role = "left the loop here" if len(dep.exits) == 1 else "may have left the loop here"
-    for line in dep.exits[:3]:  # the break/return it took (when the code has only a few)
-        locs += [Location(r, dep.exit_file, line, "", role) for r in gone]
+    # the break/return each rank that left may have taken (when the code has only a few)
+    ways, exits_at = ways_out(dep.exit_file, dep.exits, gone, record.world_size or len(states))
+    locs += ways
     where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
     locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
     locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
@@ -449,7 +449,7 @@ def _early_exit(
         bare=True,
     )
     base = dep.exit_file.rsplit("/", 1)[-1]
-    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
+    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in exits_at[:3])})" if exits_at else ""
     msg = (
         f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
         f"(collective #{div.seq} of group {div.group})"
@@ -512,9 +512,7 @@ def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int,
     w = next((l for r in div.slots if r not in div.diverged and (l := best_where(record, states[r], ""))), None)
     if w is None:
         return []
-    exits = rank_exits(w.file, loop_exits(w.file, w.line, every_loop=True))
-    role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
-    out = [Location(rank, w.file, x, "", role) for x in exits[:3]]
+    out = ways_out(w.file, loop_exits(w.file, w.line, every_loop=True), [rank], record.world_size or len(states))[0]
     return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]
 
 
