@@ -32,6 +32,7 @@ from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
 from ddpdoctor.analysis.hang import judge, paths
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
 from ddpdoctor.analysis.hang.facts import WAITING, Call, RankFacts, RankTest
+from ddpdoctor.analysis.hang.sources.ledger import made_before
 from ddpdoctor.analysis.state import RankState
 from ddpdoctor.record.reader import RunRecord
 
@@ -120,11 +121,13 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     def test_of(r: int, c: Call) -> RankTest | None:
         return paths.rank_test_of(record, r, c.sites[0], world) if c.sites else None
 
+    def reached(q: int, c: Call) -> bool:
+        return made_before(record.ranks[q], c, div.position(q))
+
     # the rank test names the group whose call alone a rank test led to (judge.rank_test, the rule the ledger
-    # asks where a rank ended without the call). Whether the others made that call before is not asked here:
-    # every rank holds a call at the divergence, so none of them may have left instead (a metric reduced
-    # under `if rank == 0 or step % 10 == 0:` is still rank 0's extra call at step 5)
-    got = judge.rank_test({r: RankFacts(r, WAITING, c) for r, c in calls.items()}, test_of)
+    # asks where a rank ended without the call), where no other rank made that call before: a rank that did
+    # was not kept out of it by the test, and its own call here may be the one after a loop it left early
+    got = judge.rank_test({r: RankFacts(r, WAITING, c) for r, c in calls.items()}, test_of, reached)
     tested = set(got[0]) if got is not None else set()
     # ranks with the same calls from the divergence on are compared once (linear at any world size)
     sig = {r: _signature(t) for r, t in tail.items()}

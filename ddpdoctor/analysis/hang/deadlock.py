@@ -40,6 +40,7 @@ from ddpdoctor.analysis.hang.hints import (
 from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
+from ddpdoctor.analysis.hang.sources.ledger import made_before
 from ddpdoctor.analysis.hang.waits import (
     at,
     best_where,
@@ -211,13 +212,13 @@ class LedgerCase(policy.Case):
         return paths.rank_test_of(self.record, r, c.sites[0], self.record.world_size or len(self.states))
 
     def _reached(self, r: int, c: Call) -> bool:
-        """Whether rank ``r``'s ledger holds a call at ``c``'s line, or leaves it open: a rank that ended on an
-        error, or from outside before it recorded its finish, may have got there."""
+        """Whether rank ``r``'s ledger holds a call at ``c``'s line before ``c``'s position (``made_before``),
+        or leaves it open: a rank that ended on an error, or from outside before it recorded its finish, may
+        have got there."""
         rec = self.record.ranks[r]
         if self.facts[r].state == ENDED and (rec.event(schema.K_FINISH) is None or rec.error):
             return True
-        site = c.sites[0] if c.sites else None
-        return site is not None and any(e.get("site") and tuple(e["site"][:2]) == site for e in rec.ledger)
+        return made_before(rec, c, c.seq)
 
     def left_early(self) -> Finding | None:
         div = self.div

@@ -1,12 +1,13 @@
 """The policy's rank-test rule (``judge.rank_test``, one body), asked by the sources that answer it, on hand-built
 run directories of one script (tests/builder.py): the collective ledger of a run ``ddpdoctor hang`` stopped
 (``deadlock.detect``) and the stacks ``ddpdoctor attach`` took (``attach.detect``); the flight recorder's dumps
-ask it too (tests/unit/postmortem/test_gloo_evidence.py, on real dumps). Rank 0 waits in a barrier it reached under
+ask it too (tests/unit/postmortem/test_gloo_evidence.py, on real dumps; below, on hand-built ones). Rank 0 waits in a barrier it reached under
 ``if rank == 0:`` while rank 1 went on without it (it ended, or it sits elsewhere): both sources name rank 0
 at the barrier's line. Without the rank test the same waits name rank 1, the rank that left."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from builder import RunBuilder, pending
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.hang import attach, deadlock
+from ddpdoctor.postmortem import inputs, report
 from ddpdoctor.record.reader import load_run
 
 CFG = Config(timeout=10.0)
@@ -309,3 +311,92 @@ def test_the_extra_call_rule_takes_no_rank_test_that_leaves_out_the_rank_that_go
     changed = GUARDED.replace("rank == 0", "rank == 1")
     got = _ledger_calls(tmp_path, changed, COMMON, {0: ("barrier", BARRIER, "main"), 1: ("all_reduce", RETURN, "main")})
     assert got[0][:2] == ("hang.divergent-collective", ())
+
+
+# Where the rank the test did not lead there had made that call before, the test did not keep it out of the call:
+# every source asks its records (``reached``), the ledger's extra-call rule and the dumps too.
+
+LEFT = """import torch.distributed as dist
+
+
+def main(rank, x):
+    for step in range(10):
+        dist.all_reduce(x)
+        if rank == 1 or step == 0:
+            dist.broadcast(x, 0)
+        if rank == 0 and step == 1:
+            break
+    dist.barrier()
+    return x
+
+
+main(0, None)
+"""
+LEFT_REDUCE, LEFT_CAST, LEFT_BARRIER = 6, 8, 11
+# both ranks: step 0 all-reduces (#1) and broadcasts (#2), step 1 all-reduces (#3); then rank 1 broadcasts (#4)
+# under the test that every rank took at step 0, and rank 0, which broke out of the loop, waits in the barrier
+LEFT_CALLS = {
+    r: [("all_reduce", LEFT_REDUCE), ("broadcast", LEFT_CAST), ("all_reduce", LEFT_REDUCE), last]
+    for r, last in ((0, ("barrier", LEFT_BARRIER)), (1, ("broadcast", LEFT_CAST)))
+}
+
+
+def test_the_extra_call_rule_names_no_rank_under_a_test_the_others_took_before(tmp_path):
+    """Chosen where the sources differed: the extra-call rule read the rank test alone and named rank 1 at its
+    broadcast; the rank-test rule (the ledger's where a rank ended, and the dumps' below) asks whether the
+    others made that call before. Rank 0 broadcast at that line at step 0: the test did not keep it out, and
+    rank 0 is the rank that left the loop. The rule after it names rank 0, whose barrier is a line no other
+    rank reached."""
+    script = _script(tmp_path, LEFT)
+    b = RunBuilder(tmp_path / "run", script=script)
+    for r, calls in LEFT_CALLS.items():
+        b.start(r)
+        for s, (op, line) in enumerate(calls, 1):
+            sh = [] if op == "barrier" else [[4]]
+            b.add(r, "ledger.jsonl", "coll", float(s), op=op, group="0", seq=[s, s], shapes=sh,
+                  dtypes=["float32"] * len(sh), site=[script, line, "main"], t0=float(s), t1=float(s), err=None)  # fmt: skip
+        op, line = calls[-1]
+        p = dict(pending(op, 4, line, 4.0, () if op == "barrier" else ((4,),)), site=[script, line, "main"])
+        b.hb(r, 4.1, 4, p, where=line).hb(r, 6.0, 4, p, where=line)
+    b.add(None, "monitor.jsonl", "verdict", 6.0, mode="certain", reason="ranks 0 and 1 wait")
+    (got,) = deadlock.detect(load_run(str(b.root)), CFG)
+    assert (got.culprits, {l.line for l in got.locations if l.rank == 0}) == ((0,), {LEFT_BARRIER})
+
+
+def _dump_entry(i: int, op: str, line: int, script: str) -> dict:
+    """Entry ``i`` (#i+1 of the default group) of a gloo pickle dump, made at ``line`` of ``script``."""
+    return {
+        "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": i + 1,
+        "p2p_seq_id": 0, "op_id": i + 1, "profiling_name": f"gloo:{op}", "is_p2p": False,
+        "input_sizes": [[4]], "output_sizes": [[4]], "input_dtypes": ["Float"], "output_dtypes": ["Float"],
+        "state": "scheduled", "retired": False, "time_created_ns": 1_000_000_000 * (i + 1), "timeout_ms": 60000,
+        "frames": [
+            {"name": op, "filename": f"{_TORCH}/distributed/distributed_c10d.py", "line": 3000},
+            {"name": "main", "filename": script, "line": line},
+        ],
+    }  # fmt: skip
+
+
+def test_the_dumps_name_no_rank_under_a_test_the_others_took_before(tmp_path):
+    """Chosen where the sources differed: the dumps read the rank test alone and named rank 1 at its broadcast;
+    the ledger asks whether the others made that call before. Rank 0's dump holds its broadcast at that line at
+    #2: the test did not keep it out. Rank 0 went on to a call no rank made before and rank 1 continues the calls
+    both made: either rank 0 left the loop, or rank 1 made an extra call earlier; the dumps name no culprit."""
+    script = _script(tmp_path / "job", LEFT)
+    for r, calls in LEFT_CALLS.items():
+        d = {
+            "version": "2.10",
+            "entries": [_dump_entry(i, op, line, script) for i, (op, line) in enumerate(calls)],
+            "pg_config": {"": {"desc": "", "name": "", "ranks": "[0, 1]"}},
+            "pg_status": {
+                "0": {"last_enqueued_collective": 4, "last_started_collective": -1, "last_completed_collective": 3}
+            },
+        }
+        (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(d))
+    rep = report.build(inputs.load([str(tmp_path / "rank_0"), str(tmp_path / "rank_1")]), Config())
+    f = rep.findings[0]
+    assert (f.id, f.culprits, {l.line for l in f.locations}) == (
+        "hang.divergent-collective",
+        (),
+        {LEFT_BARRIER, LEFT_CAST},
+    )
