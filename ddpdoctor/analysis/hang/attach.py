@@ -26,9 +26,10 @@ from ddpdoctor.analysis.hang.paths import (
     _guard_at,
     _loops,
     _tree,
-    departure,
+    departed,
     guard_ranks,
     loop_exits,
+    rank_guard,
     user_stack,
 )
 from ddpdoctor.analysis.hang.sources.stacks import View
@@ -369,57 +370,58 @@ def _departed(
 ) -> Finding | None:
     """Ranks wait in different collectives or lines: an extra call under a rank test inside the loop the
     others left, or an early exit (a group that left the loop the others are still in); None where no group
-    of ranks left a loop the others are in."""
+    of ranks left a loop (or returned from a call) the others are in (``paths.departed``, as the ledger asks)."""
     world = max(record.world_size or 0, max(vs) + 1)
-    members = list(groups.values())
-    for leavers in members:
-        stay = [r for g in members if g is not leavers for r in g]
-        dep = departure(record, leavers[0], stay[0])
-        if dep is None or dep.how != "left the loop":
+    got = departed(
+        record,
+        groups.values(),
+        sorted(vs),
+        # a leaver's call a rank test led it to is a rank-conditional call (paths.rank_guard, as the ledger asks)
+        lambda r: (v := vs[r]).site is not None and rank_guard(record, r, [v.site.file, v.site.line]) is not None,
+    )
+    if got is None:
+        return None
+    leavers, dep = list(got[0]), got[1]
+    stay = [r for r in sorted(vs) if r not in leavers]
+    loop = next((lp for lp in _loops(dep.file) if lp[0] == dep.line), None) if dep.how == "left the loop" else None
+    for line, g in _guarded_calls(dep.file, loop[0], loop[1]) if loop else []:
+        who = guard_ranks(dep.file, g, world)
+        if who is not None and not who & set(stay):
             continue
-        loop = next((lp for lp in _loops(dep.file) if lp[0] == dep.line), None)
-        calls = _guarded_calls(dep.file, loop[0], loop[1]) if loop else []
-        for line, g in calls:
-            who = guard_ranks(dep.file, g, world)
-            if who is not None and not who & set(stay):
-                continue
-            extra = sorted(set(stay) & who) if who else sorted(stay)
-            base = dep.file.rsplit("/", 1)[-1]
-            locs: list[Location | None] = [Location(r, dep.file, line, dep.func, "diverged") for r in extra]
-            locs += [_loc(vs[r], "waiting") for r in sorted(vs)]
-            msg = (
-                f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
-                f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
-                f"{group_values(desc, first=extra)}"
-            )
-            return _finding(
-                HANG_RANK_CONDITIONAL_COLLECTIVE,
-                "error",
-                msg,
-                hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
-                vs,
-                locs,
-                extra,
-                dict(ev, guard=[dep.file, g], extra_call=line),
-            )
-        locs = list(ways_out(dep.exit_file, dep.exits, leavers, world)[0])
-        locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
+        extra = sorted(set(stay) & who) if who else sorted(stay)
         base = dep.file.rsplit("/", 1)[-1]
+        locs: list[Location | None] = [Location(r, dep.file, line, dep.func, "diverged") for r in extra]
+        locs += [_loc(vs[r], "waiting") for r in sorted(vs)]
         msg = (
-            f"{ranks_phrase(leavers)} left the loop at {base}:{dep.line} early and wait in "
-            f"{vs[leavers[0]].text()}; {group_values({r: desc[r] for r in stay})}"
+            f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
+            f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
+            f"{group_values(desc, first=extra)}"
         )
         return _finding(
-            HANG_EARLY_EXIT,
+            HANG_RANK_CONDITIONAL_COLLECTIVE,
             "error",
             msg,
-            hint_for(record, HANG_EARLY_EXIT),
+            hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
             vs,
             locs,
-            leavers,
-            dict(ev, departure={"file": dep.file, "line": dep.line}),
+            extra,
+            dict(ev, guard=[dep.file, g], extra_call=line),
         )
-    return None
+    locs = list(ways_out(dep.exit_file, dep.exits, leavers, world)[0])
+    locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
+    msg = f"{ranks_phrase(leavers)} {dep.words()} and wait in {vs[leavers[0]].text()}; " + group_values(
+        {r: desc[r] for r in stay}
+    )
+    return _finding(
+        HANG_EARLY_EXIT,
+        "error",
+        msg,
+        hint_for(record, HANG_EARLY_EXIT),
+        vs,
+        locs,
+        leavers,
+        dict(ev, departure={"file": dep.file, "line": dep.line}),
+    )
 
 
 def _parting(vs: dict[int, View], desc: dict[int, str], ev: dict) -> Finding:

@@ -37,7 +37,7 @@ from ddpdoctor.analysis.hang.hints import (
     hint_for,
     uneven_hint,
 )
-from ddpdoctor.analysis.hang.paths import Departure, departure, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.paths import Departure, departed, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import own_routine_finding, program_finding
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.sources.ledger import made_before
@@ -408,22 +408,15 @@ def _reached_by_abort(
 
 
 def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:
-    """Some ranks all left the loop (or call) the others are still in: an early exit. The leavers are the
-    diverged ranks or, with no majority to tell, whichever group of ranks (by what they issued) left. Not
-    when their collective sits under a rank test (``if rank == 0:``): that is a rank-conditional call."""
+    """Some ranks all left the loop (or call) the others are still in: an early exit (``paths.departed``).
+    The leavers are the diverged ranks or, with no majority to tell, whichever group of ranks (by what they
+    issued) left. Not when their collective sits under a rank test (``if rank == 0:``): that is a
+    rank-conditional call."""
     groups: dict[tuple, list[int]] = {}
     for r, sl in sorted(div.slots.items()):
         groups.setdefault((sl.key(), sl.site), []).append(r)
     candidates = [tuple(div.diverged)] if len(div.diverged) < len(div.slots) else [tuple(g) for g in groups.values()]
-    found = []
-    for leavers in candidates:
-        others = [r for r in div.slots if r not in leavers]
-        if not others or any(rank_guard(record, d, div.slots[d].site) for d in leavers):
-            continue
-        deps = [departure(record, d, others[0]) for d in leavers]
-        if deps[0] is not None and all(x is not None for x in deps):
-            found.append((leavers, deps[0]))
-    return found[0] if len(found) == 1 else None
+    return departed(record, candidates, div.slots, lambda d: rank_guard(record, d, div.slots[d].site) is not None)
 
 
 def _early_exit(
@@ -438,12 +431,7 @@ def _early_exit(
     where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
     locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
     locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
-    short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
-    left = (
-        f"left the loop at {short} early"
-        if dep.how == "left the loop"
-        else f"returned early from the call at {short} ({dep.func})"
-    )
+    left = dep.words()
     waits = group_values({r: slot_text(div.slots[r]) for r in gone}, bare=True)
     went = group_values(
         {r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r])) for r in stay},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,14 @@ class Departure:
     func: str
     exits: tuple[int, ...] = ()  # the break/return lines that leave that loop (where the culprit left)
     exit_file: str = ""
+
+    def words(self) -> str:
+        """What the leavers did, for a finding's message: "left the loop at train.py:40 early", "returned early
+        from the call at train.py:12 (main)"."""
+        short = f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+        if self.how == "left the loop":
+            return f"left the loop at {short} early"
+        return f"returned early from the call at {short} ({self.func})"
 
 
 _LOOP = (ast.For, ast.While, ast.AsyncFor)
@@ -166,6 +174,29 @@ def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
             else None
         )
     return None
+
+
+def departed(
+    record: RunRecord, candidates: Iterable[Sequence[int]], ranks: Iterable[int], tested: Callable[[int], bool]
+) -> tuple[tuple[int, ...], Departure] | None:
+    """Which ranks left, and where: the one group of ``candidates`` whose every rank left the loop (or returned
+    from the call) the first of the other ``ranks`` is still in (``departure``), and the first leaver's way.
+    None where no group did, or more than one did (the stacks cannot tell which), or a leaver's own call is
+    one a rank test led it to (``tested``: a rank-conditional call, not an early exit).
+
+    The one body of the policy's left-early question over the ranks' stacks: the ledger (analysis/hang/
+    deadlock.py, its divergence's groups of ranks) and the stacks ``attach`` took (attach.py, the ranks
+    grouped by where they wait) ask it."""
+    every = list(ranks)
+    found = []
+    for leavers in candidates:
+        others = [r for r in every if r not in leavers]
+        if not others or any(tested(d) for d in leavers):
+            continue
+        deps = [departure(record, d, others[0]) for d in leavers]
+        if deps[0] is not None and all(x is not None for x in deps):
+            found.append((tuple(leavers), deps[0]))
+    return found[0] if len(found) == 1 else None
 
 
 def passes(record: RunRecord, rank: int) -> int:

@@ -1,5 +1,5 @@
-"""Where a rank that left the loop the others are still in took its way out (``exits.rank_exits``, one body),
-asked by the sources that answer it, on hand-built run directories of one script (tests/builder.py): the
+"""Which rank left the loop the others are still in (``paths.departed``) and where it took its way out
+(``exits.rank_exits``), one body each, asked by the sources that answer them, on hand-built run directories of one script (tests/builder.py): the
 collective ledger of a run ``ddpdoctor hang`` stopped (``deadlock.detect``: rank 1 finished and kept no stack)
 and the stacks ``ddpdoctor attach`` took (``attach.detect``: rank 1 is gone). Rank 0 waits in the loop's
 all-reduce; the loop is left by a break every rank takes at the last step and by a break under a rank test.
@@ -116,10 +116,12 @@ AFTER = LOOP.replace("    return x\n", "    dist.barrier()\n    return x\n")
 BARRIER, AFTER_MODULE = 11, 15
 
 
-def _stack(script: str, line: int, op: str) -> dict:
+def _stack(script: str, line: int, op: str, outer: list | None = None, func: str = "main") -> dict:
+    """A main thread in torch's ``op`` at ``line`` of ``func``, below ``outer`` (its callers, outermost first;
+    by default AFTER's module line)."""
     frames = [
-        [script, AFTER_MODULE, "<module>"],
-        [script, line, "main"],
+        *(outer or [[script, AFTER_MODULE, "<module>"]]),
+        [script, line, func],
         [f"{_TORCH}/distributed/c10d_logger.py", 83, "wrapper"],
         [f"{_TORCH}/distributed/distributed_c10d.py", 2800, op],
     ]
@@ -129,31 +131,34 @@ def _stack(script: str, line: int, op: str) -> dict:
 WHERE = {0: ("all_reduce", REDUCE), 1: ("barrier", BARRIER)}  # rank 1 left the loop; rank 0 is still in it
 
 
-def _ledger_after(tmp: Path) -> list[tuple[str, tuple, set]]:
+def _ledger_after(tmp: Path, text: str = AFTER, where: dict | None = None, callers: dict | None = None) -> list:
     """Both ranks all-reduce three times in the loop (#1-#3); at #4 rank 0 waits in the loop's all-reduce and
-    rank 1 in the barrier after the loop, with the stacks the monitor asked for at the verdict."""
-    script = _script(tmp, AFTER)
+    rank 1 in the barrier after the loop, with the stacks the monitor asked for at the verdict (``where``:
+    each rank's op, line and function, ``callers``: each rank's frames above its own, outermost first)."""
+    script = _script(tmp, text)
     b = RunBuilder(tmp / "run", script=script).start(0).start(1)
-    for r, (op, line) in WHERE.items():
+    for r, (op, line, *func) in (where or WHERE).items():
         shapes = [] if op == "barrier" else [[4]]
         for s, (o, ln, sh) in enumerate([*[("all_reduce", REDUCE, [[4]])] * 3, (op, line, shapes)], 1):
             b.add(r, "ledger.jsonl", "coll", float(s), op=o, group="0", seq=[s, s], shapes=sh,
                   dtypes=["float32"] * len(sh), site=[script, ln, "main"], t0=float(s), t1=float(s), err=None)  # fmt: skip
         p = dict(pending(op, 4, line, 4.0, [tuple(x) for x in shapes]), site=[script, line, "main"])
         b.hb(r, 4.1, 4, p, where=line).hb(r, 6.0, 4, p, where=line)
-        b.add(r, "stacks.jsonl", "stacks", 6.0, threads=[_stack(script, line, op)])
+        b.add(r, "stacks.jsonl", "stacks", 6.0, threads=[_stack(script, line, op, (callers or {}).get(r), *func)])
     b.add(None, "monitor.jsonl", "verdict", 6.0, mode="certain", reason="ranks 0 and 1 wait")
     return _ways(deadlock.detect(load_run(str(b.root)), CFG))
 
 
-def _stacks_after(tmp: Path) -> list[tuple[str, tuple, set]]:
-    """``attach`` of the two ranks: rank 0 in the loop's all-reduce, rank 1 in the barrier after the loop."""
-    script = _script(tmp, AFTER)
+def _stacks_after(tmp: Path, text: str = AFTER, where: dict | None = None, callers: dict | None = None) -> list:
+    """``attach`` of the two ranks: rank 0 in the loop's all-reduce, rank 1 in the barrier after the loop (or as
+    ``_ledger_after``'s arguments say)."""
+    script = _script(tmp, text)
     b = RunBuilder(tmp / "run", script=script, command="attach", attach={"interval": 1.0})
-    for r, (op, line) in WHERE.items():
+    for r, (op, line, *func) in (where or WHERE).items():
         b.add(r, "events.jsonl", "start", 1.0, pid=1000 + r, local_rank=r)
         b.add(r, "events.jsonl", "init", 1.0, world_size=2)
-        b.add(r, "stacks.jsonl", "stacks", 2.0, threads=[_stack(script, line, op)], moved=False, cpu=0.0)
+        thread = _stack(script, line, op, (callers or {}).get(r), *func)
+        b.add(r, "stacks.jsonl", "stacks", 2.0, threads=[thread], moved=False, cpu=0.0)
     return _ways(attach.detect(load_run(str(b.root)), CFG))
 
 
@@ -162,3 +167,40 @@ def test_a_rank_waiting_after_the_loop_left_it_by_the_way_out_its_rank_test_lead
     """Chosen where the sources agreed on every break of the loop ("may have left the loop here"): the rank
     that left is known, and only the rank-tested break is its own (as for a rank that finished, above)."""
     assert read(tmp_path) == [("hang.early-exit", (1,), {(RANK_BREAK, "left the loop here")})]
+
+
+# Which rank left (``paths.departed``, one body): a rank that returned from the call the others are still inside
+# (``main()``, whose loop it left by ``return``) and waits in the barrier after it, in ``outer()``.
+
+RETURNS = """import torch.distributed as dist
+
+
+def main(rank, x):
+    for step in range(10):
+        dist.all_reduce(x)
+        if rank == 1 and step == 3:
+            return x
+    return x
+
+
+def outer(rank, x):
+    main(rank, x)
+    dist.barrier()
+
+
+outer(0, None)
+"""
+RETURN_LINE, CALL_MAIN, OUTER_BARRIER, RETURNS_MODULE = 8, 13, 14, 17
+
+
+@pytest.mark.parametrize("read", [_ledger_after, _stacks_after], ids=["ledger", "stacks"])
+def test_a_rank_that_returned_from_the_call_the_others_are_in_left_early(tmp_path, read):
+    """Chosen where the sources differed: the ledger named rank 1, which returned early from ``main()``; the stacks
+    asked only whether a rank left a loop and named both ranks as waiting in different collectives. Rank 1 left
+    ``main()`` by the ``return`` under its rank test: an early exit at that line."""
+    script = str(tmp_path / "train.py")
+    module = [script, RETURNS_MODULE, "<module>"]
+    callers = {0: [module, [script, CALL_MAIN, "outer"]], 1: [module]}  # rank 0 in main, called from outer
+    where = {0: ("all_reduce", REDUCE, "main"), 1: ("barrier", OUTER_BARRIER, "outer")}
+    got = read(tmp_path, RETURNS, where, callers)
+    assert got == [("hang.early-exit", (1,), {(RETURN_LINE, "left the loop here")})]
