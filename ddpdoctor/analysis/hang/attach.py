@@ -20,15 +20,16 @@ from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.findings import Finding, Location, Severity, group_values, ranks_phrase, unseen_phrase
 from ddpdoctor.analysis.hang import judge, paths, policy
 from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
+from ddpdoctor.analysis.hang.exits import ways_out
 from ddpdoctor.analysis.hang.facts import WAITING, Call, RankTest, Slot
 from ddpdoctor.analysis.hang.paths import (
     _guard_at,
     _loops,
     _tree,
-    departure,
-    frames_to,
+    departed,
     guard_ranks,
     loop_exits,
+    rank_guard,
     user_stack,
 )
 from ddpdoctor.analysis.hang.sources.stacks import View
@@ -250,7 +251,7 @@ class StackCase(policy.Case):
         v = self.vs.get(r)
         if v is None or v.kind != "collective" or v.site is None:
             return None
-        return paths.rank_test(frames_to(self.record, r, [v.site.file, v.site.line]), self.world)
+        return paths.rank_test_of(self.record, r, [v.site.file, v.site.line], self.world)
 
     def _groups(self) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}
@@ -272,10 +273,11 @@ class StackCase(policy.Case):
             return None
         w = next(iter(waiting.values()))
         exits = loop_exits(w.site.file, w.site.line, every_loop=True) if w.site else ()
-        role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
-        locs: list[Location | None] = (
-            [Location(r, w.site.file, x, "", role) for r in gone for x in exits[:3]] if w.site else []
-        )
+        locs: list[Location | None] = []
+        if w.site:
+            # the ways out each rank that left may have taken (a rank-tested break is only some ranks' way out)
+            ways, exits = ways_out(w.site.file, exits, gone, self.world)
+            locs += ways
         locs += [_loc(v, "waiting") for v in waiting.values()]
         base = w.site.file.rsplit("/", 1)[-1] if w.site else "?"
         left = ", ".join(f"{base}:{x}" for x in exits[:3])
@@ -368,64 +370,58 @@ def _departed(
 ) -> Finding | None:
     """Ranks wait in different collectives or lines: an extra call under a rank test inside the loop the
     others left, or an early exit (a group that left the loop the others are still in); None where no group
-    of ranks left a loop the others are in."""
+    of ranks left a loop (or returned from a call) the others are in (``paths.departed``, as the ledger asks)."""
     world = max(record.world_size or 0, max(vs) + 1)
-    members = list(groups.values())
-    for leavers in members:
-        stay = [r for g in members if g is not leavers for r in g]
-        dep = departure(record, leavers[0], stay[0])
-        if dep is None or dep.how != "left the loop":
+    got = departed(
+        record,
+        groups.values(),
+        sorted(vs),
+        # a leaver's call a rank test led it to is a rank-conditional call (paths.rank_guard, as the ledger asks)
+        lambda r: (v := vs[r]).site is not None and rank_guard(record, r, [v.site.file, v.site.line]) is not None,
+    )
+    if got is None:
+        return None
+    leavers, dep = list(got[0]), got[1]
+    stay = [r for r in sorted(vs) if r not in leavers]
+    loop = next((lp for lp in _loops(dep.file) if lp[0] == dep.line), None) if dep.how == "left the loop" else None
+    for line, g in _guarded_calls(dep.file, loop[0], loop[1]) if loop else []:
+        who = guard_ranks(dep.file, g, world)
+        if who is not None and not who & set(stay):
             continue
-        loop = next((lp for lp in _loops(dep.file) if lp[0] == dep.line), None)
-        calls = _guarded_calls(dep.file, loop[0], loop[1]) if loop else []
-        for line, g in calls:
-            who = guard_ranks(dep.file, g, world)
-            if who is not None and not who & set(stay):
-                continue
-            extra = sorted(set(stay) & who) if who else sorted(stay)
-            base = dep.file.rsplit("/", 1)[-1]
-            locs: list[Location | None] = [Location(r, dep.file, line, dep.func, "diverged") for r in extra]
-            locs += [_loc(vs[r], "waiting") for r in sorted(vs)]
-            msg = (
-                f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
-                f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
-                f"{group_values(desc, first=extra)}"
-            )
-            return _finding(
-                HANG_RANK_CONDITIONAL_COLLECTIVE,
-                "error",
-                msg,
-                hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
-                vs,
-                locs,
-                extra,
-                dict(ev, guard=[dep.file, g], extra_call=line),
-            )
-        exits = dep.exits
-        locs = [
-            Location(
-                r, dep.exit_file, x, "", "left the loop here" if len(exits) == 1 else "may have left the loop here"
-            )
-            for r in leavers
-            for x in exits[:3]
-        ]
-        locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
+        extra = sorted(set(stay) & who) if who else sorted(stay)
         base = dep.file.rsplit("/", 1)[-1]
+        locs: list[Location | None] = [Location(r, dep.file, line, dep.func, "diverged") for r in extra]
+        locs += [_loc(vs[r], "waiting") for r in sorted(vs)]
         msg = (
-            f"{ranks_phrase(leavers)} left the loop at {base}:{dep.line} early and wait in "
-            f"{vs[leavers[0]].text()}; {group_values({r: desc[r] for r in stay})}"
+            f"a collective is called on some ranks only: {ranks_phrase(extra)} made the extra call at "
+            f"{base}:{line} (under the rank test at {base}:{g}) and fell one collective behind; now "
+            f"{group_values(desc, first=extra)}"
         )
         return _finding(
-            HANG_EARLY_EXIT,
+            HANG_RANK_CONDITIONAL_COLLECTIVE,
             "error",
             msg,
-            hint_for(record, HANG_EARLY_EXIT),
+            hint_for(record, HANG_RANK_CONDITIONAL_COLLECTIVE),
             vs,
             locs,
-            leavers,
-            dict(ev, departure={"file": dep.file, "line": dep.line}),
+            extra,
+            dict(ev, guard=[dep.file, g], extra_call=line),
         )
-    return None
+    locs = list(ways_out(dep.exit_file, dep.exits, leavers, world)[0])
+    locs += [_loc(vs[r], "left early, waits here") for r in leavers] + [_loc(vs[r], "waiting") for r in stay]
+    msg = f"{ranks_phrase(leavers)} {dep.words()} and wait in {vs[leavers[0]].text()}; " + group_values(
+        {r: desc[r] for r in stay}
+    )
+    return _finding(
+        HANG_EARLY_EXIT,
+        "error",
+        msg,
+        hint_for(record, HANG_EARLY_EXIT),
+        vs,
+        locs,
+        leavers,
+        dict(ev, departure={"file": dep.file, "line": dep.line}),
+    )
 
 
 def _parting(vs: dict[int, View], desc: dict[int, str], ev: dict) -> Finding:

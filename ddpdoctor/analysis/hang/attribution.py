@@ -23,16 +23,16 @@ points at it and at no other group; otherwise the ranks stay *suspects*.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import linecache
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.findings import Finding, Location, ranks_phrase
-from ddpdoctor.analysis.hang import judge
+from ddpdoctor.analysis.hang import judge, paths
 from ddpdoctor.analysis.hang.divergence import ABSENT, INTERNAL, Divergence, Slot, sequence
-from ddpdoctor.analysis.hang.paths import _guard_at, _tree, rank_guard
+from ddpdoctor.analysis.hang.facts import WAITING, Call, RankFacts, RankTest
+from ddpdoctor.analysis.hang.sources.ledger import made_before
 from ddpdoctor.analysis.state import RankState
 from ddpdoctor.record.reader import RunRecord
 
@@ -104,38 +104,6 @@ def _inserted(extra: list[Slot], other: list[Slot]) -> int | None:
     )
 
 
-def guarded_entry(site: tuple | None) -> tuple[tuple[str, int], tuple[str, int]] | None:
-    """A helper's collective (``site`` inside function F) reached through a call of F that sits under a
-    rank test elsewhere in the same file: ((file, guard line), (file, call line)) of the first one."""
-    if not site or len(site) < 3:
-        return None
-    path, func = str(site[0]), str(site[2])
-    tree = _tree(path)
-    if tree is None or func.startswith("<"):
-        return None
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call):
-            f = n.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-            if name == func:
-                g = _guard_at(path, n.lineno)
-                if g is not None:
-                    return (path, g), (path, n.lineno)
-    return None
-
-
-def _guard_of(record: RunRecord, rank: int, slot: Slot) -> tuple[tuple[str, int], tuple[str, int] | None] | None:
-    """The rank test that led ``rank`` to ``slot``: around the call or a caller on its stack, else around
-    a call into the slot's function (a helper called under the test)."""
-    if slot.op in (INTERNAL, ABSENT) or not slot.site:
-        return None
-    g = rank_guard(record, rank, slot.site)
-    if g is not None:
-        return g, None
-    via = guarded_entry(slot.site)
-    return (via[0], via[1]) if via else None
-
-
 def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) -> Attribution | None:
     """The ranks whose call at ``div`` is the extra one, or None when the evidence cannot separate the
     ranks (then every rank that met a different call is only a suspect)."""
@@ -147,9 +115,20 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     if len(classes) < 2:
         return None
     tail = tails(record, states, div)
-    guards: dict[tuple, Any] = {}
-    for k, rs in classes.items():
-        guards[k] = _guard_of(record, rs[0], div.slots[rs[0]])  # the same line: the same test
+    world = record.world_size or len(states)
+    calls = {r: _call(div, sl) for r, sl in div.slots.items()}
+
+    def test_of(r: int, c: Call) -> RankTest | None:
+        return paths.rank_test_of(record, r, c.sites[0], world) if c.sites else None
+
+    def reached(q: int, c: Call) -> bool:
+        return made_before(record.ranks[q], c, div.position(q))
+
+    # the rank test names the group whose call alone a rank test led to (judge.rank_test, the rule the ledger
+    # asks where a rank ended without the call), where no other rank made that call before: a rank that did
+    # was not kept out of it by the test, and its own call here may be the one after a loop it left early
+    got = judge.rank_test({r: RankFacts(r, WAITING, c) for r, c in calls.items()}, test_of, reached)
+    tested = set(got[0]) if got is not None else set()
     # ranks with the same calls from the divergence on are compared once (linear at any world size)
     sig = {r: _signature(t) for r, t in tail.items()}
     scored = []
@@ -162,13 +141,7 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
         if any(x is None for x in ins):
             continue  # its later calls contradict an insertion: not the extra one
         aligned = min(x for x in ins if x is not None) if ins else 0
-        own_guard = guards[k] is not None and all(guards[j] is None for j in classes if j != k)
-        if (
-            own_guard
-            and div.slots[rs[0]].site
-            and any(div.slots[rs[0]].site == div.slots[theirs[s]].site for s in theirs)
-        ):
-            own_guard = False
+        own_guard = members == tested
         if aligned or own_guard:
             scored.append((bool(aligned) + bool(own_guard), aligned, k, rs, own_guard))
     if scored:
@@ -179,15 +152,29 @@ def attribute(record: RunRecord, states: dict[int, RankState], div: Divergence) 
     if len(rs) >= len(div.slots):
         return None
     how = ", ".join(w for w, on in (("insertion", aligned), ("rank test", own_guard)) if on)
-    g = guards[k]  # named as the way there even where the other ranks' code has the same test
+    # named as the way there even where the other ranks' code has the same test
+    t = got[1] if own_guard and got is not None else test_of(rs[0], calls[rs[0]])
+    t = t if t is not None and t.admits(rs[0]) else None
+    g = (t.file, t.test) if t else None
+    # the frame under the test where it is not the call's own line: a caller, or the call into the helper
+    site = div.slots[rs[0]].site
+    entry = (t.file, t.line) if t and site and (t.file, t.line) != (str(site[0]), int(site[1])) else None
     ev = {
         "culprits": list(rs),
         "how": how,
         "aligned_after": aligned,
-        "guard": list(g[0]) if g else None,
-        "entry": list(g[1]) if g and g[1] else None,
+        "guard": list(g) if g else None,
+        "entry": list(entry) if entry else None,
     }
-    return Attribution(tuple(rs), how, g[0] if g else None, g[1] if g else None, aligned, ev)
+    return Attribution(tuple(rs), how, g, entry, aligned, ev)
+
+
+def _call(div: Divergence, sl: Slot) -> Call:
+    """A rank's slot at the divergence as the call it holds there (its line and what must agree: the ranks
+    holding one call are the ranks of one group here). DDP's internal call and a position never issued have
+    no line of the user's, so no rank test leads to them."""
+    site = sl.site if sl.op not in (INTERNAL, ABSENT) else None
+    return Call(sl.op, div.group, div.seq, sl.p2p, sites=(site,) if site else (), key=sl.key())
 
 
 _LOOK = 512  # positions looked back for a routine: two periods of a step of up to 256 collectives

@@ -26,7 +26,7 @@ from ddpdoctor.analysis.hang.divergence import (
     first_divergence,
     sequence,
 )
-from ddpdoctor.analysis.hang.exits import rank_exits
+from ddpdoctor.analysis.hang.exits import ways_out
 from ddpdoctor.analysis.hang.facts import ENDED, WAITING, Call, RankFacts, RankTest
 from ddpdoctor.analysis.hang.hints import (
     BLOCKED_HINT,
@@ -37,9 +37,9 @@ from ddpdoctor.analysis.hang.hints import (
     hint_for,
     uneven_hint,
 )
-from ddpdoctor.analysis.hang.paths import Departure, departure, frames_to, loop_exits, rank_guard
+from ddpdoctor.analysis.hang.paths import Departure, departed, loop_exits, rank_guard
 from ddpdoctor.analysis.hang.programs import abort_off_routine, own_routine_finding, program_finding
-from ddpdoctor.analysis.hang.sources.ledger import call_at
+from ddpdoctor.analysis.hang.sources.ledger import call_at, made_before
 from ddpdoctor.analysis.hang.sources.ledger import facts as ledger_facts
 from ddpdoctor.analysis.hang.waits import (
     at,
@@ -222,19 +222,20 @@ class LedgerCase(policy.Case):
         return out
 
     def _test_of(self, r: int, c: Call) -> RankTest | None:
-        """The rank test on rank ``r``'s way to its call: around the call's line or a caller on its stack."""
+        """The rank test on rank ``r``'s way to its call (``paths.rank_test_of``, as the extra-call rule reads
+        it): around the call's line or a caller on its stack, or around a call into the helper that made it."""
         if not c.sites:
             return None
-        return paths.rank_test(frames_to(self.record, r, c.sites[0]), self.record.world_size or len(self.states))
+        return paths.rank_test_of(self.record, r, c.sites[0], self.record.world_size or len(self.states))
 
     def _reached(self, r: int, c: Call) -> bool:
-        """Whether rank ``r``'s ledger holds a call at ``c``'s line, or leaves it open: a rank that ended on an
-        error, or from outside before it recorded its finish, may have got there."""
+        """Whether rank ``r``'s ledger holds a call at ``c``'s line before ``c``'s position (``made_before``),
+        or leaves it open: a rank that ended on an error, or from outside before it recorded its finish, may
+        have got there."""
         rec = self.record.ranks[r]
         if self.facts[r].state == ENDED and (rec.event(schema.K_FINISH) is None or rec.error):
             return True
-        site = c.sites[0] if c.sites else None
-        return site is not None and any(e.get("site") and tuple(e["site"][:2]) == site for e in rec.ledger)
+        return made_before(rec, c, c.seq)
 
     def left_early(self) -> Finding | None:
         div = self.div
@@ -424,22 +425,15 @@ def _reached_by_abort(
 
 
 def _departed(record: RunRecord, div: Divergence) -> tuple[tuple[int, ...], Departure] | None:
-    """Some ranks all left the loop (or call) the others are still in: an early exit. The leavers are the
-    diverged ranks or, with no majority to tell, whichever group of ranks (by what they issued) left. Not
-    when their collective sits under a rank test (``if rank == 0:``): that is a rank-conditional call."""
+    """Some ranks all left the loop (or call) the others are still in: an early exit (``paths.departed``).
+    The leavers are the diverged ranks or, with no majority to tell, whichever group of ranks (by what they
+    issued) left. Not when their collective sits under a rank test (``if rank == 0:``): that is a
+    rank-conditional call."""
     groups: dict[tuple, list[int]] = {}
     for r, sl in sorted(div.slots.items()):
         groups.setdefault((sl.key(), sl.site), []).append(r)
     candidates = [tuple(div.diverged)] if len(div.diverged) < len(div.slots) else [tuple(g) for g in groups.values()]
-    found = []
-    for leavers in candidates:
-        others = [r for r in div.slots if r not in leavers]
-        if not others or any(rank_guard(record, d, div.slots[d].site) for d in leavers):
-            continue
-        deps = [departure(record, d, others[0]) for d in leavers]
-        if deps[0] is not None and all(x is not None for x in deps):
-            found.append((leavers, deps[0]))
-    return found[0] if len(found) == 1 else None
+    return departed(record, candidates, div.slots, lambda d: rank_guard(record, d, div.slots[d].site) is not None)
 
 
 def _early_exit(
@@ -448,25 +442,20 @@ def _early_exit(
     gone = sorted(leavers)
     stay = sorted(r for r in div.slots if r not in gone)
     locs = [l for r in gone if (l := slot_loc(record, r, div.slots[r], states, "left early, waits here"))]
-    role = "left the loop here" if len(dep.exits) == 1 else "may have left the loop here"
-    for line in dep.exits[:3]:  # the break/return it took (when the code has only a few)
-        locs += [Location(r, dep.exit_file, line, "", role) for r in gone]
+    # the break/return each rank that left may have taken (when the code has only a few)
+    ways, exits_at = ways_out(dep.exit_file, dep.exits, gone, record.world_size or len(states))
+    locs += ways
     where = "the loop it left" if dep.how == "left the loop" else "the call it returned from"
     locs += [Location(r, dep.file, dep.line, dep.func, where) for r in gone]
     locs += [l for r in stay if (l := slot_loc(record, r, div.slots[r], states, "waiting"))]
-    short = f"{dep.file.rsplit('/', 1)[-1]}:{dep.line}"
-    left = (
-        f"left the loop at {short} early"
-        if dep.how == "left the loop"
-        else f"returned early from the call at {short} ({dep.func})"
-    )
+    left = dep.words()
     waits = group_values({r: slot_text(div.slots[r]) for r in gone}, bare=True)
     went = group_values(
         {r: (state_text(states[r]) if div.slots[r].op == INTERNAL else slot_text(div.slots[r])) for r in stay},
         bare=True,
     )
     base = dep.exit_file.rsplit("/", 1)[-1]
-    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in dep.exits[:3])})" if dep.exits else ""
+    exits = f" (the loop is left at {', '.join(f'{base}:{x}' for x in exits_at[:3])})" if exits_at else ""
     msg = (
         f"{ranks_phrase(gone)} {left}{exits} and wait in {waits}; {ranks_phrase(stay)} went on: {went} "
         f"(collective #{div.seq} of group {div.group})"
@@ -529,9 +518,7 @@ def _exit_guess(record: RunRecord, rank: int, div: Divergence, states: dict[int,
     w = next((l for r in div.slots if r not in div.diverged and (l := best_where(record, states[r], ""))), None)
     if w is None:
         return []
-    exits = rank_exits(w.file, loop_exits(w.file, w.line, every_loop=True))
-    role = "left the loop here" if len(exits) == 1 else "may have left the loop here"
-    out = [Location(rank, w.file, x, "", role) for x in exits[:3]]
+    out = ways_out(w.file, loop_exits(w.file, w.line, every_loop=True), [rank], record.world_size or len(states))[0]
     return out + [Location(rank, w.file, w.line, w.func, "its last DDP step with the others")]
 
 

@@ -19,7 +19,7 @@ from ddpdoctor.analysis.hang import judge, paths, policy, programs
 from ddpdoctor.analysis.hang.attach import STACKS_ONLY
 from ddpdoctor.analysis.hang.facts import RankFacts, RankTest, Slot
 from ddpdoctor.analysis.hang.hints import HINTS
-from ddpdoctor.analysis.hang.sources.flight import Stand, members, used_groups, user_frame, user_frames
+from ddpdoctor.analysis.hang.sources.flight import Stand, made_before, members, used_groups, user_frame, user_frames
 from ddpdoctor.analysis.hang.sources.flight import descs as group_descs
 from ddpdoctor.analysis.hang.sources.flight import facts as flight_facts
 from ddpdoctor.analysis.hang.sources.flight import programs as dump_programs
@@ -830,9 +830,12 @@ def _same_collective(inp: Inputs, stuck: dict[int, Stand], world: set[int], fact
         rare = part.odd if len(part.odd) < len(pend) else ()
         if not rare:
             # the source files the frames name (a pickle dump's) may say which side's call sits under a rank test
+            # and whether a rank not led there had made that call before, from its earlier entries' frames
             n = len(world)
             tested = judge.rank_test(
-                {r: facts[r] for r in pend if r in facts}, lambda _r, c: paths.rank_test(c.sites, n)
+                {r: facts[r] for r in pend if r in facts},
+                lambda _r, c: paths.rank_test(c.sites, n),
+                lambda q, c: q in inp.dumps and made_before(inp.dumps[q], c),
             )
             if tested is not None:
                 return _guarded_finding(pend, shapes, *tested, ev)

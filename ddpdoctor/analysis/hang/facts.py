@@ -94,6 +94,11 @@ class RankTest:
     ranks: frozenset[int] | None = None
     branch: tuple[int, int] = (0, 0)
 
+    def admits(self, rank: int) -> bool:
+        """Rank ``rank`` may take the branch this test leads to: the test says so, or does not say. A test that
+        leaves out the rank that got there is no way of its own (the file changed since the job ran)."""
+        return self.ranks is None or rank in self.ranks
+
     def holds(self, other: RankTest) -> bool:
         """``other``'s test sits inside the branch this test led to: every rank ``other`` led somewhere took
         this branch too, so this test is no rank's own against it (``if local_rank != -1:`` around the whole

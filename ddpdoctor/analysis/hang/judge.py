@@ -149,7 +149,7 @@ def rank_test(
     def tested(r: int, c: Call) -> RankTest | None:
         if r not in tests:
             t = test_of(r, c)
-            if t is None or (t.ranks is not None and r not in t.ranks):
+            if t is None or not t.admits(r):
                 return None
             tests[r] = t
         return tests[r]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,14 @@ class Departure:
     func: str
     exits: tuple[int, ...] = ()  # the break/return lines that leave that loop (where the culprit left)
     exit_file: str = ""
+
+    def words(self) -> str:
+        """What the leavers did, for a finding's message: "left the loop at train.py:40 early", "returned early
+        from the call at train.py:12 (main)"."""
+        short = f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+        if self.how == "left the loop":
+            return f"left the loop at {short} early"
+        return f"returned early from the call at {short} ({self.func})"
 
 
 _LOOP = (ast.For, ast.While, ast.AsyncFor)
@@ -168,6 +176,29 @@ def departure(record: RunRecord, diverged: int, other: int) -> Departure | None:
     return None
 
 
+def departed(
+    record: RunRecord, candidates: Iterable[Sequence[int]], ranks: Iterable[int], tested: Callable[[int], bool]
+) -> tuple[tuple[int, ...], Departure] | None:
+    """Which ranks left, and where: the one group of ``candidates`` whose every rank left the loop (or returned
+    from the call) the first of the other ``ranks`` is still in (``departure``), and the first leaver's way.
+    None where no group did, or more than one did (the stacks cannot tell which), or a leaver's own call is
+    one a rank test led it to (``tested``: a rank-conditional call, not an early exit).
+
+    The one body of the policy's left-early question over the ranks' stacks: the ledger (analysis/hang/
+    deadlock.py, its divergence's groups of ranks) and the stacks ``attach`` took (attach.py, the ranks
+    grouped by where they wait) ask it."""
+    every = list(ranks)
+    found = []
+    for leavers in candidates:
+        others = [r for r in every if r not in leavers]
+        if not others or any(tested(d) for d in leavers):
+            continue
+        deps = [departure(record, d, others[0]) for d in leavers]
+        if deps[0] is not None and all(x is not None for x in deps):
+            found.append((tuple(leavers), deps[0]))
+    return found[0] if len(found) == 1 else None
+
+
 def passes(record: RunRecord, rank: int) -> int:
     """How many times the rank started iterating a DataLoader."""
     return sum(1 for e in record.ranks[rank].events if e.get("kind") == schema.K_DATALOADER)
@@ -183,6 +214,7 @@ def _guard_at(path: str, line: int) -> int | None:
     return g[0] if g else None
 
 
+@functools.lru_cache(maxsize=1024)  # asked per rank: a thousand ranks waiting in one call ask the same line
 def _guard_branch(path: str, line: int) -> tuple[int, bool, tuple[int, int]] | None:
     """(the line of the innermost ``if`` around ``line`` whose test looks at the rank, whether ``line`` is in
     its ``else``, the first and last line of the branch ``line`` is in)."""
@@ -229,14 +261,59 @@ def frames_to(record: RunRecord, rank: int, site: Any) -> list[tuple[str, int]]:
     return frames
 
 
-def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
-    """Is the collective at ``site`` reached only under a rank test, in its own function or in a caller
-    on the rank's stack? Returns the guard's (file, line)."""
-    for path, line in frames_to(record, rank, site):
-        g = _guard_at(path, line)
-        if g is not None:
-            return path, g
+def rank_test_of(record: RunRecord, rank: int, site: Any, world: int) -> RankTest | None:
+    """The rank test on rank ``rank``'s way to its call at ``site`` ((file, line[, function])), as its records
+    show the way: around the call's line or a caller's on its stack (``frames_to``, ``rank_test``); where the
+    stack does not pass through the call's function (an asynchronous call waited on elsewhere, a rank with no
+    stack), around a call of that function elsewhere in its file that the test lets the rank take
+    (``if rank == 0: log(x)``, the collective inside ``log``). The one reading the ledger (its rank-test and
+    extra-call rules) and the stacks give the rank-test rule (``judge.rank_test``)."""
+    if not site:
+        return None
+    got = rank_test(frames_to(record, rank, site), world)
+    if got is not None:
+        return got
+    path, line = str(site[0]), int(site[1])
+    span = _function_at(path, line)
+    if span is None or any(f[0] == path and span[1] <= f[1] <= span[2] for f in user_stack(record, rank) or ()):
+        return None  # the stack shows the way through the function: no test on it
+    for call in _calls_of(path, span[0]):
+        got = rank_test([(path, call)], world)
+        if got is not None and got.admits(rank):
+            return got
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_at(path: str, line: int) -> tuple[str, int, int] | None:
+    """The innermost function whose body holds ``line``: (its name, its first and last line)."""
+    tree = _tree(path)
+    best = None
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno < line <= (n.end_lineno or 0):
+            if best is None or n.lineno > best[1]:
+                best = (n.name, n.lineno, n.end_lineno or n.lineno)
+    return best
+
+
+@functools.lru_cache(maxsize=1024)
+def _calls_of(path: str, func: str) -> tuple[int, ...]:
+    """The lines of ``path`` that call a function or method named ``func``, in order."""
+    tree = _tree(path)
+    out = set()
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.Call):
+            f = n.func
+            if (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None) == func:
+                out.add(n.lineno)
+    return tuple(sorted(out))
+
+
+def rank_guard(record: RunRecord, rank: int, site: tuple | list | None) -> tuple[str, int] | None:
+    """The rank test that led ``rank`` to its call at ``site`` (``rank_test_of``, one it lets the rank take):
+    its (file, line); None where none did."""
+    t = rank_test_of(record, rank, site, record.world_size or len(record.ranks))
+    return (t.file, t.test) if t is not None and t.admits(rank) else None
 
 
 def guard_ranks(path: str, line: int, world: int) -> set[int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ddpdoctor.analysis.hang.facts import MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.programs import Step
@@ -36,6 +37,25 @@ def user_frames(e: Entry | Kind | None) -> list[tuple[str, int, str]]:
     frames = list(e.frames) if e else []
     frames = frames[callers_start([f.file for f in frames]) :]
     return [(f.file, f.line, f.func) for f in frames if is_user_path(f.file, lib_markers=LIB_MARKERS)]
+
+
+def made_before(d: Dump, c: Call) -> bool:
+    """Whether a rank's dump holds a call at ``c``'s line (its innermost user frame) before ``c``'s position on
+    its group (on another group, or a p2p op: anywhere in the ring): the rank made that call before, so no rank
+    test kept it out of it (``judge.rank_test``'s ``reached``). Only a dump whose entries carry frames can say."""
+    first: Any = c.sites[0] if c.sites else None
+    if not first or not d.stacks:
+        return False
+    site = (str(first[0]), int(first[1]))
+    at = {i for i, k in enumerate(d.kinds) if (f := user_frame(k)) is not None and f[:2] == site}
+    if not at:
+        return False
+    for i, k in enumerate(d.kind):
+        if k in at:
+            kind = d.kinds[k]
+            if kind.is_p2p or kind.group != c.group or c.seq is None or d.seq[i] < c.seq:
+                return True
+    return False
 
 
 def completed_anywhere(dumps: Collection[Dump]) -> dict[str, int]:

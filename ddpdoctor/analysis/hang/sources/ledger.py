@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ddpdoctor.analysis.hang.facts import ENDED, MISSING, RUNNING, WAITING, Call, RankFacts
 from ddpdoctor.analysis.hang.facts import agreement_of as op_key
@@ -117,6 +118,22 @@ def call_at(rec: RankRecord, c: Call) -> Call | None:
         return None
     site = tuple(e["site"][:2]) if e.get("site") else None
     return Call(str(e.get("op")), c.group, c.seq, sites=(site,) if site else (), key=op_key(e))
+
+
+def made_before(rec: RankRecord, c: Call, before: int | None) -> bool:
+    """Whether a rank's ledger holds a call at ``c``'s line (its innermost site's file and line) before position
+    ``before`` of ``c``'s group (in another group, or with ``before`` None: at any position): the rank made
+    that call before, so no rank test kept it out of the call (``judge.rank_test``'s ``reached``)."""
+    first: Any = c.sites[0] if c.sites else None
+    if not first:
+        return False
+    site = (str(first[0]), int(first[1]))
+    for e in rec.ledger:
+        if e.get("site") and (str(e["site"][0]), int(e["site"][1])) == site:
+            rng = e.get("seq")
+            if before is None or e.get("group") != c.group or not rng or int(rng[1]) < before:
+                return True
+    return False
 
 
 class LazyFacts(Mapping[int, RankFacts]):

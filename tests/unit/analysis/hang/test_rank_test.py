@@ -1,13 +1,14 @@
 """The policy's rank-test rule (``judge.rank_test``, one body), asked by the sources that answer it, on hand-built
 run directories of one script (tests/builder.py): the collective ledger of a run ``ddpdoctor hang`` stopped
 (``deadlock.detect``) and the stacks ``ddpdoctor attach`` took (``attach.detect``); the flight recorder's dumps
-ask it too (tests/unit/postmortem/test_gloo_evidence.py, on real dumps). Rank 0 waits in a barrier it reached under
+ask it too (tests/unit/postmortem/test_gloo_evidence.py, on real dumps; below, on hand-built ones). Rank 0 waits in a barrier it reached under
 ``if rank == 0:`` while rank 1 went on without it (it ended, or it sits elsewhere): both sources name rank 0
 at the barrier's line. Without the rank test the same waits name rank 1, the rank that left."""
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from builder import RunBuilder, pending
 
 from ddpdoctor.analysis.config import Config
 from ddpdoctor.analysis.hang import attach, deadlock
+from ddpdoctor.postmortem import inputs, report
 from ddpdoctor.record.reader import load_run
 
 CFG = Config(timeout=10.0)
@@ -237,3 +239,185 @@ def test_a_rank_test_around_the_whole_step_is_every_ranks_not_the_other_sides(tm
     barrier under ``if rank == 0:`` inside it: the test that parts them is rank 0's."""
     got = _stacks_at(tmp_path, WRAPPED, {0: (WRAPPED_BARRIER, "barrier"), 1: (WRAPPED_NEXT, "all_reduce")})
     assert got == [("hang.rank-conditional-collective", (0,), {WRAPPED_BARRIER})]
+
+
+# The ledger's extra-call rule (attribution.attribute: every rank holds a call at the divergence) asks the same
+# rule over the same reading of the way to each rank's call (paths.rank_test_of) as its rank-test rule above.
+
+HELPER = """import torch.distributed as dist
+
+
+def log(x):
+    dist.broadcast(x, 0)
+
+
+def main(rank, x):
+    dist.all_reduce(x)
+    if rank == 0:
+        log(x)
+    dist.barrier()
+    return x
+
+
+main(0, None)
+"""
+IN_LOG, HELPER_TEST, HELPER_CALL, HELPER_BARRIER, HELPER_COMMON = 5, 10, 11, 12, 9
+
+
+def _ledger_calls(tmp: Path, text: str, common: int, calls: dict[int, tuple[str, int, str]]) -> list:
+    """Both ranks all-reduce at ``common`` (#1); then each rank makes its own call at #2 (op, line, function)
+    and waits in it until the monitor stops the run."""
+    script = _script(tmp, text)
+    b = RunBuilder(tmp / "run", script=script)
+    for r, (op, line, func) in calls.items():
+        b.start(r)
+        shapes = [] if op == "barrier" else [[4]]
+        for seq, (o, ln, fn, sh) in enumerate([("all_reduce", common, "main", [[4]]), (op, line, func, shapes)], 1):
+            b.add(r, "ledger.jsonl", "coll", seq, op=o, group="0", seq=[seq, seq], shapes=sh,
+                  dtypes=["float32"] * len(sh), site=[script, ln, fn], t0=seq, t1=seq, err=None)  # fmt: skip
+        p = dict(pending(op, 2, line, 2.0, [tuple(s) for s in shapes]), site=[script, line, func])
+        b.hb(r, 2.1, 2, p, where=line).hb(r, 4.0, 2, p, where=line)
+    b.add(None, "monitor.jsonl", "verdict", 4.0, mode="certain", reason="ranks 0 and 1 wait")
+    got = deadlock.detect(load_run(str(b.root)), CFG)
+    return [(f.id, f.culprits, {l.line for l in f.locations if l.rank in f.culprits}) for f in got]
+
+
+def test_the_extra_call_rule_names_the_rank_a_helper_call_under_the_rank_test_led_to_its_call(tmp_path):
+    """Rank 0 waits in the broadcast inside ``log``, which it called under ``if rank == 0:``; rank 1 waits in
+    the barrier after it. Rank 0 is the culprit at the broadcast, with the rank test and the call into the
+    helper that led it there."""
+    got = _ledger_calls(
+        tmp_path, HELPER, HELPER_COMMON, {0: ("broadcast", IN_LOG, "log"), 1: ("barrier", HELPER_BARRIER, "main")}
+    )
+    assert got == [("hang.rank-conditional-collective", (0,), {IN_LOG, HELPER_TEST, HELPER_CALL})]
+
+
+def test_the_ledger_names_the_rank_a_helper_call_under_the_rank_test_led_to_its_wait(tmp_path):
+    """Chosen where the ledger's two rules differed: the extra-call rule read the call into the helper under
+    the rank test, the rank-test rule (a rank ended) only the call's line and a stack the record did not hold,
+    and named rank 1, which finished, as an early exit. Rank 0 waits in the broadcast only ``if rank == 0:``
+    led it to: it is the culprit at the broadcast's line."""
+    script = _script(tmp_path, HELPER)
+    b = RunBuilder(tmp_path / "run", script=script).start(0).start(1)
+    for r in (0, 1):
+        b.add(r, "ledger.jsonl", "coll", 1.0, op="all_reduce", group="0", seq=[1, 1], shapes=[[4]],
+              dtypes=["float32"], site=[script, HELPER_COMMON, "main"], t0=1.0, t1=1.0, err=None)  # fmt: skip
+    b.finish(1, 1.5, seq=1)
+    p = dict(pending("broadcast", 2, IN_LOG, 2.0), site=[script, IN_LOG, "log"])
+    b.hb(0, 2.1, 2, p, where=IN_LOG).hb(0, 4.0, 2, p, where=IN_LOG)
+    b.add(None, "monitor.jsonl", "verdict", 4.0, mode="certain", reason="rank 0 waits; rank 1 has exited")
+    got = [(f.id, f.culprits, {l.line for l in f.locations if l.rank in f.culprits}) for f in
+           deadlock.detect(load_run(str(b.root)), CFG)]  # fmt: skip
+    assert got == [("hang.rank-conditional-collective", (0,), {IN_LOG})]
+
+
+def test_the_extra_call_rule_reads_a_rank_test_around_the_whole_step_as_every_ranks(tmp_path):
+    """Chosen where the sources differed: the stacks named rank 0 (above), the ledger's extra-call rule named
+    nobody (suspects) because rank 1's all-reduce sits under ``if local_rank != -1:`` too. That test's branch
+    holds rank 0's ``if rank == 0:``: it is every rank's, and the test that parts them is rank 0's."""
+    got = _ledger_calls(
+        tmp_path,
+        WRAPPED,
+        WRAPPED_BARRIER - 2,
+        {0: ("barrier", WRAPPED_BARRIER, "main"), 1: ("all_reduce", WRAPPED_NEXT, "main")},
+    )
+    assert got == [("hang.rank-conditional-collective", (0,), {WRAPPED_BARRIER, WRAPPED_BARRIER - 1})]
+
+
+def test_the_extra_call_rule_takes_no_rank_test_that_leaves_out_the_rank_that_got_there(tmp_path):
+    """Chosen where the sources differed: the extra-call rule took any rank test around a rank's call; the
+    rank-test rule (every source's) takes none that leaves that rank out. Rank 0 waits at a line under
+    ``if rank == 1:`` (the file changed since the job ran): the test says nothing of rank 0's way there, and
+    with nothing else to tell the two calls apart both ranks are suspects."""
+    changed = GUARDED.replace("rank == 0", "rank == 1")
+    got = _ledger_calls(tmp_path, changed, COMMON, {0: ("barrier", BARRIER, "main"), 1: ("all_reduce", RETURN, "main")})
+    assert got[0][:2] == ("hang.divergent-collective", ())
+
+
+# Where the rank the test did not lead there had made that call before, the test did not keep it out of the call:
+# every source asks its records (``reached``), the ledger's extra-call rule and the dumps too.
+
+LEFT = """import torch.distributed as dist
+
+
+def main(rank, x):
+    for step in range(10):
+        dist.all_reduce(x)
+        if rank == 1 or step == 0:
+            dist.broadcast(x, 0)
+        if rank == 0 and step == 1:
+            break
+    dist.barrier()
+    return x
+
+
+main(0, None)
+"""
+LEFT_REDUCE, LEFT_CAST, LEFT_BARRIER = 6, 8, 11
+# both ranks: step 0 all-reduces (#1) and broadcasts (#2), step 1 all-reduces (#3); then rank 1 broadcasts (#4)
+# under the test that every rank took at step 0, and rank 0, which broke out of the loop, waits in the barrier
+LEFT_CALLS = {
+    r: [("all_reduce", LEFT_REDUCE), ("broadcast", LEFT_CAST), ("all_reduce", LEFT_REDUCE), last]
+    for r, last in ((0, ("barrier", LEFT_BARRIER)), (1, ("broadcast", LEFT_CAST)))
+}
+
+
+def test_the_extra_call_rule_names_no_rank_under_a_test_the_others_took_before(tmp_path):
+    """Chosen where the sources differed: the extra-call rule read the rank test alone and named rank 1 at its
+    broadcast; the rank-test rule (the ledger's where a rank ended, and the dumps' below) asks whether the
+    others made that call before. Rank 0 broadcast at that line at step 0: the test did not keep it out, and
+    rank 0 is the rank that left the loop. The rule after it names rank 0, whose barrier is a line no other
+    rank reached."""
+    script = _script(tmp_path, LEFT)
+    b = RunBuilder(tmp_path / "run", script=script)
+    for r, calls in LEFT_CALLS.items():
+        b.start(r)
+        for s, (op, line) in enumerate(calls, 1):
+            sh = [] if op == "barrier" else [[4]]
+            b.add(r, "ledger.jsonl", "coll", float(s), op=op, group="0", seq=[s, s], shapes=sh,
+                  dtypes=["float32"] * len(sh), site=[script, line, "main"], t0=float(s), t1=float(s), err=None)  # fmt: skip
+        op, line = calls[-1]
+        p = dict(pending(op, 4, line, 4.0, () if op == "barrier" else ((4,),)), site=[script, line, "main"])
+        b.hb(r, 4.1, 4, p, where=line).hb(r, 6.0, 4, p, where=line)
+    b.add(None, "monitor.jsonl", "verdict", 6.0, mode="certain", reason="ranks 0 and 1 wait")
+    (got,) = deadlock.detect(load_run(str(b.root)), CFG)
+    assert (got.culprits, {l.line for l in got.locations if l.rank == 0}) == ((0,), {LEFT_BARRIER})
+
+
+def _dump_entry(i: int, op: str, line: int, script: str) -> dict:
+    """Entry ``i`` (#i+1 of the default group) of a gloo pickle dump, made at ``line`` of ``script``."""
+    return {
+        "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": i + 1,
+        "p2p_seq_id": 0, "op_id": i + 1, "profiling_name": f"gloo:{op}", "is_p2p": False,
+        "input_sizes": [[4]], "output_sizes": [[4]], "input_dtypes": ["Float"], "output_dtypes": ["Float"],
+        "state": "scheduled", "retired": False, "time_created_ns": 1_000_000_000 * (i + 1), "timeout_ms": 60000,
+        "frames": [
+            {"name": op, "filename": f"{_TORCH}/distributed/distributed_c10d.py", "line": 3000},
+            {"name": "main", "filename": script, "line": line},
+        ],
+    }  # fmt: skip
+
+
+def test_the_dumps_name_no_rank_under_a_test_the_others_took_before(tmp_path):
+    """Chosen where the sources differed: the dumps read the rank test alone and named rank 1 at its broadcast;
+    the ledger asks whether the others made that call before. Rank 0's dump holds its broadcast at that line at
+    #2: the test did not keep it out. Rank 0 went on to a call no rank made before and rank 1 continues the calls
+    both made: either rank 0 left the loop, or rank 1 made an extra call earlier; the dumps name no culprit."""
+    script = _script(tmp_path / "job", LEFT)
+    for r, calls in LEFT_CALLS.items():
+        d = {
+            "version": "2.10",
+            "entries": [_dump_entry(i, op, line, script) for i, (op, line) in enumerate(calls)],
+            "pg_config": {"": {"desc": "", "name": "", "ranks": "[0, 1]"}},
+            "pg_status": {
+                "0": {"last_enqueued_collective": 4, "last_started_collective": -1, "last_completed_collective": 3}
+            },
+        }
+        (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(d))
+    rep = report.build(inputs.load([str(tmp_path / "rank_0"), str(tmp_path / "rank_1")]), Config())
+    f = rep.findings[0]
+    assert (f.id, f.culprits, {l.line for l in f.locations}) == (
+        "hang.divergent-collective",
+        (),
+        {LEFT_BARRIER, LEFT_CAST},
+    )
