@@ -5,9 +5,9 @@ thread CPU per ``dist.all_reduce`` of one float (benchmarks/collective_cost.py),
 - ``on`` and ``on-again``: bare torchrun with torch's default recorder, twice (the A/A pair: what the host's
   own noise makes of nothing);
 - one arm per ddpdoctor command named (``hang``, ``check``, ``memleak``, ``profile``), the recorder on (since
-  stop 58 the ops torch's recorder records leave the wrappers by default: docs/how-it-works.md);
+  stop 59 the ops torch's recorder records leave the wrappers by default: docs/how-it-works.md);
   ``COMMAND:MODE`` runs it with ``DDPDOCTOR_COLLECTIVES=MODE`` (``hang:wrappers``: the wrappers on every op, the
-  default before stop 58).
+  default before stop 59).
 
     python benchmarks/recorder_cost.py --reps 5 hang check memleak profile
     python benchmarks/recorder_cost.py --reps 7 hang hang:wrappers
