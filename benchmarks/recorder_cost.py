@@ -4,12 +4,13 @@ thread CPU per ``dist.all_reduce`` of one float (benchmarks/collective_cost.py),
 - ``off``: bare torchrun with the recorder switched off (``TORCH_FR_BUFFER_SIZE=0``);
 - ``on`` and ``on-again``: bare torchrun with torch's default recorder, twice (the A/A pair: what the host's
   own noise makes of nothing);
-- one arm per ddpdoctor command named (``hang``, ``check``, ``memleak``, ``profile``), the recorder on;
-  ``COMMAND:MODE`` runs it with ``DDPDOCTOR_COLLECTIVES=MODE`` (``hang:recorder``: the ops torch's recorder
-  records leave the wrappers; ``hang:wrappers``: the wrappers on every op, the default: docs/how-it-works.md).
+- one arm per ddpdoctor command named (``hang``, ``check``, ``memleak``, ``profile``), the recorder on (since
+  stop 59 the ops torch's recorder records leave the wrappers by default: docs/how-it-works.md);
+  ``COMMAND:MODE`` runs it with ``DDPDOCTOR_COLLECTIVES=MODE`` (``hang:wrappers``: the wrappers on every op, the
+  default before stop 59).
 
     python benchmarks/recorder_cost.py --reps 5 hang check memleak profile
-    python benchmarks/recorder_cost.py --reps 7 hang:wrappers hang:recorder
+    python benchmarks/recorder_cost.py --reps 7 hang hang:wrappers
     python benchmarks/recorder_cost.py --reps 5 --calls 5000 hang --json out.json
 
 Order: the arms' list rotated by one each rep (a cyclic Latin square). Per arm: the median over the reps of

@@ -41,12 +41,12 @@ def recorder_notes(record: RunRecord) -> tuple[str, ...]:
             "their collectives come from their heartbeats and ddpdoctor's ledger"
         )
     if handed:
-        # DDPDOCTOR_COLLECTIVES=recorder: the wrappers handed these ranks' collectives to torch's recorder, so the
-        # ledger holds none of them (divergence.unrecorded)
+        # the wrappers handed these ranks' collectives to torch's recorder (the default), so the ledger holds none
+        # of them (divergence.unrecorded)
         notes.append(
             f"no flight record from {ranks_phrase(handed)} (ended before it could be written): their collectives "
-            "were left to torch's flight recorder alone (DDPDOCTOR_COLLECTIVES=recorder), so which calls they made "
-            "is unknown and no divergence was read from them"
+            "were left to torch's flight recorder (DDPDOCTOR_COLLECTIVES=wrappers keeps ddpdoctor's own ledger of "
+            "each call), so which calls they made is unknown and no divergence was read from them"
         )
     return tuple(notes)
 

@@ -59,8 +59,8 @@ def create(path: str, manifest_fields: dict[str, Any]) -> str:
     collectives = os.environ.get("DDPDOCTOR_COLLECTIVES") or schema.COLLECTIVES_MODES[0]
     if collectives not in schema.COLLECTIVES_MODES:
         raise DdpdoctorError(
-            f"DDPDOCTOR_COLLECTIVES={collectives}: expected wrappers (the default: ddpdoctor's own ledger of every "
-            "call beside torch's flight recorder) or recorder (torch's flight recorder alone where it records)"
+            f"DDPDOCTOR_COLLECTIVES={collectives}: expected recorder (the default: torch's flight recorder) or "
+            "wrappers (ddpdoctor's own ledger of every call)"
         )
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

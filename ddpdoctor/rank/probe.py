@@ -99,10 +99,10 @@ class Probe:
 
         # torch's flight recorder: every group's positions at each beat, its entries with frames in flight.json
         self.flight = Recorder()
-        # the wrappers stay on every op unless the run leaves the ops torch's recorder records to it alone
-        # (DDPDOCTOR_COLLECTIVES=recorder, the manifest's "collectives": rank/collectives.py hand_off); a profile
-        # keeps them (its communication ranges are the wrappers' timings)
-        mode = manifest.get("collectives") or os.environ.get("DDPDOCTOR_COLLECTIVES") or "wrappers"
+        # the ops torch's recorder records leave the wrappers (rank/collectives.py hand_off) unless the run keeps
+        # the wrappers on every op (DDPDOCTOR_COLLECTIVES=wrappers, the manifest's "collectives": a running digest
+        # of every call since the start) or profiles (its communication ranges are the wrappers' timings)
+        mode = manifest.get("collectives") or os.environ.get("DDPDOCTOR_COLLECTIVES") or "recorder"
         self.keep_wrappers = bool(manifest.get("profile")) or mode == "wrappers"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

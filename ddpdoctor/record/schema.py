@@ -64,10 +64,10 @@ ATTEMPTS_DIR = "attempts"
 EVENTS = "events.jsonl"
 HEARTBEAT = "heartbeat.jsonl"
 LEDGER = "ledger.jsonl"
-# where a rank's collectives are recorded (DDPDOCTOR_COLLECTIVES, manifest "collectives"): the wrappers on every op
-# beside torch's flight recorder (the default: a ledger written before each call, a running digest of every call), or
-# torch's flight recorder alone for every op it records, the wrappers for the rest (docs/how-it-works.md)
-COLLECTIVES_MODES = ("wrappers", "recorder")
+# where a rank's collectives are recorded (DDPDOCTOR_COLLECTIVES, manifest "collectives"): torch's flight recorder for
+# every op it records, the wrappers for the rest (the default), or the wrappers for every op (the fallback kept for a
+# running digest of every call since the start)
+COLLECTIVES_MODES = ("recorder", "wrappers")
 LEDGER_RING = 4096  # collectives kept at least (DDPDOCTOR_LEDGER_RING or manifest "ledger_ring")
 HB_RING = 512  # heartbeats kept at least (DDPDOCTOR_HB_RING or manifest "hb_ring")
 STACKS = "stacks.jsonl"

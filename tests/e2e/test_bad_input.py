@@ -34,7 +34,7 @@ def test_bad_nproc(tmp_path, value):
 
 def test_an_unknown_collectives_mode_is_one_line_before_running(tmp_path):
     r = ddpdoctor(["hang", "--probe", "healthy"], tmp_path, env={"DDPDOCTOR_COLLECTIVES": "recorderr"})
-    one_line_error(r, 2, "DDPDOCTOR_COLLECTIVES=recorderr: expected wrappers (the default")
+    one_line_error(r, 2, "DDPDOCTOR_COLLECTIVES=recorderr: expected recorder (the default")
 
 
 def test_unknown_option(tmp_path):

@@ -99,8 +99,9 @@ def test_fsdp2_faults_from_the_jobs_own_dumps(tmp_path, case, culprit, marker):
             assert marker_line(FSDP2_JOB, marker) in lines, f["locations"]
 
 
-# DDPDOCTOR_COLLECTIVES=recorder: the ops torch's recorder records leave the wrappers (rank/collectives.py
-# hand_off); the verdicts stand on the recorder's entries alone
+# DDPDOCTOR_COLLECTIVES=recorder (the default since stop 59, named here so that these tests keep testing it): the ops
+# torch's recorder records leave the wrappers (rank/collectives.py hand_off); the verdicts stand on the recorder's
+# entries alone
 RECORDER = {"DDPDOCTOR_COLLECTIVES": "recorder"}
 
 

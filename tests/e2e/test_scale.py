@@ -1,9 +1,9 @@
 """Long runs (issue 10): the ledger and heartbeat files are rings of bounded size, and a divergence
 inside the ring is still found at its line. Real ranks (2, gloo) with small rings set by env vars.
 
-The ledger's rings, its memory map and its running digest are the wrappers' (the default,
-``DDPDOCTOR_COLLECTIVES=wrappers``): these jobs name it. Under ``DDPDOCTOR_COLLECTIVES=recorder`` torch's flight
-recorder keeps its own ring (``TORCH_FR_BUFFER_SIZE``), tested at the end."""
+The ledger's rings, its memory map and its running digest are the wrappers' (``DDPDOCTOR_COLLECTIVES=wrappers``,
+the fallback that records every call in Python): these jobs force it. Under the default, torch's flight recorder
+keeps its own ring (``TORCH_FR_BUFFER_SIZE``), tested at the end."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ SCRIPT = TESTS / "scripts" / "ring_shift.py"
 
 @pytest.fixture(autouse=True)
 def _wrappers(monkeypatch):
-    """The wrappers record every call (the ledger these tests read), where ``DDPDOCTOR_COLLECTIVES=recorder``
-    leaves to torch's recorder the calls it records."""
+    """The wrappers record every call (the ledger these tests read), where the default leaves to torch's
+    recorder the calls it records."""
     monkeypatch.setenv("DDPDOCTOR_COLLECTIVES", "wrappers")
 
 
@@ -227,12 +227,12 @@ def test_the_call_line_cache_records_every_call_as_made(tmp_path):
         assert all(e["st"] == "done" for e in rec.ledger)
 
 
-def test_under_the_recorder_a_divergence_before_torchs_ring_is_said_to_be_out_of_sight(tmp_path, monkeypatch):
-    """``DDPDOCTOR_COLLECTIVES=recorder`` leaves the calls to torch's flight recorder, which keeps no running digest: with a ring of
+def test_under_the_default_a_divergence_before_torchs_ring_is_said_to_be_out_of_sight(tmp_path, monkeypatch):
+    """The default leaves the calls to torch's flight recorder, which keeps no running digest: with a ring of
     16 entries, rank 0's extra call at step 5 is out of its sight. The hang finding says where the ring starts
     and how to keep more, rather than read as if the window were the whole run; with the ring of the default
     size (2,000) the same job names the extra call itself."""
-    monkeypatch.setenv("DDPDOCTOR_COLLECTIVES", "recorder")
+    monkeypatch.delenv("DDPDOCTOR_COLLECTIVES")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "16")
     bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra"], tmp_path, timeout=120)
     assert bad.code == 3, bad.err[-2000:]

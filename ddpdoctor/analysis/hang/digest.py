@@ -104,7 +104,7 @@ def sentence(info: dict[str, Any]) -> str:
 
 def recorder_window(record: RunRecord) -> dict[str, Any] | None:
     """``{"group", "first", "ranks"}`` for the first process group whose calls some rank left to torch's flight
-    recorder (``DDPDOCTOR_COLLECTIVES=recorder``) and whose ring wrapped (its oldest entry's id,
+    recorder (the default, ``DDPDOCTOR_COLLECTIVES=recorder``) and whose ring wrapped (its oldest entry's id,
     ``flight.json``'s ``first_record``, is above 0) and no longer holds that rank's first call: the recorder keeps no running digest, so a divergence before ``first`` (the latest of those ranks'
     oldest recorded positions) is out of sight. None when every such ring still holds its group's first call."""
     oldest: dict[str, dict[int, int]] = {}
@@ -131,8 +131,8 @@ def recorder_sentence(info: dict[str, Any]) -> str:
     """What a hang finding says when torch's ring no longer holds a group's first calls."""
     return (
         f"torch's flight recorder of {ranks_phrase(info['ranks'])} holds group {info['group']}'s calls from "
-        f"#{info['first']} on: a divergence before it is out of sight (raise TORCH_FR_BUFFER_SIZE, or leave "
-        "DDPDOCTOR_COLLECTIVES unset for the wrappers' running digest of every call)"
+        f"#{info['first']} on: a divergence before it is out of sight (raise TORCH_FR_BUFFER_SIZE, or set "
+        "DDPDOCTOR_COLLECTIVES=wrappers for a running digest of every call)"
     )
 
 
