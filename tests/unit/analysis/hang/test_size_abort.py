@@ -51,6 +51,30 @@ def test_the_rank_that_made_the_extra_call_is_named_however_its_peer_was_ended(t
     assert (0, 42) in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
 
 
+def _ended_before_its_records(rank_dir: Path) -> None:
+    """What torchrun's SIGTERM can leave of a rank cut before it wrote its end: no flight.json, no error.json,
+    no finish event, no heartbeat since training began."""
+    (rank_dir / "flight.json").unlink()
+    (rank_dir / "error.json").unlink()
+    _drop_last_lines(rank_dir / "events.jsonl", 1)
+    assert b'"kind":"finish"' not in (rank_dir / "events.jsonl").read_bytes()
+    _heartbeats_before_training(rank_dir / "heartbeat.jsonl")
+
+
+def _rank0_made_the_extra_call(tmp_path: Path, golden: Path, cut: bool):
+    """The golden run (rank 1 cut as torchrun's SIGTERM can, where ``cut``) diagnosed: a hang whose first finding
+    names rank 0 alone for a rank-conditional collective; that finding."""
+    run = tmp_path / "run"
+    shutil.copytree(golden, run)
+    if cut:
+        _ended_before_its_records(run / "ranks" / "1")
+    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
+    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
+    f = rep.findings[0]
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    return f
+
+
 FLIGHT = GOLDEN.parent / "size_abort_flight"
 
 
@@ -61,19 +85,7 @@ def test_a_peer_ended_before_its_flight_record_and_its_late_heartbeats_leaves_th
     began: its last heartbeat then says position 0. That is not where it ended: DDP's calls rank 0's recorder
     holds at positions rank 1 may have reached are unknown there, not missing (CI once named rank 0's DDP
     construction, line 23, as the extra call)."""
-    run = tmp_path / "run"
-    shutil.copytree(FLIGHT, run)
-    if cut != "intact":
-        r1 = run / "ranks" / "1"
-        (r1 / "flight.json").unlink()
-        (r1 / "error.json").unlink()
-        _drop_last_lines(r1 / "events.jsonl", 1)
-        assert b'"kind":"finish"' not in (r1 / "events.jsonl").read_bytes()
-        _heartbeats_before_training(r1 / "heartbeat.jsonl")
-    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
-    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
-    f = rep.findings[0]
-    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    f = _rank0_made_the_extra_call(tmp_path, FLIGHT, cut != "intact")
     lines = {(loc.rank, loc.line, loc.role) for loc in f.locations if loc.file.endswith(SCRIPT)}
     assert (0, 42, "diverged") in lines, f.locations  # the all_reduce only rank 0 reaches (# FAULT)
     assert not [x for x in lines if x[0] == 0 and x[2] == "diverged" and x[1] != 42], f.locations
@@ -90,19 +102,7 @@ def test_an_aborted_rank_off_its_own_routine_is_named_where_its_peers_calls_are_
     abort dump holds the extra call and, after it, its next DDP all-reduce. Cut as torchrun's SIGTERM can, rank 1
     leaves no flight record, no error and no beat since training began: none of its calls is known. Rank 0's
     own routine still tells the extra call (it once read as an abnormal exit with no culprit)."""
-    run = tmp_path / "run"
-    shutil.copytree(ASYNC_RECORDER, run)
-    if cut != "intact":
-        r1 = run / "ranks" / "1"
-        (r1 / "flight.json").unlink()
-        (r1 / "error.json").unlink()
-        _drop_last_lines(r1 / "events.jsonl", 1)
-        assert b'"kind":"finish"' not in (r1 / "events.jsonl").read_bytes()
-        _heartbeats_before_training(r1 / "heartbeat.jsonl")
-    rep = diagnose(load_run(str(run)), Config(timeout=60.0))
-    assert (rep.verdict, rep.exit_code) == ("hang", 3), [f.message for f in rep.findings]
-    f = rep.findings[0]
-    assert f.id == "hang.rank-conditional-collective" and f.culprits == (0,), f.message
+    f = _rank0_made_the_extra_call(tmp_path, ASYNC_RECORDER, cut != "intact")
     diverged = {(loc.rank, loc.line) for loc in f.locations if loc.role == "diverged"}
     assert diverged == {(0, 40)}, f.locations  # the all_reduce of the checkpoint branch (# EXTRA)
     assert all(loc.file.endswith(ASYNC_SCRIPT) for loc in f.locations if loc.role == "diverged")
