@@ -30,7 +30,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from ddpdoctor.record import schema
+from ddpdoctor.record import digest, schema
+from ddpdoctor.record import flight as record_flight
 from ddpdoctor.record.flight import dtype_name, op_name, position
 from ddpdoctor.record.writer import write_json_atomic
 
@@ -42,6 +43,11 @@ BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 # per READ_EVERY: a slow step's all-reduces on a loaded host would otherwise cost the heartbeat a read at every beat
 PENDING_AFTER = 1.0
 READ_EVERY = 2.0
+# the heartbeat's reads of the ring for its chunks (record/digest.py chunks_of) take at most this share of one core:
+# a read of 2,000 entries with frames holds the GIL about 20 ms here, so a job making more calls than a ring a
+# second gets chunks with gaps, which the analysis names as unread, never as agreeing
+CHUNK_SHARE = 0.01
+CHUNK_BURST = 0.2  # s: a job's first reads may take this much more
 
 # The public collectives each backend's recorder records (torch 2.13, read in its source and checked by
 # tests/e2e/test_flight_record.py): ProcessGroupGloo records every op it enqueues except send and recv, which bypass
@@ -155,6 +161,7 @@ class Recorder:
         self._flight_since = 0.0  # since when (monotonic) that position has been in flight
         self._read_at = -READ_EVERY  # the last read of the entries for a pending call (monotonic)
         self._entry: tuple[tuple[str, int], dict[str, Any] | None] | None = None  # the entry read for it
+        self.chunks = Chunks(self.size)
 
     def settled(self) -> bool:
         """May the recorder be read from another thread now? torch 2.13 adds a group's status to the recorder's
@@ -296,6 +303,15 @@ class Recorder:
             "source": "flight",
         }
 
+    def read_chunks(self, status: dict[str, tuple[int, int]], rank: int) -> None:
+        """One read of the ring, with frames, folded into :attr:`chunks` when one is due (:meth:`Chunks.due`)."""
+        if not (self.on and status and self.chunks.due(status)):
+            return
+        t0 = time.monotonic()
+        d = self.dump(True)
+        if d is not None:
+            self.chunks.fold(d, rank, _script_dir(), time.monotonic() - t0)
+
     def dump(self, frames: bool = True) -> dict[str, Any] | None:
         """Every entry (with its Python frames), as a plain dict in the shape of torch's own dump; where
         NCCL's recorder holds entries too, theirs follow, each source's group ids prefixed as in
@@ -327,6 +343,8 @@ class Recorder:
         d = self.dump(frames)
         if d is None:
             return False
+        if frames:  # the chunks fold calls with their lines: only a read with frames
+            self.chunks.fold(d, rank, _script_dir(), time.monotonic() - t0)
         d["ddpdoctor"] = {
             "rank": rank,
             "reason": reason,
@@ -338,11 +356,68 @@ class Recorder:
                 (e["record_id"] for e in d.get("entries") or () if isinstance(e.get("record_id"), int)), default=0
             ),
             # the script's folder: its frames are the user's code wherever the reader runs
-            "script_dir": os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else "",
+            "script_dir": _script_dir(),
             "took_s": round(time.monotonic() - t0, 4),
+            "chunks": self.chunks.fields(),
         }
         write_json_atomic(path, d)
         return True
+
+
+def _script_dir() -> str:
+    return os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+
+
+class Chunks:
+    """The digest and per-line call counts of every whole chunk of each group's positions the rank's reads of
+    the recorder saw (record/digest.py ``chunks_of``): what a running digest of every call gave the wrappers, at
+    one read of the ring, with frames, per quarter of a ring of calls and at most CHUNK_SHARE of one core."""
+
+    def __init__(self, buffer: int) -> None:
+        self.size = digest.chunk_size(buffer)
+        # a read per chunk's worth of calls (every group's together) at most, CHUNK_SHARE permitting: the reads may
+        # then fall three quarters of a ring behind (a slow beat) before a chunk goes unread
+        self.every = self.size
+        self.groups: dict[str, dict[str, list]] = {}
+        self._read_at = 0  # every group's positions together at the last read
+        self._t0 = time.monotonic()
+        self.reads, self.spent = 0, 0.0  # reads folded, and their seconds
+        self._lock = threading.Lock()
+
+    def due(self, status: dict[str, tuple[int, int]]) -> bool:
+        """Is a read due: a chunk's worth of calls since the last one, and the reads' seconds within CHUNK_SHARE
+        of the time since the start, past CHUNK_BURST (a job's first reads pay for the frames' first symbols)?"""
+        total = sum(max(enq, 0) for enq, _done in status.values())
+        if total - self._read_at < self.every:
+            return False
+        return self.spent <= CHUNK_BURST + CHUNK_SHARE * (time.monotonic() - self._t0)
+
+    def fold(self, dump: dict[str, Any], rank: int, script_dir: str, took: float) -> None:
+        """Adds the whole chunks of one dump with frames (torch's shape) that are not yet known."""
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is folding a read of the same ring
+        try:
+            entries = record_flight.entries(dump, rank, (script_dir.rstrip(os.sep) + os.sep,) if script_dir else ())
+            ids = [e["record_id"] for e in dump.get("entries") or () if isinstance(e.get("record_id"), int)]
+            wrapped = bool(ids) and min(ids) > 0  # ids count every recorded call from 0: the oldest ones are gone
+            for g, got in digest.chunks_of(entries, wrapped, self.size, self.groups).items():
+                self.groups.setdefault(g, {}).update(got)
+            st = dump.get("pg_status") or {}
+            self._read_at = sum(max(int(v.get("last_enqueued_collective", 0) or 0), 0) for v in st.values())
+            self.reads, self.spent = self.reads + 1, self.spent + took
+        except Exception:  # a dump of another shape: no chunks from it, the run goes on
+            pass
+        finally:
+            self._lock.release()
+
+    def fields(self) -> dict[str, Any]:
+        """flight.json's ``chunks``: the chunk size and, per group, ``{k: [digest, {"op file:line": n}]}``."""
+        return {
+            "size": self.size,
+            "reads": self.reads,
+            "read_s": round(self.spent, 4),
+            "groups": {g: dict(ks) for g, ks in list(self.groups.items())},
+        }
 
 
 def _id_order(gid: str) -> tuple[str, int]:

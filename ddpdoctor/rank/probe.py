@@ -298,6 +298,9 @@ class Probe:
             except Exception as e:
                 failures.hook_failed(self, h, e)
         if not final and not asked:
+            # after the beat is written: the read (ms, under the GIL) never delays what the monitor reads
+            if not self.keep_wrappers:  # the wrappers' running digest holds every call already
+                self.flight.read_chunks(status, self.rank)
             self._maybe_dump(frame)
 
     def _maybe_dump(self, frame: Any) -> None:

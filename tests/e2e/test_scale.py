@@ -228,16 +228,18 @@ def test_the_call_line_cache_records_every_call_as_made(tmp_path):
 
 
 def test_under_the_default_a_divergence_before_torchs_ring_is_said_to_be_out_of_sight(tmp_path, monkeypatch):
-    """The default leaves the calls to torch's flight recorder, which keeps no running digest: with a ring of
-    16 entries, rank 0's extra call at step 5 is out of its sight. The hang finding says where the ring starts
-    and how to keep more, rather than read as if the window were the whole run; with the ring of the default
-    size (2,000) the same job names the extra call itself."""
+    """The default leaves the calls to torch's flight recorder: with a ring of 16 entries and 120 calls in a few
+    milliseconds, the rank's reads of the ring (a beat every 0.25 s) see none of the chunks before it, and rank
+    0's extra call at step 5 is out of sight. The hang finding says where the ring starts and how to keep more,
+    rather than read as if the window were the whole run; with the ring of the default size (2,000) the same
+    job names the extra call itself."""
     monkeypatch.delenv("DDPDOCTOR_COLLECTIVES")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "16")
     bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra"], tmp_path, timeout=120)
     assert bad.code == 3, bad.err[-2000:]
     hang = next(f for f in bad.report["findings"] if f["id"].startswith("hang."))
     assert "holds group 0's calls from #" in hang["message"] and "TORCH_FR_BUFFER_SIZE" in hang["message"]
+    assert hang["evidence"]["recorder_window"]["unread"] == [1, 4]  # chunk 0: no read saw it
     assert hang["evidence"]["recorder_window"]["group"] == "0"
     assert hang["evidence"]["recorder_window"]["first"] > 100
 
@@ -248,3 +250,32 @@ def test_under_the_default_a_divergence_before_torchs_ring_is_said_to_be_out_of_
     assert f["culprits"] == [0]
     assert (0, marker_line(DIGEST_SCRIPT, "EXTRA")) in [(l["rank"], l["line"]) for l in f["locations"]]
     assert "recorder_window" not in f["evidence"]
+
+
+def test_the_recorders_chunks_name_an_extra_call_before_its_ring(tmp_path, monkeypatch):
+    """Under the default the rank's heartbeat reads torch's ring (64 entries here) a chunk's worth of calls apart
+    and keeps each whole chunk's digest and per-line counts (rank/flight.py ``Chunks``). A job paced so that the
+    reads keep up: healthy, every chunk before the ring is read on both ranks and they agree; with rank 0's extra
+    call at step 5, long out of the ring by the end, the hang reads as that call, culprit rank 0 at its line,
+    where the window alone blames rank 1 for leaving the loop."""
+    from ddpdoctor.analysis.hang import digest
+
+    monkeypatch.delenv("DDPDOCTOR_COLLECTIVES")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "64")
+    ok = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--pace", "0.02"], tmp_path, timeout=120)
+    assert ok.code in (0, 1), ok.err[-2000:]  # 1: the documented gloo teardown abort at most
+    rec = reader.load_run(str(ok.run_dir))
+    chunks = [rec.ranks[r].flight["chunks"] for r in (0, 1)]
+    assert chunks[0]["size"] == 16 and chunks[0]["groups"] == chunks[1]["groups"]
+    assert sorted(map(int, chunks[0]["groups"]["0"])) == list(range(121 // 16))  # every whole chunk, read
+    assert all(rec.ranks[r].flight["first_record"] > 0 for r in (0, 1))  # the ring wrapped
+    assert digest.recorder_window(rec) is None
+
+    bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra", "--pace", "0.02"], tmp_path, timeout=120)
+    assert bad.code == 3, bad.err[-2000:]
+    f = finding(bad.report, "hang.rank-conditional-collective")
+    assert f["culprits"] == [0]
+    assert f["locations"][0]["rank"] == 0 and f["locations"][0]["line"] == marker_line(DIGEST_SCRIPT, "EXTRA")
+    info = f["evidence"]["before_ring"]
+    assert (info["group"], info["from"], info["to"]) == ("0", 1, 16)  # chunk 0: the extra call is #7
+    assert info["first"] > 16
