@@ -23,11 +23,9 @@ from ddpdoctor.analysis.hang.deadlock import BLOCKED_HINT, HINTS, hint_for
 from ddpdoctor.analysis.hang.exits import ways_out
 from ddpdoctor.analysis.hang.facts import WAITING, Call, RankTest, Slot
 from ddpdoctor.analysis.hang.paths import (
-    _guard_at,
     _loops,
     _tree,
     departed,
-    guard_ranks,
     loop_exits,
     rank_guard,
     user_stack,
@@ -123,9 +121,10 @@ def _loc(v: View, role: str) -> Location | None:
     return Location(v.rank, v.site.file, v.site.line, v.site.func, role) if v.site else None
 
 
-def _guarded_calls(path: str, first: int, last: int) -> list[tuple[int, int]]:
-    """(call line, guard line) of the torch.distributed collectives between ``first`` and ``last`` that are
-    reached under a rank test."""
+def _guarded_calls(path: str, first: int, last: int, world: int) -> list[tuple[int, RankTest]]:
+    """(call line, the rank test on its way) of the torch.distributed collectives between ``first`` and ``last``
+    that are reached under a rank test inside that span (``paths.rank_test``: the one reading of a rank test,
+    an ``else`` branch's ranks included)."""
     tree = _tree(path)
     out = []
     for n in ast.walk(tree) if tree else ():
@@ -133,10 +132,10 @@ def _guarded_calls(path: str, first: int, last: int) -> list[tuple[int, int]]:
             name = (
                 n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id if isinstance(n.func, ast.Name) else ""
             )
-            g = _guard_at(path, n.lineno) if name in COLLECTIVES else None
-            if g is not None and first <= g:
-                out.append((n.lineno, g))
-    return sorted(out)
+            t = paths.rank_test([(path, n.lineno)], world) if name in COLLECTIVES else None
+            if t is not None and first <= t.test:
+                out.append((n.lineno, t))
+    return sorted(out, key=lambda c: c[0])
 
 
 def _finding(
@@ -384,8 +383,8 @@ def _departed(
     leavers, dep = list(got[0]), got[1]
     stay = [r for r in sorted(vs) if r not in leavers]
     loop = next((lp for lp in _loops(dep.file) if lp[0] == dep.line), None) if dep.how == "left the loop" else None
-    for line, g in _guarded_calls(dep.file, loop[0], loop[1]) if loop else []:
-        who = guard_ranks(dep.file, g, world)
+    for line, test in _guarded_calls(dep.file, loop[0], loop[1], world) if loop else []:
+        g, who = test.test, test.ranks
         if who is not None and not who & set(stay):
             continue
         extra = sorted(set(stay) & who) if who else sorted(stay)

@@ -207,17 +207,11 @@ def passes(record: RunRecord, rank: int) -> int:
 _RANK_TEST = re.compile(r"rank|gpu_id|is_main|main_process|master|global_zero|process_zero|is_primary|device_id")
 
 
-def _guard_at(path: str, line: int) -> int | None:
-    """The line of an ``if`` around ``line`` whose test looks at the rank (``if rank == 0:``,
-    ``if self.gpu_id == 0 and ...``, ``if master_process:``, ``if trainer.is_global_zero:``)."""
-    g = _guard_branch(path, line)
-    return g[0] if g else None
-
-
 @functools.lru_cache(maxsize=1024)  # asked per rank: a thousand ranks waiting in one call ask the same line
 def _guard_branch(path: str, line: int) -> tuple[int, bool, tuple[int, int]] | None:
-    """(the line of the innermost ``if`` around ``line`` whose test looks at the rank, whether ``line`` is in
-    its ``else``, the first and last line of the branch ``line`` is in)."""
+    """(the line of the innermost ``if`` around ``line`` whose test looks at the rank (``if rank == 0:``,
+    ``if self.gpu_id == 0 and ...``, ``if master_process:``, ``if trainer.is_global_zero:``), whether ``line`` is
+    in its ``else``, the first and last line of the branch ``line`` is in)."""
     tree = _tree(path)
     if tree is None:
         return None

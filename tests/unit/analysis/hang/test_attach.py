@@ -40,7 +40,13 @@ _ALLREDUCE = [
 ]
 
 
-def _record(tmp: Path, stacks: dict[int, tuple[int, list, bool]], gone: tuple[int, ...] = (), world: int = 2):
+def _record(
+    tmp: Path,
+    stacks: dict[int, tuple[int, list, bool]],
+    gone: tuple[int, ...] = (),
+    world: int = 2,
+    source: str = _SCRIPT,
+):
     from builder import RunBuilder
 
     from ddpdoctor.analysis import diagnose
@@ -49,7 +55,7 @@ def _record(tmp: Path, stacks: dict[int, tuple[int, list, bool]], gone: tuple[in
 
     tmp.mkdir(parents=True, exist_ok=True)
     script = tmp / "train.py"
-    script.write_text(_SCRIPT)
+    script.write_text(source)
     b = RunBuilder(tmp / "run", script=str(script), command="attach", attach={"interval": 1.0})
     for r, (line, torch_frames, moved) in stacks.items():
         b.add(r, "events.jsonl", "start", 1.0, pid=1000 + r, local_rank=r)
@@ -74,6 +80,30 @@ def test_detector_early_exit_from_stacks(tmp_path: Path) -> None:
     f = next(f for f in rep.findings if f.id == "hang.early-exit")
     assert f.culprits == (1,) and rep.exit_code == 3
     assert {l.line for l in f.locations if l.rank == 1} >= {8, 9}  # the break it took, where it waits
+
+
+_ELSE_SCRIPT = """import torch.distributed as dist
+def main(rank, model, opt, data):
+    for step in range(8):
+        dist.all_reduce(data)
+        if rank == 0:
+            print(step)
+        else:
+            dist.all_reduce(data)
+    dist.barrier()
+main(0, None, None, None)
+"""
+
+
+def test_detector_extra_call_in_the_else_branch_of_a_rank_test(tmp_path: Path) -> None:
+    """Rank 1 all-reduces once more each step, in the ``else`` of ``if rank == 0:``: shifted, rank 0 has ended
+    its loop and waits in the barrier while rank 1 waits in the loop's first call. The stacks read the rank
+    test on the loop's calls as the ledger does (``paths.rank_test``: the ``else`` branch is the other ranks'):
+    rank 1's extra call at line 8, not rank 0 leaving the loop early."""
+    rep = _record(tmp_path, {0: (9, _BARRIER, False), 1: (4, _ALLREDUCE, False)}, source=_ELSE_SCRIPT)
+    f = next(f for f in rep.findings if f.severity == "error")
+    assert f.id == "hang.rank-conditional-collective" and f.culprits == (1,), f
+    assert (1, 8, "diverged") in {(l.rank, l.line, l.role) for l in f.locations}
 
 
 def test_detector_exited_rank(tmp_path: Path) -> None:
