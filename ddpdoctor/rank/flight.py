@@ -43,11 +43,14 @@ BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 # per READ_EVERY: a slow step's all-reduces on a loaded host would otherwise cost the heartbeat a read at every beat
 PENDING_AFTER = 1.0
 READ_EVERY = 2.0
-# the heartbeat's reads of the ring for its chunks (record/digest.py chunks_of) take at most this share of one core:
-# a read of 2,000 entries with frames holds the GIL about 20 ms here, so a job making more calls than a ring a
-# second gets chunks with gaps, which the analysis names as unread, never as agreeing
+# the heartbeat's reads of the ring for its chunks (record/digest.py chunks_of) take at most this share of one core
+# (their CPU time over the time since the rank started): a read of 2,000 entries with frames holds the GIL about 20 ms
+# here, so a job making more than about a ring of calls every 2 s gets chunks with gaps, which the analysis names as
+# unread, never as agreeing
 CHUNK_SHARE = 0.01
-CHUNK_BURST = 0.2  # s: a job's first reads may take this much more
+# s of reads allowed beyond that share: one read that happens to pay for a full garbage collection of the process
+# (60 ms seen here, where a read of 64 entries takes 2 ms) does not stop the reads for the next 6 s
+CHUNK_SLACK = 0.05
 
 # The public collectives each backend's recorder records (torch 2.13, read in its source and checked by
 # tests/e2e/test_flight_record.py): ProcessGroupGloo records every op it enqueues except send and recv, which bypass
@@ -307,22 +310,23 @@ class Recorder:
         """One read of the ring, with frames, folded into :attr:`chunks` when one is due (:meth:`Chunks.due`)."""
         if not (self.on and status and self.chunks.due(status)):
             return
-        t0 = time.monotonic()
-        d = self.dump(True)
+        t0 = time.thread_time()
+        d = self.dump(True, plain=False)  # no copy into lists: the chunks read each entry once, as it is
         if d is not None:
-            self.chunks.fold(d, rank, _script_dir(), time.monotonic() - t0)
+            self.chunks.fold(d, rank, _script_dir(), t0)
 
-    def dump(self, frames: bool = True) -> dict[str, Any] | None:
+    def dump(self, frames: bool = True, plain: bool = True) -> dict[str, Any] | None:
         """Every entry (with its Python frames), as a plain dict in the shape of torch's own dump; where
         NCCL's recorder holds entries too, theirs follow, each source's group ids prefixed as in
-        :meth:`status`."""
+        :meth:`status`. ``plain=False``: torch's tuples left as they are (not for JSON)."""
         out: dict[str, Any] | None = None
         for src in self.sources if self.on else ():
             try:
                 # our own process's dump, made by torch's C++ a moment ago: not foreign input
                 with _no_inductor_import() if frames else contextlib.nullcontext():
                     blob = src.dump_pickle(True, frames, False)
-                raw = _plain(pickle.loads(blob))
+                raw = pickle.loads(blob)
+                raw = _plain(raw) if plain else raw
             except Exception:
                 continue
             self.learn(raw.get("entries") or [], src.prefix)
@@ -339,12 +343,12 @@ class Recorder:
     def write(self, path: str, rank: int, reason: str, frames: bool = True) -> bool:
         """The dump to ``path`` (JSON, atomically), with ddpdoctor's own key: the rank, why, when and the
         group ids' names. False where there was nothing to write."""
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.thread_time()
         d = self.dump(frames)
         if d is None:
             return False
         if frames:  # the chunks fold calls with their lines: only a read with frames
-            self.chunks.fold(d, rank, _script_dir(), time.monotonic() - t0)
+            self.chunks.fold(d, rank, _script_dir(), cpu0)
         d["ddpdoctor"] = {
             "rank": rank,
             "reason": reason,
@@ -381,19 +385,20 @@ class Chunks:
         self.groups: dict[str, dict[str, list]] = {}
         self._read_at = 0  # every group's positions together at the last read
         self._t0 = time.monotonic()
-        self.reads, self.spent = 0, 0.0  # reads folded, and their seconds
+        self.reads, self.spent = 0, 0.0  # reads folded, and their CPU seconds (the reading thread's)
         self._lock = threading.Lock()
 
     def due(self, status: dict[str, tuple[int, int]]) -> bool:
-        """Is a read due: a chunk's worth of calls since the last one, and the reads' seconds within CHUNK_SHARE
-        of the time since the start, past CHUNK_BURST (a job's first reads pay for the frames' first symbols)?"""
+        """Is a read due: a chunk's worth of calls since the last one, and the reads' CPU seconds so far within
+        CHUNK_SHARE of the time since the rank started, plus CHUNK_SLACK?"""
         total = sum(max(enq, 0) for enq, _done in status.values())
         if total - self._read_at < self.every:
             return False
-        return self.spent <= CHUNK_BURST + CHUNK_SHARE * (time.monotonic() - self._t0)
+        return self.spent <= CHUNK_SLACK + CHUNK_SHARE * (time.monotonic() - self._t0)
 
-    def fold(self, dump: dict[str, Any], rank: int, script_dir: str, took: float) -> None:
-        """Adds the whole chunks of one dump with frames (torch's shape) that are not yet known."""
+    def fold(self, dump: dict[str, Any], rank: int, script_dir: str, since: float) -> None:
+        """Adds the whole chunks of one dump with frames (torch's shape) that are not yet known; ``since``: the
+        reading thread's CPU time (``time.thread_time``) when the dump began, for the reads' cost."""
         if not self._lock.acquire(blocking=False):
             return  # another thread is folding a read of the same ring
         try:
@@ -404,7 +409,7 @@ class Chunks:
                 self.groups.setdefault(g, {}).update(got)
             st = dump.get("pg_status") or {}
             self._read_at = sum(max(int(v.get("last_enqueued_collective", 0) or 0), 0) for v in st.values())
-            self.reads, self.spent = self.reads + 1, self.spent + took
+            self.reads, self.spent = self.reads + 1, self.spent + max(time.thread_time() - since, 0.0)
         except Exception:  # a dump of another shape: no chunks from it, the run goes on
             pass
         finally:

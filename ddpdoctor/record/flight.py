@@ -58,7 +58,7 @@ def user_frame(frames: Any, user_dirs: tuple[str, ...] = ()) -> list | None:
     """The innermost frame of the user's code in an entry's frames (innermost first) that called into
     torch.distributed, as a ledger site ``[file, line, function]``; None without frames (a JSON dump of torch's
     has none by design)."""
-    if not isinstance(frames, list):
+    if not isinstance(frames, (list, tuple)):
         return None
     frames = [f for f in frames if isinstance(f, dict)]
     for f in frames[callers_start([str(f.get("filename") or "") for f in frames]) :]:
@@ -72,7 +72,7 @@ def user_frame(frames: Any, user_dirs: tuple[str, ...] = ()) -> list | None:
 
 
 def _from_autograd(frames: Any) -> bool:
-    return isinstance(frames, list) and from_autograd(
+    return isinstance(frames, (list, tuple)) and from_autograd(
         [str(f.get("filename") or "") for f in frames if isinstance(f, dict)]
     )
 
@@ -93,7 +93,7 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
         pos = position(e)
         gid = str(e.get("pg_id"))
         pg = e.get("process_group")
-        group = str(pg[0]) if isinstance(pg, list) and pg else (names.get(gid) or [gid])[0]
+        group = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else (names.get(gid) or [gid])[0]
         st = status.get(gid)
         try:
             done = int(st.get("last_completed_collective", -1)) if isinstance(st, dict) else -1
@@ -116,8 +116,10 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
             "op": op_name(e),
             "group": group,
             "seq": [pos, pos],
-            "shapes": sizes if isinstance(sizes, list) else [],
-            "dtypes": [dtype_name(d) for d in dtypes] if isinstance(dtypes, list) else [],
+            "shapes": [list(s) if isinstance(s, (list, tuple)) else s for s in sizes]
+            if isinstance(sizes, (list, tuple))
+            else [],
+            "dtypes": [dtype_name(d) for d in dtypes] if isinstance(dtypes, (list, tuple)) else [],
             "site": user_frame(e.get("frames"), user_dirs),
             # DDP's reducer's bucket all-reduce (issued from autograd's engine, not by a line of the user's):
             # the wrappers' ledger never sees these calls, and the judge reads them as DDP's internal ones
@@ -126,7 +128,9 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
             "src": "flight",
             # the group's description: a DeviceMesh's groups name their dimension there ("mesh_tp")
             **(
-                {"gdesc": str(pg[1])} if isinstance(pg, list) and len(pg) > 1 and pg[1] not in ("", "undefined") else {}
+                {"gdesc": str(pg[1])}
+                if isinstance(pg, (list, tuple)) and len(pg) > 1 and pg[1] not in ("", "undefined")
+                else {}
             ),
         }
     return list(out.values())
