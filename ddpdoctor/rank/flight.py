@@ -375,13 +375,13 @@ def _script_dir() -> str:
 class Chunks:
     """The digest and per-line call counts of every whole chunk of each group's positions the rank's reads of
     the recorder saw (record/digest.py ``chunks_of``): what a running digest of every call gave the wrappers, at
-    one read of the ring, with frames, per quarter of a ring of calls and at most CHUNK_SHARE of one core."""
+    one read of the ring, with frames, per half a ring of calls and at most CHUNK_SHARE of one core."""
 
     def __init__(self, buffer: int) -> None:
         self.size = digest.chunk_size(buffer)
-        # a read per chunk's worth of calls (every group's together) at most, CHUNK_SHARE permitting: the reads may
-        # then fall three quarters of a ring behind (a slow beat) before a chunk goes unread
-        self.every = self.size
+        # a read per half a ring of calls (every group's together), CHUNK_SHARE permitting: each read holds about two
+        # new chunks, and a slow beat may fall a quarter of a ring further behind before a chunk goes unread
+        self.every = max(self.size, buffer // 2)
         self.groups: dict[str, dict[str, list]] = {}
         self._read_at = 0  # every group's positions together at the last read
         self._t0 = time.monotonic()
@@ -389,7 +389,7 @@ class Chunks:
         self._lock = threading.Lock()
 
     def due(self, status: dict[str, tuple[int, int]]) -> bool:
-        """Is a read due: a chunk's worth of calls since the last one, and the reads' CPU seconds so far within
+        """Is a read due: half a ring of calls since the last one, and the reads' CPU seconds so far within
         CHUNK_SHARE of the time since the rank started, plus CHUNK_SLACK?"""
         total = sum(max(enq, 0) for enq, _done in status.values())
         if total - self._read_at < self.every:
@@ -402,9 +402,15 @@ class Chunks:
         if not self._lock.acquire(blocking=False):
             return  # another thread is folding a read of the same ring
         try:
-            entries = record_flight.entries(dump, rank, (script_dir.rstrip(os.sep) + os.sep,) if script_dir else ())
-            ids = [e["record_id"] for e in dump.get("entries") or () if isinstance(e.get("record_id"), int)]
+            raw = dump.get("entries") or []
+            ids = [e["record_id"] for e in raw if isinstance(e.get("record_id"), int)]
             wrapped = bool(ids) and min(ids) > 0  # ids count every recorded call from 0: the oldest ones are gone
+            # only the entries of chunks not yet known are read as calls (a chunk known whole left out whole does
+            # not move where an unknown one starts)
+            new = [e for e in raw if str((position(e) - 1) // self.size) not in self.groups.get(_group_of(e), {})]
+            entries = record_flight.entries(
+                {**dump, "entries": new}, rank, (script_dir.rstrip(os.sep) + os.sep,) if script_dir else ()
+            )
             for g, got in digest.chunks_of(entries, wrapped, self.size, self.groups).items():
                 self.groups.setdefault(g, {}).update(got)
             st = dump.get("pg_status") or {}
@@ -423,6 +429,12 @@ class Chunks:
             "read_s": round(self.spent, 4),
             "groups": {g: dict(ks) for g, ks in list(self.groups.items())},
         }
+
+
+def _group_of(e: dict[str, Any]) -> str:
+    """An entry's group name, as record/flight.py's ``entries`` reads it (its id where the entry names none)."""
+    pg = e.get("process_group")
+    return str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id"))
 
 
 def _id_order(gid: str) -> tuple[str, int]:

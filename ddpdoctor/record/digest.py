@@ -47,7 +47,7 @@ def fold(d: int, h: int) -> int:
 # -- the recorder's chunks (issue 54) ---------------------------------------------------------------------
 # Under the default, torch's flight recorder is the rank's record and the wrappers keep no running digest. Its
 # ring (TORCH_FR_BUFFER_SIZE entries) wraps; so the rank's heartbeat reads the ring, with frames, about once per
-# quarter of a ring of calls (no more than CHUNK_SHARE of one core: rank/flight.py), and keeps for every whole chunk of
+# half a ring of calls (no more than CHUNK_SHARE of one core: rank/flight.py), and keeps for every whole chunk of
 # a group's positions it saw its digest and how many calls of each op each line made. The analysis compares the
 # ranks' chunks before the ring's window (analysis/hang/digest.py): the first chunk that differs says where the
 # sequences parted, and its counts say which rank made which call more often, at which line.
@@ -55,7 +55,7 @@ def fold(d: int, h: int) -> int:
 
 def chunk_size(buffer: int) -> int:
     """Positions per chunk for a ring of ``buffer`` entries: a quarter of the ring, between 4 and 512, so that
-    reads a chunk's worth of calls apart find every chunk whole in one of them, with half a ring to spare."""
+    reads half a ring of calls apart find every chunk whole in one of them, with a quarter of a ring to spare."""
     return max(4, min(512, buffer // 4))
 
 

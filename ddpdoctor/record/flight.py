@@ -9,6 +9,7 @@ over the recorder's entry at the same group and position (it has the user's call
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -58,23 +59,42 @@ def user_frame(frames: Any, user_dirs: tuple[str, ...] = ()) -> list | None:
     """The innermost frame of the user's code in an entry's frames (innermost first) that called into
     torch.distributed, as a ledger site ``[file, line, function]``; None without frames (a JSON dump of torch's
     has none by design)."""
+    key = _frames_key(frames)
+    if key is None:
+        return None
+    got = _read_frames(key, user_dirs)[0]
+    return list(got) if got is not None else None
+
+
+def _frames_key(frames: Any) -> tuple[tuple[Any, Any, Any], ...] | None:
+    """An entry's frames as a hashable key (file, line, function), innermost first; None without frames."""
     if not isinstance(frames, (list, tuple)):
         return None
-    frames = [f for f in frames if isinstance(f, dict)]
-    for f in frames[callers_start([str(f.get("filename") or "") for f in frames]) :]:
-        path = str(f.get("filename") or "")
+    key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames if isinstance(f, dict))
+    try:
+        hash(key)
+        return key
+    except TypeError:  # a damaged dump's list where a name or line should be: its text
+        return tuple(tuple(_hashable(v) for v in f) for f in key)
+
+
+def _hashable(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str, type(None))) else repr(v)
+
+
+@functools.lru_cache(maxsize=4096)  # a ring's entries come from a few call sites: each read once
+def _read_frames(key: tuple[tuple[Any, Any, Any], ...], user_dirs: tuple[str, ...]) -> tuple[tuple | None, bool]:
+    """(the user's call site as :func:`user_frame` gives it, issued by autograd's engine) of one stack."""
+    paths = [str(f[0] or "") for f in key]
+    site = None
+    for path, (_file, line, name) in list(zip(paths, key))[callers_start(paths) :]:
         if path and is_user_path(path, user_dirs, (), LIB_MARKERS):
             try:
-                return [path, int(f.get("line") or 0), str(f.get("name") or "")]
+                site = (path, int(line or 0), str(name or ""))
             except (TypeError, ValueError):
-                return None
-    return None
-
-
-def _from_autograd(frames: Any) -> bool:
-    return isinstance(frames, (list, tuple)) and from_autograd(
-        [str(f.get("filename") or "") for f in frames if isinstance(f, dict)]
-    )
+                site = None
+            break
+    return site, from_autograd(paths)
 
 
 def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -106,6 +126,8 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
             t = 0.0
         sizes = e.get("input_sizes")
         dtypes = e.get("input_dtypes")
+        key = _frames_key(e.get("frames"))
+        site, by_autograd = _read_frames(key, user_dirs) if key is not None else (None, False)
         out.pop((group, pos), None)
         out[(group, pos)] = {
             "v": schema.LINE_VERSION,
@@ -120,10 +142,10 @@ def entries(dump: dict[str, Any], rank: int, user_dirs: tuple[str, ...] = ()) ->
             if isinstance(sizes, (list, tuple))
             else [],
             "dtypes": [dtype_name(d) for d in dtypes] if isinstance(dtypes, (list, tuple)) else [],
-            "site": user_frame(e.get("frames"), user_dirs),
+            "site": list(site) if site else None,
             # DDP's reducer's bucket all-reduce (issued from autograd's engine, not by a line of the user's):
             # the wrappers' ledger never sees these calls, and the judge reads them as DDP's internal ones
-            **({"by": "autograd"} if _from_autograd(e.get("frames")) else {}),
+            **({"by": "autograd"} if by_autograd else {}),
             "st": schema.ST_DONE if completed else schema.ST_ISSUED,
             "src": "flight",
             # the group's description: a DeviceMesh's groups name their dimension there ("mesh_tp")
