@@ -44,10 +44,10 @@ BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 PENDING_AFTER = 1.0
 READ_EVERY = 2.0
 # the heartbeat's reads of the ring for its chunks (record/digest.py chunks_of) take at most this share of one core
-# (their CPU time over the time since the rank started): a read of 2,000 entries with frames holds the GIL about 20 ms
-# here, so a job making more than about a ring of calls every 2 s gets chunks with gaps, which the analysis names as
-# unread, never as agreeing
-CHUNK_SHARE = 0.01
+# (their CPU time over the time since the rank started): a read of 2,000 entries with frames holds the GIL 20-30 ms
+# here, so a job making more than about a ring of calls every 5 s gets chunks with gaps, which the analysis names as
+# unread, never as agreeing (at 1 %, the comm-heavy loop's whole run cost 0.037 of CPU beyond the A/A control)
+CHUNK_SHARE = 0.005
 # s of reads allowed beyond that share: one read that happens to pay for a full garbage collection of the process
 # (60 ms seen here, where a read of 64 entries takes 2 ms) does not stop the reads for the next 6 s
 CHUNK_SLACK = 0.05

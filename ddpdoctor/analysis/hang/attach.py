@@ -264,10 +264,15 @@ class StackCase(policy.Case):
         return bool(self.stuck and w) and all(r in w for r in self.vs) and not judge.one_place(self.facts[r] for r in w)
 
     def left_early(self) -> Finding | None:
-        gone, waiting = self.gone, self.waiting
-        if not gone and self._apart():
+        if not self.gone and self._apart():
             # ranks stuck in different calls: a group of them left the loop the others are still in
             return _departed(self.record, self.vs, self._groups(), self.desc, self.ev)
+        return None
+
+    def exited(self) -> Finding | None:
+        """Ranks whose processes were gone before ``attach`` looked, while the others wait: the ledger's
+        ``exited`` question, over the processes instead of the finish events."""
+        gone, waiting = self.gone, self.waiting
         if not gone or not waiting:
             return None
         w = next(iter(waiting.values()))

@@ -205,7 +205,7 @@ RULES: Final[tuple[Rule, ...]] = (
     _rule("own-line", {POSITIONS, HISTORY, LINES}, Case.own_line),
     _rule("shape", {POSITIONS}, Case.shape),
     _rule("uneven", {STEPS}, Case.uneven),
-    _rule("exited", {POSITIONS, ENDINGS}, Case.exited),
+    _rule("exited", {ENDINGS}, Case.exited),
     _rule("differ", {POSITIONS, HISTORY}, Case.differ),
     _rule("uneven-steps", {STEPS}, Case.uneven_steps),
     _rule("finished-early", {ENDINGS}, Case.finished_early),
