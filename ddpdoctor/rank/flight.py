@@ -100,8 +100,8 @@ def _no_inductor_import() -> Iterator[None]:
     Inductor's generated code (torch/csrc/profiler/python/combined_traceback.cpp); torch's lazy module
     ``__getattr__`` answers by importing torch._inductor: 3 to 8 s of one core on this host, the first time in
     a process. Where torch._inductor is not loaded, no frame can be its generated code: for the dump's few ms
-    that one lazy name reads as absent (an ``import torch._inductor`` meanwhile goes through the import system,
-    not this lookup, and is not affected)."""
+    that one lazy name reads as absent to the dumping thread alone (any other thread's lookup meanwhile gets
+    torch's own answer, and an ``import torch._inductor`` goes through the import system, not this lookup)."""
     torch = sys.modules.get("torch")
     if torch is None or "torch._inductor" in sys.modules:
         yield
@@ -112,10 +112,12 @@ def _no_inductor_import() -> Iterator[None]:
             yield
             return
 
+        me = threading.get_ident()
+
         def getattr_(name: str) -> Any:
-            if name == "_inductor":
+            if name == "_inductor" and threading.get_ident() == me:
                 raise AttributeError(name)
-            return lazy(name)
+            return lazy(name)  # the script's own threads: torch's answer, whatever the dump is doing
 
         torch.__getattr__ = getattr_
         try:

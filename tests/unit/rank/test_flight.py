@@ -184,6 +184,30 @@ def test_a_dump_with_frames_does_not_import_inductor(world: Any) -> None:
     assert "torch._inductor" not in sys.modules and torch.__dict__["__getattr__"] is lazy
 
 
+def test_while_a_dump_reads_its_frames_another_threads_lookup_gets_torchs_own_answer(monkeypatch: Any) -> None:
+    """The heartbeat now reads the ring with frames every half a ring of calls: the name kept absent for the
+    symbolizer is absent to the dumping thread alone, never to the script's threads meanwhile. torch's lazy
+    lookup is stood in for here, so that the other thread's answer imports nothing."""
+    import sys
+    import threading
+
+    if "torch._inductor" in sys.modules:
+        pytest.skip("torch._inductor was imported by an earlier test in this process: no guard to test")
+    monkeypatch.setitem(torch.__dict__, "__getattr__", lambda name: f"torch's answer for {name}")
+    stand_in = torch.__dict__["__getattr__"]
+    seen: dict[str, Any] = {}
+    with flight._no_inductor_import():
+        try:
+            torch.__getattr__("_inductor")
+        except AttributeError:
+            seen["dumper"] = "absent"
+        other = threading.Thread(target=lambda: seen.update(other=torch.__getattr__("_inductor")))
+        other.start()
+        other.join(timeout=10)
+    assert seen == {"dumper": "absent", "other": "torch's answer for _inductor"}
+    assert torch.__dict__["__getattr__"] is stand_in
+
+
 def test_a_group_yet_to_make_its_first_op_hides_the_status_unless_the_main_thread_sits_in_a_call(world: Any) -> None:
     """A mesh job's default group makes no op until its final barrier. While a group has yet to make its first op
     the status is not read (torch 2.13 inserts that group's status unlocked at its first op: ``settled``), unless
