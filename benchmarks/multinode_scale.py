@@ -3,6 +3,7 @@ node's real code judges all 1,024 ranks, and one rank makes a rank-conditional c
 
     python benchmarks/multinode_scale.py                       # 128 nodes x 8 ranks, table on stdout
     python benchmarks/multinode_scale.py --nodes 16 --json out.json
+    python benchmarks/multinode_scale.py --groups 8                   # 8 tensor-parallel groups of 128 ranks
 
 What is real and what is simulated:
 
@@ -24,6 +25,11 @@ What is real and what is simulated:
   waits in ``barrier`` at ``train.py:63``, but the culprit (``--culprit``, default rank ``world/2 + 3``,
   on a node far from node 0) waits in the ``all_reduce(1)`` at ``train.py:62`` that only it calls
   (``if rank == R:``), at the same position: hang.rank-conditional-collective.
+- **--groups G** (issue 50: every group judged): besides group 0 each rank belongs to one of G tensor-parallel
+  groups of world/G consecutive ranks (named "1".."G", as torch names new groups), and each step opens with an
+  ``all_reduce`` on it at ``train.py:50``. The fault: at its step the culprit makes one more ``all_reduce`` on its
+  group (``train.py:51``) and waits there, while every other rank, its own group's included, goes on to the
+  step's first DDP bucket on group 0 and waits for it: one divergence on one group strands every group.
 
 Why processes of threads: one node is a thread loop (the driver) plus its ``JobLink`` thread and store
 connection, as in the real monitor; ``--procs`` worker processes (default 4) run ``nodes/procs`` nodes
@@ -73,6 +79,7 @@ from ddpdoctor.record.reader import RankRecord, RunRecord  # noqa: E402
 
 SCRIPT = "/home/user/project/train.py"
 L_FWD, L_BWD, L_LOSS, L_OPT, L_EXTRA, L_BARRIER = 52, 54, 57, 58, 62, 63
+L_TP, L_TP_EXTRA = 50, 51  # --groups: the tensor-parallel all_reduce in forward, and the culprit's extra one
 BUCKETS = 4  # DDP bucket all-reduces per step (they move group 0's sequence number, not the ledger)
 PER_STEP = BUCKETS + 1  # + the loss all_reduce
 HB_S = 0.25  # the ranks' heartbeat period
@@ -86,8 +93,12 @@ def _site(line: int, func: str = "main") -> list[Any]:
 class SimRank:
     """One rank of a DDP loop, as its record would read at any moment (deterministic in the clock)."""
 
-    def __init__(self, rank: int, node: int, local: int, world: int, t0: float, step_s: float, div_t: float) -> None:
+    def __init__(
+        self, rank: int, node: int, local: int, world: int, t0: float, step_s: float, div_t: float, groups: int = 1
+    ) -> None:
         self.rank, self.node, self.local, self.world = rank, node, local, world
+        # --groups G: G tensor-parallel groups of world/G consecutive ranks, named as torch names new groups ("1"...)
+        self.tp = str(1 + rank // (world // groups)) if groups > 1 else None
         self.t0, self.step_s, self.div_t = t0, step_s, div_t
         # every rank beats at its own offset, and runs a little ahead or behind (data loading, clocks)
         self.hb_off = ((rank * 7919) % 100) / 100 * HB_S
@@ -118,8 +129,28 @@ class SimRank:
             out.append(extra)
         return out[-6:]
 
+    def _tp_ledger(self, step: int, base: list[dict[str, Any]], extra: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """--groups: the newest entries with each step's tensor-parallel all_reduce (done, at the step's start,
+        its group's position ``step + 1``) among the loss all-reduces, then ``extra``."""
+        out = [e for e in base if e is not extra]
+        for n in range(max(0, step - 5), step + 1):
+            t = self.t0 + (n + 0.02) * self.step_s
+            out.append({"v": 1, "kind": schema.K_COLL, "rank": self.rank, "t": t, "t0": t, "op": "all_reduce",
+                        "group": self.tp, "seq": [n + 1, n + 1], "shapes": [[8]], "dtypes": ["float32"],
+                        "site": _site(L_TP, "forward"), "st": schema.ST_DONE})  # fmt: skip
+        out.sort(key=lambda e: e["t0"])
+        if extra:
+            out.append(extra)
+        return out[-8:]
+
     def record(self, now: float, culprit: int) -> RankRecord:
         """This rank's record as the monitor's reader would hold it at ``now``."""
+        if self.tp is not None:
+            return self._record_tp(now, culprit)
+        return self.record_flat(now, culprit)
+
+    def record_flat(self, now: float, culprit: int = -1) -> RankRecord:
+        """The record of a DDP loop on group 0 alone (``culprit``: the rank whose epoch ends in the extra call)."""
         hb_t = self.t0 + self.hb_off + int((now - self.t0 - self.hb_off) / HB_S) * HB_S
         # the fault's step (div_t is at a step's start); each rank enters its last wait within its jitter
         div_step = int((self.div_t - self.t0) / self.step_s + 1e-6) if self.div_t < float("inf") else 1 << 62
@@ -170,6 +201,39 @@ class SimRank:
         rec.ledger, rec.counters = ledger, {"ddp_fwd": step}
         return rec
 
+    def _record_tp(self, now: float, culprit: int) -> RankRecord:
+        """--groups: as :meth:`record`, each step opening with a tensor-parallel all_reduce on the rank's group. The
+        fault: at its step the culprit makes one more all_reduce on its group (``if rank == R:``) and waits there;
+        its group's other ranks, and every other rank, go on to the step's first DDP bucket on group 0 and wait
+        for it (one divergence on one group strands every group: the shape of issue 50's mesh)."""
+        rec = self.record_flat(now)
+        hb = rec.last_hb
+        step = int(hb["step"])
+        div_step = int((self.div_t - self.t0) / self.step_s + 1e-6) if self.div_t < float("inf") else 1 << 62
+        since = self.t0 + div_step * self.step_s + abs(self.jitter)
+        extra = None
+        if hb["t"] >= since:
+            base = div_step * PER_STEP
+            if self.rank == culprit:
+                pending = {"op": "all_reduce", "group": self.tp, "seq": div_step + 2, "shapes": [[8]],
+                           "dtypes": ["float32"], "site": _site(L_TP_EXTRA, "forward"), "since": since}  # fmt: skip
+                seq0, tp_seq, in_bwd = base, div_step + 2, False
+            else:
+                pending = {"op": "all_reduce", "group": "0", "seq": base + 1, "shapes": [[4096]],
+                           "dtypes": ["float32"], "site": _site(L_BWD), "since": since}  # fmt: skip
+                seq0, tp_seq, in_bwd = base + 1, div_step + 1, True
+            extra = dict(pending, v=1, kind=schema.K_COLL, rank=self.rank, t=since, t0=since,
+                         seq=[pending["seq"], pending["seq"]], st=schema.ST_ISSUED)  # fmt: skip
+            hb = dict(hb, step=div_step, pending=pending, where=pending["site"], in_backward=in_bwd,
+                      in_ddp_forward=False, seq={"0": seq0, self.tp: tp_seq}, ncoll=seq0)  # fmt: skip
+            step = div_step
+            rec.seq_changed_t = rec.progress_t = since
+        else:
+            hb = dict(hb, seq={**hb["seq"], self.tp: step + 1})
+        rec.last_hb = hb
+        rec.ledger = self._tp_ledger(step, [e for e in rec.ledger if e.get("st") == schema.ST_DONE], extra)
+        return rec
+
 
 def node_record(ranks: list[SimRank], now: float, culprit: int, run_dir: str) -> RunRecord:
     """One node's RunRecord at ``now`` (what the monitor's RunReader returns)."""
@@ -177,9 +241,11 @@ def node_record(ranks: list[SimRank], now: float, culprit: int, run_dir: str) ->
     return RunRecord(run_dir, manifest, {r.rank: r.record(now, culprit) for r in ranks}, [])
 
 
-def sim_ranks(node: int, per_node: int, world: int, t0: float, step_s: float, div_t: float) -> list[SimRank]:
+def sim_ranks(
+    node: int, per_node: int, world: int, t0: float, step_s: float, div_t: float, groups: int = 1
+) -> list[SimRank]:
     """The ranks of one node (global ranks, as torchrun numbers them)."""
-    return [SimRank(node * per_node + i, node, i, world, t0, step_s, div_t) for i in range(per_node)]
+    return [SimRank(node * per_node + i, node, i, world, t0, step_s, div_t, groups) for i in range(per_node)]
 
 
 # -- a worker process: many nodes -----------------------------------------------------------------------
@@ -197,7 +263,7 @@ def worker(a: argparse.Namespace) -> int:
             os.makedirs(dirs[n], mode=0o700)
             addr = jobstore.StoreAddr("127.0.0.1", a.port, JOB, a.nodes, "benchmark")
             links[n] = jobstore.JobLink(addr, dirs[n], cfg, lambda _m: None)
-            ranks[n] = sim_ranks(n, a.ranks_per_node, world, a.t0, a.step_s, float("inf"))
+            ranks[n] = sim_ranks(n, a.ranks_per_node, world, a.t0, a.step_s, float("inf"), a.groups)
         seen: dict[int, float] = {}
         last: dict[int, RunRecord] = {}
         div_t = None
@@ -338,9 +404,9 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
             cmd = [sys.executable, "-W", "ignore", os.path.abspath(__file__), "--worker", "--first", str(part[0]),
                    "--count", str(len(part)), "--port", str(port), "--nodes", str(a.nodes), "--ranks-per-node",
                    str(a.ranks_per_node), "--t0", repr(t0), "--div-file", div_file, "--until", repr(until),
-                   "--step-s", repr(a.step_s), "--culprit", str(culprit)]  # fmt: skip
+                   "--step-s", repr(a.step_s), "--culprit", str(culprit), "--groups", str(a.groups)]  # fmt: skip
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-        mine = sim_ranks(0, a.ranks_per_node, world, t0, a.step_s, float("inf"))
+        mine = sim_ranks(0, a.ranks_per_node, world, t0, a.step_s, float("inf"), a.groups)
         main_tid = threading.get_native_id()
         store_tid = job.thread_id()
 
@@ -384,7 +450,7 @@ def judge(a: argparse.Namespace) -> dict[str, Any]:
                 # the fault at a step's start: every rank enters its last wait within its jitter after it
                 div_t = t0 + math.ceil((warm_end + a.measure - t0) / a.step_s) * a.step_s
                 onset = div_t + max(abs(r.jitter) for n in range(a.nodes) for r in sim_ranks(
-                    n, a.ranks_per_node, world, t0, a.step_s, div_t))  # fmt: skip
+                    n, a.ranks_per_node, world, t0, a.step_s, div_t, a.groups))  # fmt: skip
                 end = div_t + a.max_wait
                 with open(div_file + ".tmp", "w") as f:
                     f.write(repr(div_t))
@@ -479,6 +545,7 @@ def _figures(a, world, culprit, marks, main_tid, store_tid, verdict, onset, seen
         "ranks": world,
         "procs": a.procs,
         "step_s": a.step_s,
+        "groups": a.groups,
         "culprit": culprit,
         "healthy": window("healthy", "diverged"),
         "until_verdict": window("diverged", "verdict"),
@@ -534,6 +601,13 @@ def main() -> int:
     p.add_argument("--max-wait", type=float, default=30.0, help="longest wait for the verdict (default 30)")
     p.add_argument("--step-s", type=float, default=0.5, help="seconds per training step (default 0.5)")
     p.add_argument("--culprit", type=int, default=None, help="the diverging rank (default world/2 + 3)")
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=1,
+        help="tensor-parallel groups of consecutive ranks besides group 0 (default 1: group 0 alone); with G > 1 the\n"
+        "culprit makes one extra all_reduce on its group and every other rank waits on group 0",
+    )
     p.add_argument("--port", type=int, default=0, help="the store's port on 127.0.0.1 (default: a free one)")
     p.add_argument("--json", help="write the figures here as JSON")
     p.add_argument("--profile", metavar="PREFIX", help="cProfile the healthy window into PREFIX.{poll,store}.txt")
