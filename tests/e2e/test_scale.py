@@ -262,7 +262,7 @@ def test_the_recorders_chunks_name_an_extra_call_before_its_ring(tmp_path, monke
 
     monkeypatch.delenv("DDPDOCTOR_COLLECTIVES")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "64")
-    ok = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--pace", "0.03"], tmp_path, timeout=120)
+    ok = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--pace", "0.1"], tmp_path, timeout=120)
     assert ok.code in (0, 1), ok.err[-2000:]  # 1: the documented gloo teardown abort at most
     rec = reader.load_run(str(ok.run_dir))
     chunks = [rec.ranks[r].flight["chunks"] for r in (0, 1)]
@@ -271,7 +271,7 @@ def test_the_recorders_chunks_name_an_extra_call_before_its_ring(tmp_path, monke
     assert all(rec.ranks[r].flight["first_record"] > 0 for r in (0, 1))  # the ring wrapped
     assert digest.recorder_window(rec) is None
 
-    bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra", "--pace", "0.03"], tmp_path, timeout=120)
+    bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra", "--pace", "0.1"], tmp_path, timeout=120)
     assert bad.code == 3, bad.err[-2000:]
     f = finding(bad.report, "hang.rank-conditional-collective")
     assert f["culprits"] == [0]
