@@ -350,7 +350,7 @@ class Recorder:
         if d is None:
             return False
         if frames:  # the chunks fold calls with their lines: only a read with frames
-            self.chunks.fold(d, rank, _script_dir(), cpu0)
+            self.chunks.fold(d, rank, _script_dir(), cpu0, wait=1.0)
         d["ddpdoctor"] = {
             "rank": rank,
             "reason": reason,
@@ -398,10 +398,12 @@ class Chunks:
             return False
         return self.spent <= CHUNK_SLACK + CHUNK_SHARE * (time.monotonic() - self._t0)
 
-    def fold(self, dump: dict[str, Any], rank: int, script_dir: str, since: float) -> None:
+    def fold(self, dump: dict[str, Any], rank: int, script_dir: str, since: float, wait: float = 0.0) -> None:
         """Adds the whole chunks of one dump with frames (torch's shape) that are not yet known; ``since``: the
-        reading thread's CPU time (``time.thread_time``) when the dump began, for the reads' cost."""
-        if not self._lock.acquire(blocking=False):
+        reading thread's CPU time (``time.thread_time``) when the dump began, for the reads' cost; ``wait``: how
+        long to wait for another thread's fold (0: none, the heartbeat's reads; a written dump's waits, bounded,
+        so that flight.json's chunks hold the dump it writes)."""
+        if not (self._lock.acquire(timeout=wait) if wait > 0 else self._lock.acquire(blocking=False)):
             return  # another thread is folding a read of the same ring
         try:
             raw = dump.get("entries") or []

