@@ -349,7 +349,9 @@ class Recorder:
         d = self.dump(frames)
         if d is None:
             return False
-        if frames:  # the chunks fold calls with their lines: only a read with frames
+        if frames and reason != "abort":
+            # the chunks fold calls with their lines: only a read with frames; not on gloo's abort, whose few ms
+            # before the process dies are the dump's alone (rank/onabort.py)
             self.chunks.fold(d, rank, _script_dir(), cpu0, wait=1.0)
         d["ddpdoctor"] = {
             "rank": rank,
